@@ -2,10 +2,29 @@
 //! without breaking the provider's prompt cache, and with every decision recorded as an event.
 //!
 //! This crate is the sans-IO core: it performs no IO and reads no clock. Time comes in as an
-//! argument, storage through the [`store::Store`] trait.
+//! argument (`now`, `at`), storage through the [`store::Store`] trait, summaries through
+//! effects the host fulfils.
 
+pub mod codec;
+pub mod config;
+pub mod engine;
+pub mod event;
+pub mod json;
+pub mod media;
+pub mod message;
+pub mod replay;
+pub mod session;
+pub mod state;
 pub mod store;
+pub mod time;
+pub mod tokens;
+pub mod view;
+pub mod wire;
 
-pub use store::{
-    BlobId, ExpectedVersion, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version,
-};
+pub use config::Config;
+pub use event::Event;
+pub use message::Message;
+pub use session::{Plan, Session, SessionError};
+pub use state::State;
+pub use store::{BlobId, ExpectedVersion, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version};
+pub use wire::WireFormat;

@@ -1,0 +1,127 @@
+//! Engine configuration, recorded in `SessionStarted` so a replay uses the knobs the session ran
+//! with.
+
+use serde::{Deserialize, Serialize};
+
+use crate::tokens::{Estimator, DEFAULT_IMAGE_TOKENS};
+
+/// Who writes summaries when a span is prepared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SummarizerKind {
+    /// The built-in deterministic extractive summarizer (the embedded default).
+    Extractive,
+    /// No summaries: prepare never runs, only the ladder shrinks the view.
+    None,
+}
+
+/// All knobs. Ratios are fractions of `budget`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// The model's input budget in tokens.
+    pub budget: u64,
+    /// Hard threshold: the ladder runs when the view reaches `trigger_ratio × budget`.
+    pub trigger_ratio: f64,
+    /// The ladder aims at `target_ratio × budget`.
+    pub target_ratio: f64,
+    /// Soft threshold: summaries are prepared from `prepare_ratio × budget`.
+    pub prepare_ratio: f64,
+    /// Summarizer used by prepare.
+    pub summarizer: SummarizerKind,
+    /// Defer flushes while the provider's prompt cache is warm.
+    pub cache_aware: bool,
+    /// Cache time-to-live in milliseconds (cold when `now − last_request ≥ ttl`).
+    pub flush_ttl_ms: u64,
+    /// The last N tool results are never truncated or removed.
+    pub protected_tool_results: u32,
+    /// The most recent fraction of messages is protected from removal.
+    pub protected_recent_ratio: f64,
+    /// Consecutive over-budget passes before the breaker freezes the view.
+    pub breaker_passes: u32,
+    /// Flat cost of an image/document block (and the cap of the size formula).
+    pub image_tokens: u32,
+    /// Characters of a tool result kept when it is truncated.
+    pub truncate_chars: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            budget: 200_000,
+            trigger_ratio: 0.85,
+            target_ratio: 0.50,
+            prepare_ratio: 0.70,
+            summarizer: SummarizerKind::Extractive,
+            cache_aware: false,
+            flush_ttl_ms: 300_000,
+            protected_tool_results: 5,
+            protected_recent_ratio: 0.30,
+            breaker_passes: 10,
+            image_tokens: DEFAULT_IMAGE_TOKENS,
+            truncate_chars: 250,
+        }
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config `{key}`: {message}")]
+pub struct ConfigError {
+    /// The knob.
+    pub key: &'static str,
+    /// Why.
+    pub message: String,
+}
+
+impl Config {
+    /// `trigger_ratio × budget`, floored.
+    pub fn trigger_tokens(&self) -> u64 {
+        ratio_of(self.budget, self.trigger_ratio)
+    }
+
+    /// `target_ratio × budget`, floored.
+    pub fn target_tokens(&self) -> u64 {
+        ratio_of(self.budget, self.target_ratio)
+    }
+
+    /// `prepare_ratio × budget`, floored.
+    pub fn prepare_tokens(&self) -> u64 {
+        ratio_of(self.budget, self.prepare_ratio)
+    }
+
+    /// The estimator these knobs imply.
+    pub fn estimator(&self) -> Estimator {
+        Estimator { image_tokens: self.image_tokens }
+    }
+
+    /// Rejects knobs that cannot work, naming the knob.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let e = |key, message: String| Err(ConfigError { key, message });
+        let unit = |r: f64| r.is_finite() && r > 0.0 && r <= 1.0;
+        if self.budget == 0 {
+            return e("budget", "must be positive".into());
+        }
+        for (key, r) in [("trigger", self.trigger_ratio), ("target", self.target_ratio), ("prepare", self.prepare_ratio)] {
+            if !unit(r) {
+                return e(key, format!("{r} is not a ratio in (0, 1]"));
+            }
+        }
+        if self.target_ratio >= self.trigger_ratio {
+            return e("target", format!("{} must be below trigger {}", self.target_ratio, self.trigger_ratio));
+        }
+        if !(self.protected_recent_ratio.is_finite() && (0.0..=1.0).contains(&self.protected_recent_ratio)) {
+            return e("protected-recent", format!("{} is not a ratio in [0, 1]", self.protected_recent_ratio));
+        }
+        if self.breaker_passes == 0 {
+            return e("breaker", "must be at least 1".into());
+        }
+        if self.image_tokens == 0 {
+            return e("image-tokens", "must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// `floor(n × r)` without going through a lossy product for large `n`.
+pub fn ratio_of(n: u64, r: f64) -> u64 {
+    (n as f64 * r).floor() as u64
+}

@@ -1,0 +1,279 @@
+//! The events: past tense, self-explanatory in a postmortem. The engine state is their fold
+//! ([`crate::state::State::apply`]). Each event's layout is frozen once shipped; see
+//! [`crate::codec`] for how a changed event gets a new kind and an upcast.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::message::Message;
+use crate::time::Millis;
+use crate::wire::WireFormat;
+
+/// Every event of a session stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// The session was created.
+    SessionStarted(SessionStarted),
+    /// A message was appended.
+    MessageAppended(MessageAppended),
+    /// A summary of a span was prepared (the view is unchanged).
+    SummaryPrepared(SummaryPrepared),
+    /// A call switched the view to the prepared summaries.
+    Flushed(Flushed),
+    /// A call's ladder edited a message in the view.
+    Edited(Edited),
+    /// An edit (or a flush) of a message was undone.
+    Restored(Restored),
+    /// A model call was served with a view.
+    RequestServed(RequestServed),
+    /// A guard decided something worth knowing.
+    GuardRaised(GuardRaised),
+}
+
+impl Event {
+    /// Stable name of the event kind.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::SessionStarted(_) => "SessionStarted",
+            Event::MessageAppended(_) => "MessageAppended",
+            Event::SummaryPrepared(_) => "SummaryPrepared",
+            Event::Flushed(_) => "Flushed",
+            Event::Edited(_) => "Edited",
+            Event::Restored(_) => "Restored",
+            Event::RequestServed(_) => "RequestServed",
+            Event::GuardRaised(_) => "GuardRaised",
+        }
+    }
+}
+
+/// `SessionStarted`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStarted {
+    /// Session id (= stream id).
+    pub session: Uuid,
+    /// The session's wire format.
+    pub format: WireFormat,
+    /// The knobs in force.
+    pub config: Config,
+    /// Creation time.
+    pub at: Millis,
+}
+
+/// `MessageAppended`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageAppended {
+    /// Dense 0-based position.
+    pub seq: u64,
+    /// The message, blobs as references.
+    pub message: Message,
+    /// Its token estimate (cached for the life of the session).
+    pub tokens: u32,
+}
+
+/// How a summary was asked for and produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SummaryMode {
+    /// System prompt + the span as text.
+    Standalone,
+    /// The exact last request + one user message naming the span.
+    Fork,
+    /// The built-in extractive summarizer (no model call).
+    Extractive,
+}
+
+/// `SummaryPrepared`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryPrepared {
+    /// First covered seq (= the previous `compacted_prefix_messages`).
+    pub from: u64,
+    /// One past the last covered seq (= the new `compacted_prefix_messages`).
+    pub to: u64,
+    /// The summary text.
+    pub text: String,
+    /// Its token estimate.
+    pub tokens: u32,
+    /// Estimated tokens of the span it replaces.
+    pub replaced_tokens: u64,
+    /// Mode the engine asked for.
+    pub mode_requested: SummaryMode,
+    /// Mode actually used.
+    pub mode_used: SummaryMode,
+    /// Why the requested mode was refused, if it was.
+    pub refusal: Option<String>,
+}
+
+/// Why a flush happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FlushReason {
+    /// Cache-aware mode off: flush as soon as something is prepared.
+    LegacyImmediate,
+    /// The cache had gone cold, so rewriting the prefix costs nothing extra.
+    ColdCache,
+    /// The cache was warm but the view was over the hard threshold.
+    SizeThreshold,
+}
+
+impl FlushReason {
+    /// Snake-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlushReason::LegacyImmediate => "legacy_immediate",
+            FlushReason::ColdCache => "cold_cache",
+            FlushReason::SizeThreshold => "size_threshold",
+        }
+    }
+}
+
+/// `Flushed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Flushed {
+    /// Old `flushed_prefix_messages`.
+    pub from: u64,
+    /// New `flushed_prefix_messages`.
+    pub to: u64,
+    /// Why now.
+    pub reason: FlushReason,
+    /// Time since the last served request (`None` if never served).
+    pub cache_age_ms: Option<u64>,
+    /// View tokens before the flush.
+    pub tokens_before: u64,
+    /// View tokens after the flush.
+    pub tokens_after: u64,
+    /// Tool outputs and media in the flushed range that are now only references.
+    pub stubbed: Vec<u64>,
+}
+
+/// What an edit does to a message in the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EditKind {
+    /// Gone from the view (tool pairs go together).
+    Removed,
+    /// Tool result text cut to its first `keep_chars` characters plus a marker.
+    Truncated {
+        /// Characters kept.
+        keep_chars: u32,
+    },
+    /// User text replaced by a short stub with a preview; non-text blocks kept.
+    Stubbed {
+        /// Characters of preview.
+        preview_chars: u32,
+    },
+}
+
+impl EditKind {
+    /// Snake-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EditKind::Removed => "removed",
+            EditKind::Truncated { .. } => "truncated",
+            EditKind::Stubbed { .. } => "stubbed",
+        }
+    }
+}
+
+/// Why an edit was made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditReason {
+    /// Ladder level (1–8).
+    pub level: u8,
+    /// The rule that chose this message.
+    pub rule: String,
+    /// The token target the ladder was aiming at.
+    pub target_tokens: u64,
+    /// The guard in force, if any (e.g. the target was clamped to the budget).
+    pub guard: Option<String>,
+}
+
+/// `Edited`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edited {
+    /// The message.
+    pub seq: u64,
+    /// What happened to it.
+    pub kind: EditKind,
+    /// Why.
+    pub reason: EditReason,
+}
+
+/// `Restored`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restored {
+    /// The message asked for.
+    pub seq: u64,
+    /// Tool partners restored with it, so no pair is split.
+    pub partners: Vec<u64>,
+    /// Who asked.
+    pub by: String,
+    /// Why.
+    pub why: String,
+}
+
+/// `RequestServed`: one committed call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestServed {
+    /// 0-based call number.
+    pub call: u64,
+    /// When the dispatch completed (the prompt cache's reference time).
+    pub at: Millis,
+    /// sha256 of the view bytes (see [`crate::view`]).
+    pub digest: String,
+    /// Messages in the view.
+    pub view_messages: u64,
+    /// Estimated tokens of the view.
+    pub view_tokens: u64,
+    /// The meter reading the gate used (anchored on provider usage when available).
+    pub metered_tokens: u64,
+    /// Provider-reported input tokens of this call, if given.
+    pub reported_tokens: Option<u64>,
+    /// Highest ladder level this call reached (0 = no ladder).
+    pub level: u8,
+    /// The view was over the trigger before the ladder (compaction was needed).
+    pub needed: bool,
+    /// This view is the previous view plus new messages, byte for byte.
+    pub prefix_reused: bool,
+}
+
+/// What a guard saw.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum GuardKind {
+    /// The unremovable floor alone exceeds the target while the view fits the budget.
+    TargetUnreachable,
+    /// Removing every candidate could not reach the target: the ladder aimed at the budget.
+    TargetClamped,
+    /// Too many consecutive passes ended over the budget: escalation is frozen.
+    BreakerTripped,
+    /// The served view is over the budget.
+    OverBudget,
+    /// A fork summary request was refused and fell back to standalone.
+    ForkRefused {
+        /// The precondition that failed.
+        reason: String,
+    },
+}
+
+impl GuardKind {
+    /// Snake-case name (`fork_refused:<reason>` for refusals).
+    pub fn name(&self) -> String {
+        match self {
+            GuardKind::TargetUnreachable => "target_unreachable".into(),
+            GuardKind::TargetClamped => "target_clamped".into(),
+            GuardKind::BreakerTripped => "breaker_tripped".into(),
+            GuardKind::OverBudget => "over_budget".into(),
+            GuardKind::ForkRefused { reason } => format!("fork_refused:{reason}"),
+        }
+    }
+}
+
+/// `GuardRaised`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuardRaised {
+    /// The call that raised it, if raised during a call.
+    pub call: Option<u64>,
+    /// What.
+    pub kind: GuardKind,
+    /// A sentence with the numbers.
+    pub detail: String,
+    /// The knob that moves it.
+    pub knob: String,
+}

@@ -1,0 +1,309 @@
+//! Replays for postmortems: the per-call timeline, strict or lenient folding, and `verify`
+//! (full re-fold, invariants, re-rendered view digests, blobs, snapshot against replay).
+
+use serde::Serialize;
+
+use crate::codec;
+use crate::event::{Event, GuardRaised};
+use crate::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message};
+use crate::session::{decode_snapshot, SessionError, READ_CHUNK};
+use crate::state::{State, Violation};
+use crate::store::{Store, StoreError, StreamId, Version};
+use crate::view::ViewCache;
+
+/// One call of the timeline (`import --json`, `replay --json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallRecord {
+    /// 0-based call number.
+    pub call: u64,
+    /// Stream version after the call's commit.
+    pub version: Version,
+    /// When the dispatch completed, in seconds since the epoch.
+    pub at: f64,
+    /// Messages appended so far.
+    pub messages: u64,
+    /// Messages in the view.
+    pub view_messages: u64,
+    /// Estimated tokens of the view.
+    pub view_tokens: u64,
+    /// Provider-reported input tokens, if given.
+    pub reported_tokens: Option<u64>,
+    /// The budget.
+    pub budget: u64,
+    /// Hard threshold in tokens.
+    pub trigger_tokens: u64,
+    /// Ladder target in tokens.
+    pub target_tokens: u64,
+    /// Ladder level reached (0 = none).
+    pub level: u8,
+    /// `compacted_prefix_messages` after the call.
+    pub compacted: u64,
+    /// `flushed_prefix_messages` after the call.
+    pub flushed: u64,
+    /// The flush committed by this call.
+    pub flush: Option<FlushRecord>,
+    /// Edits committed by this call.
+    pub edits: Vec<EditRecord>,
+    /// Guards raised by this call.
+    pub guards: Vec<GuardRecord>,
+    /// The view was the previous view plus new messages, byte for byte.
+    pub prefix_reused: bool,
+}
+
+/// A flush in the timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FlushRecord {
+    /// `legacy_immediate` | `cold_cache` | `size_threshold`.
+    pub reason: &'static str,
+    /// Old watermark.
+    pub from: u64,
+    /// New watermark.
+    pub to: u64,
+}
+
+/// An edit in the timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EditRecord {
+    /// The message.
+    pub seq: u64,
+    /// `removed` | `truncated` | `stubbed`.
+    pub kind: &'static str,
+    /// Level, rule, target and guard.
+    pub reason: String,
+}
+
+/// A guard in the timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GuardRecord {
+    /// e.g. `target_unreachable`.
+    pub kind: String,
+    /// The sentence with the numbers and the knob.
+    pub detail: String,
+}
+
+/// Turns a stream of applied events into [`CallRecord`]s. Import and replay both use it, so
+/// their timelines are identical by construction.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    flush: Option<FlushRecord>,
+    edits: Vec<EditRecord>,
+    guards: Vec<GuardRecord>,
+}
+
+impl Timeline {
+    /// A fresh builder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one event (after it was applied to `state`); returns a record at `RequestServed`.
+    pub fn feed(&mut self, version: Version, ev: &Event, state: &State) -> Option<CallRecord> {
+        match ev {
+            Event::Flushed(f) => self.flush = Some(FlushRecord { reason: f.reason.as_str(), from: f.from, to: f.to }),
+            Event::Edited(e) => {
+                let r = &e.reason;
+                let mut reason = format!("level {}: {}; target {} tokens", r.level, r.rule, r.target_tokens);
+                if let Some(g) = &r.guard {
+                    reason.push_str("; ");
+                    reason.push_str(g);
+                }
+                self.edits.push(EditRecord { seq: e.seq, kind: e.kind.as_str(), reason });
+            }
+            Event::GuardRaised(GuardRaised { call: Some(_), kind, detail, knob }) => {
+                self.guards.push(GuardRecord { kind: kind.name(), detail: format!("{detail} (knob: {knob})") })
+            }
+            Event::RequestServed(s) => {
+                let config = state.info().map(|i| i.config.clone()).unwrap_or_default();
+                return Some(CallRecord {
+                    call: s.call,
+                    version,
+                    at: s.at as f64 / 1000.0,
+                    messages: state.message_count(),
+                    view_messages: s.view_messages,
+                    view_tokens: s.view_tokens,
+                    reported_tokens: s.reported_tokens,
+                    budget: config.budget,
+                    trigger_tokens: config.trigger_tokens(),
+                    target_tokens: config.target_tokens(),
+                    level: s.level,
+                    compacted: state.compacted(),
+                    flushed: state.flushed(),
+                    flush: self.flush.take(),
+                    edits: std::mem::take(&mut self.edits),
+                    guards: std::mem::take(&mut self.guards),
+                    prefix_reused: s.prefix_reused,
+                });
+            }
+            _ => {}
+        }
+        None
+    }
+}
+
+/// How replay treats a log that breaks an invariant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Stop with a typed error naming the version and the invariant.
+    Strict,
+    /// Clamp or skip, record the violation, go on.
+    Lenient,
+}
+
+/// Result of a replay.
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    /// The folded state.
+    pub state: State,
+    /// One record per call.
+    pub timeline: Vec<CallRecord>,
+    /// Violations found (lenient mode only; strict stops at the first).
+    pub violations: Vec<Violation>,
+}
+
+/// Reads every record of `stream` up to `until`, calling `f` with each decoded event.
+pub fn for_each_event<S: Store>(
+    store: &S,
+    stream: StreamId,
+    until: Option<Version>,
+    mut f: impl FnMut(Version, Event) -> Result<(), SessionError>,
+) -> Result<(), SessionError> {
+    let mut from = 1;
+    loop {
+        let batch = store.read(stream, from, READ_CHUNK)?;
+        let Some(last) = batch.last().map(|r| r.version) else { return Ok(()) };
+        for rec in batch {
+            if until.is_some_and(|u| rec.version > u) {
+                return Ok(());
+            }
+            let ev = codec::decode(stream, rec.version, &rec.record)?;
+            f(rec.version, ev)?;
+        }
+        from = last + 1;
+    }
+}
+
+/// Folds a stream from the start.
+pub fn replay<S: Store>(store: &S, stream: StreamId, mode: Mode, until: Option<Version>) -> Result<Replayed, SessionError> {
+    if store.head(stream)?.is_none() {
+        return Err(SessionError::NotFound(stream));
+    }
+    let mut state = State::new();
+    let mut timeline = Timeline::new();
+    let mut out = Vec::new();
+    let mut violations = Vec::new();
+    for_each_event(store, stream, until, |version, ev| {
+        match mode {
+            Mode::Strict => state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?,
+            Mode::Lenient => violations.extend(state.apply_lenient(version, &ev)),
+        }
+        out.extend(timeline.feed(version, &ev, &state));
+        Ok(())
+    })?;
+    Ok(Replayed { state, timeline: out, violations })
+}
+
+/// What `verify` found.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyReport {
+    /// Records read.
+    pub events: u64,
+    /// Calls checked.
+    pub calls: u64,
+    /// Blobs checked.
+    pub blobs: u64,
+    /// Whether a snapshot was compared.
+    pub snapshot_checked: bool,
+    /// Every problem, each naming the stream and version.
+    pub problems: Vec<String>,
+}
+
+impl VerifyReport {
+    /// No problem found.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Full check of one stream: every record's checksum and decoding, every invariant (strict),
+/// every served view re-rendered and compared with its recorded digest and sizes, every
+/// referenced blob present and intact, and the snapshot equal to the replayed state.
+pub fn verify<S: Store>(store: &S, stream: StreamId) -> Result<VerifyReport, SessionError> {
+    let mut report = VerifyReport::default();
+    let snapshot = store.get_snapshot(stream)?;
+    let mut state = State::new();
+    let mut cache = ViewCache::new();
+    let mut snap_state = None;
+    let mut blobs = std::collections::BTreeSet::new();
+    let result = for_each_event(store, stream, None, |version, ev| {
+        report.events += 1;
+        if let Event::RequestServed(s) = &ev {
+            // The view this call served is the state right before its RequestServed.
+            let synced = cache.sync(&state);
+            let digest = cache.digest();
+            let tokens = state.view_tokens();
+            let sum: u64 = state.view().iter().map(|i| u64::from(i.tokens)).sum();
+            let mut bad = |what: String| report.problems.push(format!("stream {stream} version {version} (call {}): {what}", s.call));
+            if digest != s.digest {
+                bad(format!("view digest {digest} differs from the recorded {}", s.digest));
+            }
+            if tokens != s.view_tokens || sum != tokens {
+                bad(format!("view tokens: recorded {}, re-rendered {tokens}, sum of messages {sum}", s.view_tokens));
+            }
+            if state.view().len() as u64 != s.view_messages {
+                bad(format!("view messages: recorded {}, re-rendered {}", s.view_messages, state.view().len()));
+            }
+            if s.call > 0 && synced.appended_only != s.prefix_reused {
+                bad(format!("prefix_reused recorded {} but the view bytes say {}", s.prefix_reused, synced.appended_only));
+            }
+            report.calls += 1;
+        }
+        if let Event::MessageAppended(m) = &ev {
+            collect_blobs(&m.message, &mut blobs);
+        }
+        state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?;
+        if snapshot.as_ref().is_some_and(|s| s.version == version) {
+            snap_state = Some(state.clone());
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => {}
+        Err(SessionError::Store(e @ StoreError::Corrupt { .. })) => report.problems.push(e.to_string()),
+        Err(e @ (SessionError::Decode(_) | SessionError::Invariant { .. })) => report.problems.push(e.to_string()),
+        Err(e) => return Err(e),
+    }
+    for id in blobs {
+        report.blobs += 1;
+        match store.get_blob(&id) {
+            Ok(Some(_)) => {}
+            Ok(None) => report.problems.push(format!("stream {stream}: blob {id} is referenced but missing")),
+            Err(e) => report.problems.push(format!("stream {stream}: {e}")),
+        }
+    }
+    if let Some(snap) = snapshot {
+        report.snapshot_checked = true;
+        match (decode_snapshot(&snap), snap_state) {
+            (Err(e), _) => report.problems.push(format!("stream {stream}: snapshot at version {} is unusable: {e}", snap.version)),
+            (Ok(_), None) => report.problems.push(format!("stream {stream}: snapshot at version {} is beyond the log", snap.version)),
+            (Ok(s), Some(replayed)) if s != replayed => {
+                report.problems.push(format!("stream {stream}: snapshot at version {} differs from a full replay", snap.version))
+            }
+            _ => {}
+        }
+    }
+    Ok(report)
+}
+
+fn collect_blobs(m: &Message, out: &mut std::collections::BTreeSet<crate::store::BlobId>) {
+    fn block(b: &Block, out: &mut std::collections::BTreeSet<crate::store::BlobId>) {
+        match b {
+            Block::Media { source: MediaSource::Base64 { data: MediaData::Blob(r), .. }, .. }
+            | Block::ImageUrl { url: ImageUrl::Data { data: MediaData::Blob(r), .. }, .. } => {
+                out.insert(r.id.clone());
+            }
+            Block::ToolResult { content: Some(Content::Blocks(inner)), .. } => inner.iter().for_each(|b| block(b, out)),
+            _ => {}
+        }
+    }
+    m.blocks().iter().for_each(|b| block(b, out));
+}

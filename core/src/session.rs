@@ -1,0 +1,461 @@
+//! `Session`: drives the engine over a [`Store`]. The only place where the core meets storage.
+//!
+//! Every command follows decide → persist → advance: events are decided and validated against
+//! the state without touching it, appended to the store as one atomic batch, and applied only
+//! after the store acknowledged them.
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::codec::{self, DecodeError};
+use crate::config::{Config, ConfigError};
+use crate::engine;
+use crate::event::{Event, MessageAppended, RequestServed, Restored, SessionStarted};
+use crate::media;
+use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
+use crate::state::{State, Violation};
+use crate::store::{BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId, Version};
+use crate::time::Millis;
+use crate::view::{render_item_with, ViewCache};
+use crate::wire::{self, BlobSource, Media, RenderOpts, WireError, WireFormat};
+
+/// Records read per store round trip during replay.
+pub const READ_CHUNK: usize = 1024;
+/// Layout of a snapshot body; bump on any change to [`State`]'s fields.
+pub const SNAPSHOT_LAYOUT: u32 = 1;
+
+/// Everything a session command can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A record did not decode.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// An event would break (or a stored event breaks) an invariant.
+    #[error("stream {stream}: {violation}")]
+    Invariant {
+        /// The stream.
+        stream: StreamId,
+        /// What broke.
+        violation: Violation,
+    },
+    /// The configuration cannot work.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// No such session.
+    #[error("no session {0} in this store")]
+    NotFound(StreamId),
+    /// The session id is taken.
+    #[error("session {0} already exists in this store")]
+    Exists(StreamId),
+    /// A message to append is not valid in the session's format.
+    #[error("message {index} of the batch: {error}")]
+    Message {
+        /// Position in the batch.
+        index: usize,
+        /// What is wrong.
+        error: WireError,
+    },
+    /// The plan was made against an older state.
+    #[error("stale plan: made at version {planned}, session is at version {current}")]
+    StalePlan {
+        /// Version the plan was made at.
+        planned: Version,
+        /// Current version.
+        current: Version,
+    },
+    /// Encoding an event failed (a bug).
+    #[error("cannot encode event: {0}")]
+    Encode(String),
+}
+
+/// A call decided but not yet committed. Dropping it (or [`Session::abort`]) writes nothing.
+#[derive(Debug, Clone)]
+#[must_use = "a plan is committed with Session::commit or dropped with Session::abort"]
+pub struct Plan {
+    base_version: Version,
+    call: u64,
+    decision: engine::Decision,
+    cache: Option<ViewCache>,
+    /// sha256 of the view bytes.
+    pub digest: String,
+    /// Messages in the view.
+    pub view_messages: u64,
+    /// Estimated tokens of the view.
+    pub view_tokens: u64,
+    /// This view is the previous one plus new messages, byte for byte.
+    pub prefix_reused: bool,
+}
+
+impl Plan {
+    /// The tentative events (flush, edits, guards) this call would commit.
+    pub fn events(&self) -> &[Event] {
+        &self.decision.events
+    }
+
+    /// Highest ladder level reached.
+    pub fn level(&self) -> u8 {
+        self.decision.level
+    }
+
+    /// The call number.
+    pub fn call(&self) -> u64 {
+        self.call
+    }
+}
+
+/// What a commit wrote.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    /// Stream version after the commit.
+    pub version: Version,
+    /// The batch, ending with `RequestServed`.
+    pub events: Vec<Event>,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, Default)]
+pub struct Appended {
+    /// Stream version after the append.
+    pub version: Version,
+    /// Blobs written (or found already present).
+    pub blobs: Vec<BlobId>,
+    /// Payloads kept inline because the blob could not be written, with the reason.
+    pub inline_fallbacks: Vec<String>,
+}
+
+/// A session over a store.
+pub struct Session<S: Store> {
+    store: S,
+    stream: StreamId,
+    state: State,
+    cache: ViewCache,
+}
+
+impl<S: Store> Session<S> {
+    /// Creates a new session (writes `SessionStarted`).
+    pub fn create(store: S, id: StreamId, format: WireFormat, config: Config, now: Millis) -> Result<Self, SessionError> {
+        config.validate()?;
+        if store.head(id)?.is_some() {
+            return Err(SessionError::Exists(id));
+        }
+        let mut s = Session { store, stream: id, state: State::new(), cache: ViewCache::new() };
+        let ev = Event::SessionStarted(SessionStarted { session: id.0, format, config, at: now });
+        match s.persist(ExpectedVersion::Exact(0), vec![ev], None) {
+            Err(SessionError::Store(StoreError::Conflict { .. })) => Err(SessionError::Exists(id)),
+            other => other.map(|_| s),
+        }
+    }
+
+    /// Opens an existing session: the snapshot if it is valid, then a strict replay of the rest.
+    pub fn open(store: S, id: StreamId) -> Result<Self, SessionError> {
+        if store.head(id)?.is_none() {
+            return Err(SessionError::NotFound(id));
+        }
+        let state = load_snapshot(&store, id)?.unwrap_or_default();
+        let mut s = Session { store, stream: id, state, cache: ViewCache::new() };
+        s.catch_up()?;
+        Ok(s)
+    }
+
+    /// Folds records written since the state's version (by this or another writer).
+    pub fn catch_up(&mut self) -> Result<(), SessionError> {
+        loop {
+            let batch = self.store.read(self.stream, self.state.version() + 1, READ_CHUNK)?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for rec in batch {
+                let ev = codec::decode(self.stream, rec.version, &rec.record)?;
+                self.state.apply(rec.version, &ev).map_err(|violation| self.invariant(violation))?;
+            }
+        }
+    }
+
+    fn invariant(&self, violation: Violation) -> SessionError {
+        SessionError::Invariant { stream: self.stream, violation }
+    }
+
+    /// The session id.
+    pub fn id(&self) -> StreamId {
+        self.stream
+    }
+
+    /// The folded state.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The session's wire format.
+    pub fn format(&self) -> WireFormat {
+        self.state.info().map_or(WireFormat::Anthropic, |i| i.format)
+    }
+
+    /// The session's knobs.
+    pub fn config(&self) -> Config {
+        self.state.info().map(|i| i.config.clone()).unwrap_or_default()
+    }
+
+    /// Appends messages as one atomic batch. Media payloads go to the blob area first.
+    pub fn append(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
+        let format = self.format();
+        for (index, m) in messages.iter().enumerate() {
+            wire::check_format(m, format).map_err(|error| SessionError::Message { index, error })?;
+        }
+        let estimator = self.config().estimator();
+        let mut report = Appended::default();
+        let mut events = Vec::with_capacity(messages.len());
+        for (i, mut m) in messages.into_iter().enumerate() {
+            self.externalize(&mut m, &mut report);
+            let tokens = estimator.message(&m);
+            events.push(Event::MessageAppended(MessageAppended { seq: self.state.message_count() + i as u64, message: m, tokens }));
+        }
+        let mut next = self.state.clone();
+        for (i, ev) in events.iter().enumerate() {
+            next.apply(self.state.version() + 1 + i as u64, ev).map_err(|v| self.invariant(v))?;
+        }
+        report.version = self.persist(ExpectedVersion::Exact(self.state.version()), events, Some(next))?;
+        Ok(report)
+    }
+
+    fn externalize(&self, m: &mut Message, report: &mut Appended) {
+        if let Some(Content::Blocks(blocks)) = &mut m.content {
+            for b in blocks {
+                self.externalize_block(b, report);
+            }
+        }
+    }
+
+    fn externalize_block(&self, b: &mut Block, report: &mut Appended) {
+        match b {
+            Block::Media { source: MediaSource::Base64 { data, .. }, .. } => self.externalize_data(data, report),
+            Block::ImageUrl { url: ImageUrl::Data { data, .. }, .. } => self.externalize_data(data, report),
+            Block::ToolResult { content: Some(Content::Blocks(inner)), .. } => {
+                for b in inner {
+                    self.externalize_block(b, report);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn externalize_data(&self, data: &mut MediaData, report: &mut Appended) {
+        let MediaData::Inline(b64) = data else { return };
+        let Ok(bytes) = wire::decode_base64(b64) else {
+            report.inline_fallbacks.push("payload is not valid base64".into());
+            return;
+        };
+        match self.store.put_blob(&bytes) {
+            Ok(id) => {
+                let dims = media::dimensions(&bytes);
+                report.blobs.push(id.clone());
+                *data = MediaData::Blob(BlobRef {
+                    id,
+                    bytes: bytes.len() as u64,
+                    width: dims.map(|d| d.0),
+                    height: dims.map(|d| d.1),
+                });
+            }
+            Err(e) => report.inline_fallbacks.push(e.to_string()),
+        }
+    }
+
+    /// Decides the next call at `now` without writing anything.
+    pub fn plan(&mut self, now: Millis) -> Result<Plan, SessionError> {
+        let decision = engine::decide(&self.state, now).map_err(|v| self.invariant(v))?;
+        self.cache.sync(&self.state);
+        let (cache, view_state) = match &decision.scratch {
+            Some(scratch) => {
+                let mut c = self.cache.clone();
+                c.sync(scratch);
+                (Some(c), scratch)
+            }
+            None => (None, &self.state),
+        };
+        let digest = cache.as_ref().unwrap_or(&self.cache).digest();
+        let prefix_reused = self.state.calls() > 0 && view_state.prefix_stable_since_last_call();
+        Ok(Plan {
+            base_version: self.state.version(),
+            call: self.state.calls(),
+            digest,
+            view_messages: view_state.view().len() as u64,
+            view_tokens: view_state.view_tokens(),
+            prefix_reused,
+            decision,
+            cache,
+        })
+    }
+
+    /// The planned view as the provider needs it: one JSON message per element, media
+    /// inlined from the blob area. Missing blobs stay references and are returned.
+    pub fn render_plan(&self, plan: &Plan) -> (Vec<String>, Vec<BlobId>) {
+        let state = plan.decision.scratch.as_ref().unwrap_or(&self.state);
+        let source = StoreBlobs(&self.store);
+        let opts = RenderOpts { meta: false, media: Media::Inline(&source) };
+        let mut missing = Vec::new();
+        let msgs = state
+            .view()
+            .iter()
+            .map(|it| {
+                let bytes = render_item_with(state, it.item, opts, &mut missing);
+                String::from_utf8_lossy(bytes.strip_suffix(b"\n").unwrap_or(&bytes)).into_owned()
+            })
+            .collect();
+        (msgs, missing)
+    }
+
+    /// The view bytes of a plan (media as references), one JSON message per element.
+    pub fn plan_view(&self, plan: &Plan) -> Vec<Arc<[u8]>> {
+        plan.cache.as_ref().unwrap_or(&self.cache).bytes().to_vec()
+    }
+
+    /// Commits a dispatched call: its tentative events plus `RequestServed`, as one batch.
+    /// `at` is when the dispatch completed; `reported` the provider's input tokens, if known.
+    pub fn commit(&mut self, plan: Plan, at: Millis, reported: Option<u64>) -> Result<Committed, SessionError> {
+        if plan.base_version != self.state.version() {
+            return Err(SessionError::StalePlan { planned: plan.base_version, current: self.state.version() });
+        }
+        let Plan { decision, cache, digest, view_messages, view_tokens, prefix_reused, call, .. } = plan;
+        let served = Event::RequestServed(RequestServed {
+            call,
+            at,
+            digest,
+            view_messages,
+            view_tokens,
+            metered_tokens: decision.metered_tokens,
+            reported_tokens: reported,
+            level: decision.level,
+            needed: decision.needed,
+            prefix_reused,
+        });
+        let served_version = self.state.version() + decision.events.len() as u64 + 1;
+        let mut next = decision.scratch.unwrap_or_else(|| self.state.clone());
+        next.apply(served_version, &served).map_err(|v| self.invariant(v))?;
+        let mut events = decision.events;
+        events.push(served);
+        let version = self.persist(ExpectedVersion::Exact(self.state.version()), events.clone(), Some(next))?;
+        if let Some(c) = cache {
+            self.cache = c;
+        }
+        Ok(Committed { version, events })
+    }
+
+    /// Drops a plan: nothing was written, nothing changes; the next call decides again.
+    pub fn abort(&mut self, plan: Plan) {
+        drop(plan);
+    }
+
+    /// Undoes the edit (or flush) of `seq`, together with its tool partners.
+    pub fn restore(&mut self, seq: u64, by: &str, why: &str) -> Result<Committed, SessionError> {
+        let partners = self.restore_partners(seq);
+        let ev = Event::Restored(Restored { seq, partners, by: by.to_owned(), why: why.to_owned() });
+        let mut next = self.state.clone();
+        next.apply(self.state.version() + 1, &ev).map_err(|v| self.invariant(v))?;
+        let version = self.persist(ExpectedVersion::Exact(self.state.version()), vec![ev.clone()], Some(next))?;
+        Ok(Committed { version, events: vec![ev] })
+    }
+
+    /// Tool partners of `seq` that are also out of the view (they come back with it).
+    fn restore_partners(&self, seq: u64) -> Vec<u64> {
+        let st = &self.state;
+        let Some(e) = st.entry(seq) else { return Vec::new() };
+        let mut out: Vec<u64> = e
+            .message
+            .call_ids()
+            .filter_map(|id| st.result_seq(id))
+            .chain(e.message.result_ids().filter_map(|id| st.call_seq(id)))
+            .collect();
+        // A call's other results come back with it too.
+        let calls: Vec<u64> = out.clone();
+        for c in calls {
+            if let Some(ce) = st.entry(c) {
+                out.extend(ce.message.call_ids().filter_map(|id| st.result_seq(id)));
+            }
+        }
+        out.retain(|&p| p != seq && !st.in_view(p));
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Writes a snapshot of the current state (a cache for faster opens).
+    pub fn snapshot(&self) -> Result<(), SessionError> {
+        let snap = encode_snapshot(&self.state).map_err(SessionError::Encode)?;
+        self.store.put_snapshot(self.stream, &snap)?;
+        Ok(())
+    }
+
+    /// Appends `events` (already applied to `next`), then adopts `next`.
+    fn persist(&mut self, expected: ExpectedVersion, events: Vec<Event>, next: Option<State>) -> Result<Version, SessionError> {
+        let records = events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
+        let next = match next {
+            Some(n) => n,
+            None => {
+                let mut n = self.state.clone();
+                for (i, ev) in events.iter().enumerate() {
+                    n.apply(self.state.version() + 1 + i as u64, ev).map_err(|v| self.invariant(v))?;
+                }
+                n
+            }
+        };
+        let version = self.store.append(self.stream, expected, &records)?;
+        self.state = next;
+        Ok(version)
+    }
+}
+
+struct StoreBlobs<'a, S: Store>(&'a S);
+
+impl<S: Store> BlobSource for StoreBlobs<'_, S> {
+    fn blob(&self, id: &BlobId) -> Option<Vec<u8>> {
+        self.0.get_blob(id).ok().flatten()
+    }
+}
+
+/// Encodes a state as a sealed snapshot.
+pub fn encode_snapshot(state: &State) -> Result<Snapshot, String> {
+    let mut body = SNAPSHOT_LAYOUT.to_le_bytes().to_vec();
+    bincode::serde::encode_into_std_write(state, &mut body, bincode::config::standard()).map_err(|e| e.to_string())?;
+    Ok(Snapshot::seal(state.version(), body))
+}
+
+/// Decodes a snapshot; any problem (seal, layout, payload, version mismatch) is reported so
+/// the caller can fall back to a full replay.
+pub fn decode_snapshot(snap: &Snapshot) -> Result<State, String> {
+    let body = snap.body()?;
+    let (layout, rest) = body.split_at_checked(4).ok_or("snapshot shorter than its header")?;
+    let layout = u32::from_le_bytes([layout[0], layout[1], layout[2], layout[3]]);
+    if layout != SNAPSHOT_LAYOUT {
+        return Err(format!("snapshot layout {layout}, this build reads {SNAPSHOT_LAYOUT}"));
+    }
+    let config = bincode::config::standard().with_limit::<{ codec::MAX_PAYLOAD_BYTES }>();
+    let (state, _): (State, usize) = bincode::serde::decode_from_slice(rest, config).map_err(|e| e.to_string())?;
+    if state.version() != snap.version {
+        return Err(format!("snapshot claims version {} but holds state at version {}", snap.version, state.version()));
+    }
+    Ok(state)
+}
+
+/// The stored snapshot if it is usable; `None` (full replay) if missing or unusable.
+fn load_snapshot<S: Store>(store: &S, id: StreamId) -> Result<Option<State>, SessionError> {
+    let Some(snap) = store.get_snapshot(id)? else { return Ok(None) };
+    let head = store.head(id)?.unwrap_or(0);
+    if snap.version > head {
+        return Ok(None);
+    }
+    Ok(decode_snapshot(&snap).ok())
+}
+
+/// A fresh random session id.
+pub fn new_session_id() -> StreamId {
+    StreamId(Uuid::new_v4())
+}

@@ -1,0 +1,682 @@
+//! `State`: the fold of a session's events, with every invariant checked on each transition.
+//!
+//! **Architecture Invariant:** [`State::apply`] (and its lenient twin) is the only way state
+//! changes; live commits and replay use it alike.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::event::{EditKind, EditReason, Event, GuardKind, SummaryPrepared};
+use crate::message::Message;
+use crate::store::Version;
+use crate::time::Millis;
+use crate::view;
+use crate::wire::WireFormat;
+
+/// Session-level facts from `SessionStarted`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// Session id.
+    pub id: Uuid,
+    /// Wire format.
+    pub format: WireFormat,
+    /// Knobs.
+    pub config: Config,
+    /// Creation time.
+    pub started_at: Millis,
+}
+
+/// A committed edit of one message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditRecord {
+    /// What.
+    pub kind: EditKind,
+    /// Why.
+    pub reason: EditReason,
+    /// Tokens of the edited message in the view (0 when removed).
+    pub tokens: u32,
+}
+
+/// One appended message and what the view does with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The message as appended (never changed).
+    pub message: Arc<Message>,
+    /// Its token estimate.
+    pub tokens: u32,
+    /// The edit in force, if any.
+    pub edit: Option<Arc<EditRecord>>,
+    /// Explicitly restored into the view after a flush covered it.
+    pub restored: bool,
+}
+
+/// One element of the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Item {
+    /// The message with this seq (possibly edited).
+    Message(u64),
+    /// The summary with this index.
+    Summary(u32),
+}
+
+/// An element of the view with its token cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewItem {
+    /// Position in the log: the message's seq, or for a summary the seq of the first message
+    /// it hides. Strictly increasing along the view.
+    pub seq: u64,
+    /// What.
+    pub item: Item,
+    /// Its tokens.
+    pub tokens: u32,
+}
+
+/// The provider-reported usage the meter anchors on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Anchor {
+    /// Reported input tokens of the call.
+    pub reported: u64,
+    /// Our estimate of that call's view.
+    pub estimate: u64,
+    /// View generation of that call (the anchor is void once the history changes).
+    pub generation: u64,
+}
+
+/// Names of the invariants of DESIGN §7, for error messages and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Invariant {
+    /// The first event is `SessionStarted`, and only the first.
+    SessionStart,
+    /// Versions are contiguous.
+    VersionContiguous,
+    /// `seq` of an append equals the message count.
+    SeqDense,
+    /// `0 ≤ flushed ≤ compacted ≤ message count`.
+    Watermarks,
+    /// Watermarks never move backwards; a summary starts where the last one ended.
+    WatermarkBackwards,
+    /// A prepared span does not split a tool call from its results.
+    SpanSplitsToolPair,
+    /// An edit targets an existing message that is in the view, with a kind fit for it.
+    EditTarget,
+    /// System and pinned messages are never edited.
+    EditProtected,
+    /// The last user message is never removed.
+    LastUserRemoved,
+    /// An already-removed message is not edited again.
+    AlreadyRemoved,
+    /// A tool call without a result is never removed.
+    UnansweredCallRemoved,
+    /// The view has no orphan tool result and no answered call whose result is missing.
+    ToolPairs,
+    /// A tool result answers a call that exists.
+    UnknownToolCall,
+    /// `RequestServed.at` never goes backwards.
+    TimeBackwards,
+    /// Calls are numbered 0, 1, 2, …
+    CallSequence,
+    /// A restore targets an edited or flushed message.
+    RestoreTarget,
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// An event that breaks an invariant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("version {version}: {event} breaks invariant {invariant}: {detail}")]
+pub struct Violation {
+    /// The event's version.
+    pub version: Version,
+    /// The event kind.
+    pub event: &'static str,
+    /// Which invariant.
+    pub invariant: Invariant,
+    /// The numbers.
+    pub detail: String,
+}
+
+/// The folded state of a session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    info: Option<SessionInfo>,
+    version: Version,
+    entries: Vec<Entry>,
+    summaries: Vec<Arc<SummaryPrepared>>,
+    compacted: u64,
+    flushed: u64,
+    calls: u64,
+    last_request_at: Option<Millis>,
+    anchor: Option<Anchor>,
+    breaker: u32,
+    raised: BTreeSet<GuardKind>,
+    first_human: Option<u64>,
+    last_human: Option<u64>,
+    call_at: BTreeMap<String, u64>,
+    result_at: BTreeMap<String, u64>,
+    generation: u64,
+    served_generation: Option<u64>,
+    checked_generation: u64,
+    view: Vec<ViewItem>,
+    view_tokens: u64,
+}
+
+fn violation(version: Version, ev: &Event, invariant: Invariant, detail: impl Into<String>) -> Violation {
+    Violation { version, event: ev.name(), invariant, detail: detail.into() }
+}
+
+impl State {
+    /// The empty state before `SessionStarted`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Session facts (`None` before `SessionStarted`).
+    pub fn info(&self) -> Option<&SessionInfo> {
+        self.info.as_ref()
+    }
+
+    /// Stream version of the last applied event.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// All appended messages.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Message count.
+    pub fn message_count(&self) -> u64 {
+        self.entries.len() as u64
+    }
+
+    /// The message with this seq.
+    pub fn entry(&self, seq: u64) -> Option<&Entry> {
+        usize::try_from(seq).ok().and_then(|i| self.entries.get(i))
+    }
+
+    /// Prepared summaries, in order.
+    pub fn summaries(&self) -> &[Arc<SummaryPrepared>] {
+        &self.summaries
+    }
+
+    /// `compacted_prefix_messages`.
+    pub fn compacted(&self) -> u64 {
+        self.compacted
+    }
+
+    /// `flushed_prefix_messages`.
+    pub fn flushed(&self) -> u64 {
+        self.flushed
+    }
+
+    /// Calls served so far.
+    pub fn calls(&self) -> u64 {
+        self.calls
+    }
+
+    /// When the last call completed.
+    pub fn last_request_at(&self) -> Option<Millis> {
+        self.last_request_at
+    }
+
+    /// Consecutive passes that needed compaction and still ended over the budget.
+    pub fn breaker_count(&self) -> u32 {
+        self.breaker
+    }
+
+    /// Guards currently latched (raised and not re-armed).
+    pub fn raised(&self) -> &BTreeSet<GuardKind> {
+        &self.raised
+    }
+
+    /// Seq of the first human message.
+    pub fn first_human(&self) -> Option<u64> {
+        self.first_human
+    }
+
+    /// Seq of the last human message.
+    pub fn last_human(&self) -> Option<u64> {
+        self.last_human
+    }
+
+    /// Seq of the message that makes call `id`.
+    pub fn call_seq(&self, id: &str) -> Option<u64> {
+        self.call_at.get(id).copied()
+    }
+
+    /// Seq of the message that answers call `id`.
+    pub fn result_seq(&self, id: &str) -> Option<u64> {
+        self.result_at.get(id).copied()
+    }
+
+    /// Bumped by every event that changes the view other than by appending.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// True when a call was served and the view has only grown by appends since.
+    pub fn prefix_stable_since_last_call(&self) -> bool {
+        self.served_generation == Some(self.generation)
+    }
+
+    /// The current view.
+    pub fn view(&self) -> &[ViewItem] {
+        &self.view
+    }
+
+    /// Estimated tokens of the current view (exactly the sum of its items).
+    pub fn view_tokens(&self) -> u64 {
+        self.view_tokens
+    }
+
+    /// The meter: the last provider-reported total plus the estimate of what was added since,
+    /// or the plain estimate when there is no valid anchor.
+    pub fn metered_tokens(&self, estimate: u64) -> u64 {
+        match self.anchor {
+            Some(a) if a.generation == self.generation => a.reported.saturating_add(estimate.saturating_sub(a.estimate)),
+            _ => estimate,
+        }
+    }
+
+    /// Is `seq` in the view (not removed, not hidden by a flush)?
+    pub fn in_view(&self, seq: u64) -> bool {
+        self.view_position(seq).is_some()
+    }
+
+    /// Index of `seq` in the view.
+    pub fn view_position(&self, seq: u64) -> Option<usize> {
+        let pos = self.view.partition_point(|it| it.seq < seq);
+        matches!(self.view.get(pos), Some(ViewItem { item: Item::Message(s), .. }) if *s == seq).then_some(pos)
+    }
+
+    /// Is `seq` hidden because a flush covered it?
+    pub fn hidden_by_flush(&self, seq: u64) -> bool {
+        self.hidden_by_flush_at(seq, self.flushed)
+    }
+
+    /// Would `seq` be hidden if `flushed_prefix_messages` were `flushed`?
+    pub fn hidden_by_flush_at(&self, seq: u64, flushed: u64) -> bool {
+        seq < flushed && !self.kept_through_flush(seq) && !self.entry(seq).is_some_and(|e| e.restored)
+    }
+
+    /// System, pinned and the first human message stay verbatim through a flush, together with
+    /// the tool partners of a pinned message (so no pair is split).
+    pub fn kept_through_flush(&self, seq: u64) -> bool {
+        let Some(e) = self.entry(seq) else { return false };
+        let m = &e.message;
+        if m.role.is_system() || m.is_pinned() || Some(seq) == self.first_human {
+            return true;
+        }
+        let pinned = |s: Option<u64>| s.and_then(|s| self.entry(s)).is_some_and(|p| p.message.is_pinned());
+        m.call_ids().any(|id| pinned(self.result_seq(id))) || m.result_ids().any(|id| pinned(self.call_seq(id)))
+    }
+
+    /// Call ids of `seq` that have no result in the log yet.
+    pub fn unanswered_calls(&self, seq: u64) -> Vec<String> {
+        self.entry(seq)
+            .map(|e| e.message.call_ids().filter(|id| self.result_seq(id).is_none()).map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    /// Applies one event, checking every invariant. On `Err` the state may be partly updated
+    /// and must be discarded (live commits apply to a copy; strict replay stops).
+    pub fn apply(&mut self, version: Version, ev: &Event) -> Result<(), Violation> {
+        self.check(version, ev)?;
+        self.mutate(version, ev);
+        self.post_check(version, ev)
+    }
+
+    /// Applies one event for a postmortem of a log that breaks invariants: the event is
+    /// clamped where that is meaningful or skipped, and every violation is returned.
+    pub fn apply_lenient(&mut self, version: Version, ev: &Event) -> Vec<Violation> {
+        let mut found = Vec::new();
+        match self.check(version, ev) {
+            Ok(()) => self.mutate(version, ev),
+            Err(v) => {
+                let repaired = self.repair(ev, &v);
+                found.push(v);
+                match repaired {
+                    Some(fixed) if self.check(version, &fixed).is_ok() => self.mutate(version, &fixed),
+                    _ => self.version = version,
+                }
+            }
+        }
+        if let Err(v) = self.post_check(version, ev) {
+            found.push(v);
+        }
+        found
+    }
+
+    fn count(&self) -> u64 {
+        self.entries.len() as u64
+    }
+
+    fn check(&self, version: Version, ev: &Event) -> Result<(), Violation> {
+        let fail = |inv, detail: String| Err(violation(version, ev, inv, detail));
+        if version != self.version + 1 {
+            return fail(Invariant::VersionContiguous, format!("expected version {}, got {version}", self.version + 1));
+        }
+        match (ev, &self.info) {
+            (Event::SessionStarted(_), None) => return Ok(()),
+            (Event::SessionStarted(_), Some(_)) => return fail(Invariant::SessionStart, "session already started".into()),
+            (_, None) => return fail(Invariant::SessionStart, "the first event must be SessionStarted".into()),
+            _ => {}
+        }
+        match ev {
+            Event::SessionStarted(_) | Event::GuardRaised(_) => Ok(()),
+            Event::MessageAppended(e) => {
+                if e.seq != self.count() {
+                    return fail(Invariant::SeqDense, format!("seq {} appended at message count {}", e.seq, self.count()));
+                }
+                for id in e.message.result_ids() {
+                    if !self.call_at.contains_key(id) && !e.message.call_ids().any(|c| c == id) {
+                        return fail(Invariant::UnknownToolCall, format!("seq {} answers unknown tool call {id:?}", e.seq));
+                    }
+                    if let Some(prev) = self.result_at.get(id) {
+                        return fail(Invariant::UnknownToolCall, format!("seq {}: call {id:?} already answered by seq {prev}", e.seq));
+                    }
+                }
+                Ok(())
+            }
+            Event::SummaryPrepared(e) => {
+                if e.from != self.compacted {
+                    return fail(
+                        Invariant::WatermarkBackwards,
+                        format!("summary starts at {} but compacted_prefix_messages is {}", e.from, self.compacted),
+                    );
+                }
+                if e.to <= e.from || e.to > self.count() {
+                    return fail(Invariant::Watermarks, format!("span {}..{} with {} messages", e.from, e.to, self.count()));
+                }
+                self.check_span_pairs(e.from, e.to).map_err(|d| violation(version, ev, Invariant::SpanSplitsToolPair, d))
+            }
+            Event::Flushed(e) => {
+                if e.from != self.flushed || e.to <= e.from {
+                    return fail(
+                        Invariant::WatermarkBackwards,
+                        format!("flush {} → {} with flushed_prefix_messages {}", e.from, e.to, self.flushed),
+                    );
+                }
+                if e.to > self.compacted {
+                    return fail(
+                        Invariant::Watermarks,
+                        format!("flush to {} beyond compacted_prefix_messages {}", e.to, self.compacted),
+                    );
+                }
+                Ok(())
+            }
+            Event::Edited(e) => self.check_edit(e.seq, e.kind).map_err(|(inv, d)| violation(version, ev, inv, d)),
+            Event::Restored(e) => {
+                let Some(entry) = self.entry(e.seq) else {
+                    return fail(Invariant::RestoreTarget, format!("seq {} does not exist", e.seq));
+                };
+                if entry.edit.is_none() && !self.hidden_by_flush(e.seq) {
+                    return fail(Invariant::RestoreTarget, format!("seq {} is neither edited nor flushed", e.seq));
+                }
+                match e.partners.iter().find(|p| self.entry(**p).is_none()) {
+                    Some(p) => fail(Invariant::RestoreTarget, format!("partner seq {p} does not exist")),
+                    None => Ok(()),
+                }
+            }
+            Event::RequestServed(e) => {
+                if e.call != self.calls {
+                    return fail(Invariant::CallSequence, format!("call {} served after {} calls", e.call, self.calls));
+                }
+                match self.last_request_at {
+                    Some(last) if e.at < last => {
+                        fail(Invariant::TimeBackwards, format!("served at {} ms, before the previous call at {last} ms", e.at))
+                    }
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn check_edit(&self, seq: u64, kind: EditKind) -> Result<(), (Invariant, String)> {
+        let Some(entry) = self.entry(seq) else {
+            return Err((Invariant::EditTarget, format!("seq {seq} does not exist ({} messages)", self.count())));
+        };
+        let m = &entry.message;
+        if m.role.is_system() || m.is_pinned() {
+            return Err((Invariant::EditProtected, format!("seq {seq} is a {} message", if m.is_pinned() { "pinned" } else { "system" })));
+        }
+        if entry.edit.as_ref().is_some_and(|e| e.kind == EditKind::Removed) {
+            return Err((Invariant::AlreadyRemoved, format!("seq {seq} is already removed")));
+        }
+        if self.hidden_by_flush(seq) {
+            return Err((Invariant::EditTarget, format!("seq {seq} is not in the view (flushed)")));
+        }
+        match kind {
+            EditKind::Removed => {
+                if Some(seq) == self.last_human {
+                    return Err((Invariant::LastUserRemoved, format!("seq {seq} is the last user message")));
+                }
+                if let Some(id) = self.unanswered_calls(seq).first() {
+                    return Err((Invariant::UnansweredCallRemoved, format!("seq {seq} makes call {id:?} which has no result yet")));
+                }
+            }
+            EditKind::Truncated { .. } if !m.is_tool_result() => {
+                return Err((Invariant::EditTarget, format!("seq {seq} is not a tool result and cannot be truncated")));
+            }
+            EditKind::Stubbed { .. } if m.role != crate::message::Role::User => {
+                return Err((Invariant::EditTarget, format!("seq {seq} is not a user message and cannot be stubbed")));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A span `[from, to)` must contain both ends of every tool pair it touches.
+    fn check_span_pairs(&self, from: u64, to: u64) -> Result<(), String> {
+        let inside = |s: Option<u64>| s.is_some_and(|s| (from..to).contains(&s));
+        for seq in from..to {
+            let Some(e) = self.entry(seq) else { continue };
+            for id in e.message.call_ids() {
+                match self.result_seq(id) {
+                    Some(r) if !inside(Some(r)) => return Err(format!("call {id:?} at seq {seq} is answered at seq {r}, outside {from}..{to}")),
+                    None => return Err(format!("call {id:?} at seq {seq} has no result yet")),
+                    _ => {}
+                }
+            }
+            for id in e.message.result_ids() {
+                if !inside(self.call_seq(id)) {
+                    return Err(format!("result for {id:?} at seq {seq} answers a call outside {from}..{to}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lenient replay: the closest event that keeps the invariants, or `None` to skip.
+    fn repair(&self, ev: &Event, v: &Violation) -> Option<Event> {
+        match (ev, v.invariant) {
+            (_, Invariant::VersionContiguous) => Some(ev.clone()),
+            (Event::MessageAppended(e), Invariant::SeqDense) => {
+                let mut e = e.clone();
+                e.seq = self.count();
+                Some(Event::MessageAppended(e))
+            }
+            (Event::SummaryPrepared(e), Invariant::WatermarkBackwards | Invariant::Watermarks) if e.to > self.compacted => {
+                let mut e = e.clone();
+                e.from = self.compacted;
+                e.to = e.to.min(self.count());
+                (e.to > e.from).then_some(Event::SummaryPrepared(e))
+            }
+            (Event::Flushed(e), Invariant::Watermarks | Invariant::WatermarkBackwards) if self.compacted > self.flushed => {
+                let mut e = e.clone();
+                e.from = self.flushed;
+                e.to = e.to.clamp(self.flushed + 1, self.compacted);
+                Some(Event::Flushed(e))
+            }
+            (Event::RequestServed(e), Invariant::TimeBackwards | Invariant::CallSequence) => {
+                let mut e = e.clone();
+                e.at = e.at.max(self.last_request_at.unwrap_or(0));
+                e.call = self.calls;
+                Some(Event::RequestServed(e))
+            }
+            _ => None,
+        }
+    }
+
+    fn mutate(&mut self, version: Version, ev: &Event) {
+        self.version = version;
+        match ev {
+            Event::SessionStarted(e) => {
+                self.info = Some(SessionInfo { id: e.session, format: e.format, config: e.config.clone(), started_at: e.at });
+            }
+            Event::MessageAppended(e) => {
+                let seq = self.count();
+                let m = &e.message;
+                for id in m.call_ids() {
+                    self.call_at.insert(id.to_owned(), seq);
+                }
+                for id in m.result_ids() {
+                    self.result_at.insert(id.to_owned(), seq);
+                }
+                if m.is_human() {
+                    self.first_human.get_or_insert(seq);
+                    self.last_human = Some(seq);
+                }
+                self.entries.push(Entry { message: Arc::new(m.clone()), tokens: e.tokens, edit: None, restored: false });
+                // Appends never hide anything, so the view just grows.
+                self.view.push(ViewItem { seq, item: Item::Message(seq), tokens: e.tokens });
+                self.view_tokens += u64::from(e.tokens);
+            }
+            Event::SummaryPrepared(e) => {
+                self.compacted = e.to;
+                self.summaries.push(Arc::new(e.clone()));
+            }
+            Event::Flushed(e) => {
+                self.flushed = e.to;
+                self.changed();
+            }
+            Event::Edited(e) => {
+                let estimator = self.config().estimator();
+                if let Some(entry) = usize::try_from(e.seq).ok().and_then(|i| self.entries.get_mut(i)) {
+                    let tokens = match e.kind {
+                        EditKind::Removed => 0,
+                        kind => estimator.message(&view::edited_message(&entry.message, kind)),
+                    };
+                    entry.edit = Some(Arc::new(EditRecord { kind: e.kind, reason: e.reason.clone(), tokens }));
+                }
+                self.changed();
+            }
+            Event::Restored(e) => {
+                let flushed = self.flushed;
+                for seq in std::iter::once(e.seq).chain(e.partners.iter().copied()) {
+                    if let Some(entry) = usize::try_from(seq).ok().and_then(|i| self.entries.get_mut(i)) {
+                        entry.edit = None;
+                        entry.restored = seq < flushed;
+                    }
+                }
+                self.changed();
+            }
+            Event::RequestServed(e) => {
+                self.calls = e.call + 1;
+                self.last_request_at = Some(e.at);
+                self.served_generation = Some(self.generation);
+                self.anchor = e.reported_tokens.map(|reported| Anchor {
+                    reported,
+                    estimate: e.view_tokens,
+                    generation: self.generation,
+                });
+                let budget = self.config().budget;
+                if e.needed && e.metered_tokens > budget {
+                    self.breaker += 1;
+                } else {
+                    self.breaker = 0;
+                    self.raised.remove(&GuardKind::BreakerTripped);
+                }
+                if e.metered_tokens <= budget {
+                    self.raised.remove(&GuardKind::OverBudget);
+                }
+            }
+            Event::GuardRaised(e) => {
+                self.raised.insert(e.kind.clone());
+            }
+        }
+    }
+
+    fn post_check(&mut self, version: Version, ev: &Event) -> Result<(), Violation> {
+        if !matches!(ev, Event::RequestServed(_) | Event::Restored(_)) || self.checked_generation == self.generation {
+            return Ok(());
+        }
+        self.checked_generation = self.generation;
+        self.check_tool_pairs().map_err(|d| violation(version, ev, Invariant::ToolPairs, d))
+    }
+
+    /// No orphan tool result, and no answered call whose result is missing from the view.
+    pub fn check_tool_pairs(&self) -> Result<(), String> {
+        for it in &self.view {
+            let Item::Message(seq) = it.item else { continue };
+            let Some(e) = self.entry(seq) else { continue };
+            for id in e.message.result_ids() {
+                match self.call_seq(id) {
+                    Some(c) if self.in_view(c) => {}
+                    Some(c) => return Err(format!("seq {seq} answers call {id:?} of seq {c}, which is not in the view")),
+                    None => return Err(format!("seq {seq} answers unknown call {id:?}")),
+                }
+            }
+            for id in e.message.call_ids() {
+                if let Some(r) = self.result_seq(id) {
+                    if !self.in_view(r) {
+                        return Err(format!("seq {seq} makes call {id:?} whose result (seq {r}) is not in the view"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn config(&self) -> Config {
+        self.info.as_ref().map(|i| i.config.clone()).unwrap_or_default()
+    }
+
+    /// The view changed other than by appending: bump the generation and rebuild it.
+    fn changed(&mut self) {
+        self.generation += 1;
+        self.rebuild_view();
+    }
+
+    fn rebuild_view(&mut self) {
+        let estimator = self.config().estimator();
+        let mut items = Vec::with_capacity(self.entries.len());
+        let mut next_summary = 0usize;
+        let mut placed = None;
+        for seq in 0..self.count() {
+            if self.hidden_by_flush(seq) {
+                // The summary covering this seq sits where its first hidden message was.
+                while self.summaries.get(next_summary).is_some_and(|s| s.to <= seq) {
+                    next_summary += 1;
+                }
+                if let Some(s) = self.summaries.get(next_summary).filter(|s| s.from <= seq) {
+                    if placed != Some(next_summary) {
+                        placed = Some(next_summary);
+                        let tokens = estimator.message(&view::summary_message(self, s));
+                        items.push(ViewItem { seq, item: Item::Summary(next_summary as u32), tokens });
+                    }
+                }
+                continue;
+            }
+            let Some(entry) = self.entry(seq) else { continue };
+            let tokens = match &entry.edit {
+                Some(e) if e.kind == EditKind::Removed => continue,
+                Some(e) => e.tokens,
+                None => entry.tokens,
+            };
+            items.push(ViewItem { seq, item: Item::Message(seq), tokens });
+        }
+        self.view_tokens = items.iter().map(|i| u64::from(i.tokens)).sum();
+        self.view = items;
+    }
+}
