@@ -1,0 +1,3 @@
+//! ctxlog command-line front end.
+
+pub mod demo_transcript;
