@@ -1,0 +1,9 @@
+//! Workspace-level tests for ctxlog. The library part holds shared test support: the `Store`
+//! conformance suite ([`conformance`]) and one fixture per backend ([`conformance_fixtures`]).
+//! The test targets live in `tests/`.
+
+// This crate is test support only: a failed unwrap here is a failed test, which is what we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+pub mod conformance;
+pub mod conformance_fixtures;

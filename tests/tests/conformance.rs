@@ -1,0 +1,65 @@
+//! The `Store` conformance suite, instantiated once per backend.
+
+use ctxlog_tests::conformance as suite;
+use ctxlog_tests::conformance_fixtures as fixtures;
+
+/// `store_tests!(module, factory)` runs every rule of the contract on one backend.
+macro_rules! store_tests {
+    ($backend:ident, $factory:path) => {
+        mod $backend {
+            use super::*;
+            store_tests!(@tests $factory;
+                append_and_read, read_bounds, head_and_streams, conflict_writes_nothing,
+                exact_zero_on_existing_stream_conflicts, batch_is_atomic, flipped_bit_is_corrupt, blobs,
+                snapshots, reopen_keeps_everything, many_streams, large_values,
+                concurrent_writers_one_stream, concurrent_writers_many_streams);
+        }
+    };
+    (@tests $factory:path; $($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            suite::$name($factory)
+        }
+    )*};
+}
+
+store_tests!(memory, fixtures::memory);
+store_tests!(sqlite, fixtures::sqlite);
+
+/// Two connections to one SQLite file (as two processes would have) racing with `Exact`:
+/// `BEGIN IMMEDIATE` + the primary key make every loser a `Conflict`, never a duplicate.
+#[test]
+fn sqlite_two_connections_race_on_one_stream() {
+    use ctxlog::store::{ExpectedVersion, Store, StoreError, StreamId};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("race.db");
+    let stores = [
+        ctxlog_store_sqlite::SqliteStore::open(&path).unwrap(),
+        ctxlog_store_sqlite::SqliteStore::open(&path).unwrap(),
+    ];
+    let s = StreamId::random();
+    let won: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        let hs: Vec<_> = stores
+            .iter()
+            .map(|st| {
+                scope.spawn(move || {
+                    let mut mine = Vec::new();
+                    while mine.len() < 40 {
+                        let head = st.head(s).unwrap().unwrap_or(0);
+                        match st.append(s, ExpectedVersion::Exact(head), &[suite::rec("x")]) {
+                            Ok(v) => mine.push(v),
+                            Err(StoreError::Conflict { .. }) => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<u64> = won.concat();
+    all.sort();
+    assert_eq!(all, (1..=80).collect::<Vec<_>>());
+    assert_eq!(stores[0].read(s, 1, usize::MAX).unwrap().len(), 80);
+}
