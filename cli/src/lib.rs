@@ -1,3 +1,138 @@
-//! ctxlog command-line front end.
+//! ctxlog command-line front end. [`run`] is the whole program, so tests drive it in-process.
 
+pub mod args;
+pub mod commands;
 pub mod demo_transcript;
+pub mod error;
+pub mod import;
+pub mod output;
+pub mod stores;
+pub mod transcript;
+
+use std::ffi::OsString;
+use std::io::Write;
+
+use clap::Parser;
+use ctxlog::config::Config;
+
+use crate::args::{Cli, Command, ConfigArgs, DemoArgs, ImportArgs};
+use crate::error::{output as out_err, CliError};
+use crate::import::{import, ImportOptions};
+use crate::output::{header, json_line, row, summary, Out};
+use crate::stores::open_store;
+use crate::transcript::{FormatArg, Transcript};
+
+/// Budget the demo runs with unless `--budget` says otherwise: small enough that the bundled
+/// session needs compaction.
+pub const DEMO_BUDGET: u64 = 120_000;
+
+/// Runs the CLI with `args` (including the program name); returns the exit code.
+pub fn run(
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { error::EXIT_INPUT } else { 0 };
+            let text = e.render().to_string();
+            let _ = if e.use_stderr() { stderr.write_all(text.as_bytes()) } else { stdout.write_all(text.as_bytes()) };
+            return code;
+        }
+    };
+    let mut out = Out { stdout, stderr };
+    match dispatch(cli.command, &mut out) {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = out.err(&format!("error: {e}"));
+            e.exit_code()
+        }
+    }
+}
+
+fn dispatch(command: Command, out: &mut Out<'_>) -> Result<(), CliError> {
+    match command {
+        Command::Demo(a) => demo(a, out),
+        Command::Import(a) => import_cmd(a, out),
+        Command::Sessions(a) => commands::sessions(&a, out),
+        Command::Replay(a) => commands::replay(&a, out),
+        Command::Inspect(a) => commands::inspect(&a, out),
+        Command::Verify(a) => commands::verify(&a, out),
+        Command::Export(a) => commands::export(&a, out),
+        Command::Restore(a) => commands::restore(&a, out),
+        Command::Copy(a) => commands::copy(&a, out),
+    }
+}
+
+fn config_of(args: &ConfigArgs, base: Config) -> Result<(Config, Option<ctxlog::StreamId>), CliError> {
+    let config = args.apply(base);
+    config.validate().map_err(|e| CliError::Usage(e.to_string()))?;
+    let session = args.session.as_deref().map(commands::parse_session).transpose()?;
+    Ok((config, session))
+}
+
+fn demo(a: DemoArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+    let text = demo_transcript::demo_transcript();
+    let path = std::path::Path::new("<bundled demo transcript>");
+    let transcript = transcript::read(text.as_bytes(), path, FormatArg::Anthropic)?;
+    let base = Config { budget: DEMO_BUDGET, ..Config::default() };
+    run_import(&transcript, &a.store, &a.config, base, 30_000, a.views.as_deref(), false, out)
+}
+
+fn import_cmd(a: ImportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+    if !(a.call_interval.is_finite() && a.call_interval >= 0.0) {
+        return Err(CliError::Usage(format!("--call-interval {} is not a number of seconds", a.call_interval)));
+    }
+    let transcript = transcript::read_file(&a.file, a.format)?;
+    let interval = (a.call_interval * 1000.0).round() as u64;
+    run_import(&transcript, &a.store, &a.config, Config::default(), interval, a.views.as_deref(), a.inline_media, out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_import(
+    transcript: &Transcript,
+    store_args: &args::StoreArgs,
+    config_args: &ConfigArgs,
+    base: Config,
+    interval_ms: u64,
+    views: Option<&std::path::Path>,
+    inline_media: bool,
+    out: &mut Out<'_>,
+) -> Result<(), CliError> {
+    let (config, session) = config_of(config_args, base)?;
+    let store = open_store(&store_args.store)?;
+    let mut views_file = match views {
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(out_err(&p.display().to_string()))?)),
+        None => None,
+    };
+    let json = store_args.json;
+    if !json {
+        out.line(&header())?;
+    }
+    let opts = ImportOptions {
+        config,
+        session,
+        call_interval_ms: interval_ms,
+        views: views_file.as_mut().map(|w| w as &mut dyn Write),
+        inline_media,
+    };
+    let done = import(transcript, store.as_ref(), opts, |r| out.line(&if json { json_line(r) } else { row(r) }))?;
+    if let Some(mut w) = views_file {
+        w.flush().map_err(out_err("the views file"))?;
+    }
+    if !json {
+        for l in summary(&done.timeline) {
+            out.line(&l)?;
+        }
+        out.line(&format!(
+            "session {} written to {} ({} records, {} blobs, format {})",
+            done.session,
+            store_args.store,
+            done.records,
+            done.blobs,
+            transcript.format.as_str()
+        ))?;
+    }
+    Ok(())
+}

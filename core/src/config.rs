@@ -100,7 +100,9 @@ impl Config {
         if self.budget == 0 {
             return e("budget", "must be positive".into());
         }
-        for (key, r) in [("trigger", self.trigger_ratio), ("target", self.target_ratio), ("prepare", self.prepare_ratio)] {
+        for (key, r) in
+            [("trigger", self.trigger_ratio), ("target", self.target_ratio), ("prepare", self.prepare_ratio)]
+        {
             if !unit(r) {
                 return e(key, format!("{r} is not a ratio in (0, 1]"));
             }

@@ -18,6 +18,7 @@ pub mod state;
 pub mod store;
 pub mod time;
 pub mod tokens;
+pub mod transfer;
 pub mod view;
 pub mod wire;
 
@@ -26,5 +27,7 @@ pub use event::Event;
 pub use message::Message;
 pub use session::{Plan, Session, SessionError};
 pub use state::State;
-pub use store::{BlobId, ExpectedVersion, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version};
+pub use store::{
+    BlobId, ExpectedVersion, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version,
+};
 pub use wire::WireFormat;

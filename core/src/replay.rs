@@ -161,7 +161,7 @@ pub struct Replayed {
 }
 
 /// Reads every record of `stream` up to `until`, calling `f` with each decoded event.
-pub fn for_each_event<S: Store>(
+pub fn for_each_event<S: Store + ?Sized>(
     store: &S,
     stream: StreamId,
     until: Option<Version>,
@@ -183,7 +183,12 @@ pub fn for_each_event<S: Store>(
 }
 
 /// Folds a stream from the start.
-pub fn replay<S: Store>(store: &S, stream: StreamId, mode: Mode, until: Option<Version>) -> Result<Replayed, SessionError> {
+pub fn replay<S: Store + ?Sized>(
+    store: &S,
+    stream: StreamId,
+    mode: Mode,
+    until: Option<Version>,
+) -> Result<Replayed, SessionError> {
     if store.head(stream)?.is_none() {
         return Err(SessionError::NotFound(stream));
     }
@@ -193,7 +198,9 @@ pub fn replay<S: Store>(store: &S, stream: StreamId, mode: Mode, until: Option<V
     let mut violations = Vec::new();
     for_each_event(store, stream, until, |version, ev| {
         match mode {
-            Mode::Strict => state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?,
+            Mode::Strict => {
+                state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?
+            }
             Mode::Lenient => violations.extend(state.apply_lenient(version, &ev)),
         }
         out.extend(timeline.feed(version, &ev, &state));
@@ -227,7 +234,7 @@ impl VerifyReport {
 /// Full check of one stream: every record's checksum and decoding, every invariant (strict),
 /// every served view re-rendered and compared with its recorded digest and sizes, every
 /// referenced blob present and intact, and the snapshot equal to the replayed state.
-pub fn verify<S: Store>(store: &S, stream: StreamId) -> Result<VerifyReport, SessionError> {
+pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyReport, SessionError> {
     let mut report = VerifyReport::default();
     let snapshot = store.get_snapshot(stream)?;
     let mut state = State::new();
@@ -242,7 +249,9 @@ pub fn verify<S: Store>(store: &S, stream: StreamId) -> Result<VerifyReport, Ses
             let digest = cache.digest();
             let tokens = state.view_tokens();
             let sum: u64 = state.view().iter().map(|i| u64::from(i.tokens)).sum();
-            let mut bad = |what: String| report.problems.push(format!("stream {stream} version {version} (call {}): {what}", s.call));
+            let mut bad = |what: String| {
+                report.problems.push(format!("stream {stream} version {version} (call {}): {what}", s.call))
+            };
             if digest != s.digest {
                 bad(format!("view digest {digest} differs from the recorded {}", s.digest));
             }
@@ -253,7 +262,10 @@ pub fn verify<S: Store>(store: &S, stream: StreamId) -> Result<VerifyReport, Ses
                 bad(format!("view messages: recorded {}, re-rendered {}", s.view_messages, state.view().len()));
             }
             if s.call > 0 && synced.appended_only != s.prefix_reused {
-                bad(format!("prefix_reused recorded {} but the view bytes say {}", s.prefix_reused, synced.appended_only));
+                bad(format!(
+                    "prefix_reused recorded {} but the view bytes say {}",
+                    s.prefix_reused, synced.appended_only
+                ));
             }
             report.calls += 1;
         }
@@ -283,18 +295,22 @@ pub fn verify<S: Store>(store: &S, stream: StreamId) -> Result<VerifyReport, Ses
     if let Some(snap) = snapshot {
         report.snapshot_checked = true;
         match (decode_snapshot(&snap), snap_state) {
-            (Err(e), _) => report.problems.push(format!("stream {stream}: snapshot at version {} is unusable: {e}", snap.version)),
-            (Ok(_), None) => report.problems.push(format!("stream {stream}: snapshot at version {} is beyond the log", snap.version)),
-            (Ok(s), Some(replayed)) if s != replayed => {
-                report.problems.push(format!("stream {stream}: snapshot at version {} differs from a full replay", snap.version))
+            (Err(e), _) => {
+                report.problems.push(format!("stream {stream}: snapshot at version {} is unusable: {e}", snap.version))
             }
+            (Ok(_), None) => {
+                report.problems.push(format!("stream {stream}: snapshot at version {} is beyond the log", snap.version))
+            }
+            (Ok(s), Some(replayed)) if s != replayed => report
+                .problems
+                .push(format!("stream {stream}: snapshot at version {} differs from a full replay", snap.version)),
             _ => {}
         }
     }
     Ok(report)
 }
 
-fn collect_blobs(m: &Message, out: &mut std::collections::BTreeSet<crate::store::BlobId>) {
+pub(crate) fn collect_blobs(m: &Message, out: &mut std::collections::BTreeSet<crate::store::BlobId>) {
     fn block(b: &Block, out: &mut std::collections::BTreeSet<crate::store::BlobId>) {
         match b {
             Block::Media { source: MediaSource::Base64 { data: MediaData::Blob(r), .. }, .. }

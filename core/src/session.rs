@@ -138,7 +138,13 @@ pub struct Session<S: Store> {
 
 impl<S: Store> Session<S> {
     /// Creates a new session (writes `SessionStarted`).
-    pub fn create(store: S, id: StreamId, format: WireFormat, config: Config, now: Millis) -> Result<Self, SessionError> {
+    pub fn create(
+        store: S,
+        id: StreamId,
+        format: WireFormat,
+        config: Config,
+        now: Millis,
+    ) -> Result<Self, SessionError> {
         config.validate()?;
         if store.head(id)?.is_some() {
             return Err(SessionError::Exists(id));
@@ -217,7 +223,11 @@ impl<S: Store> Session<S> {
         for (i, mut m) in messages.into_iter().enumerate() {
             self.externalize(&mut m, &mut report);
             let tokens = estimator.message(&m);
-            events.push(Event::MessageAppended(MessageAppended { seq: self.state.message_count() + i as u64, message: m, tokens }));
+            events.push(Event::MessageAppended(MessageAppended {
+                seq: self.state.message_count() + i as u64,
+                message: m,
+                tokens,
+            }));
         }
         let mut next = self.state.clone();
         for (i, ev) in events.iter().enumerate() {
@@ -395,8 +405,14 @@ impl<S: Store> Session<S> {
     }
 
     /// Appends `events` (already applied to `next`), then adopts `next`.
-    fn persist(&mut self, expected: ExpectedVersion, events: Vec<Event>, next: Option<State>) -> Result<Version, SessionError> {
-        let records = events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
+    fn persist(
+        &mut self,
+        expected: ExpectedVersion,
+        events: Vec<Event>,
+        next: Option<State>,
+    ) -> Result<Version, SessionError> {
+        let records =
+            events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
         let next = match next {
             Some(n) => n,
             None => {

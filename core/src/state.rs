@@ -283,7 +283,9 @@ impl State {
     /// or the plain estimate when there is no valid anchor.
     pub fn metered_tokens(&self, estimate: u64) -> u64 {
         match self.anchor {
-            Some(a) if a.generation == self.generation => a.reported.saturating_add(estimate.saturating_sub(a.estimate)),
+            Some(a) if a.generation == self.generation => {
+                a.reported.saturating_add(estimate.saturating_sub(a.estimate))
+            }
             _ => estimate,
         }
     }
@@ -368,7 +370,9 @@ impl State {
         }
         match (ev, &self.info) {
             (Event::SessionStarted(_), None) => return Ok(()),
-            (Event::SessionStarted(_), Some(_)) => return fail(Invariant::SessionStart, "session already started".into()),
+            (Event::SessionStarted(_), Some(_)) => {
+                return fail(Invariant::SessionStart, "session already started".into())
+            }
             (_, None) => return fail(Invariant::SessionStart, "the first event must be SessionStarted".into()),
             _ => {}
         }
@@ -376,14 +380,23 @@ impl State {
             Event::SessionStarted(_) | Event::GuardRaised(_) => Ok(()),
             Event::MessageAppended(e) => {
                 if e.seq != self.count() {
-                    return fail(Invariant::SeqDense, format!("seq {} appended at message count {}", e.seq, self.count()));
+                    return fail(
+                        Invariant::SeqDense,
+                        format!("seq {} appended at message count {}", e.seq, self.count()),
+                    );
                 }
                 for id in e.message.result_ids() {
                     if !self.call_at.contains_key(id) && !e.message.call_ids().any(|c| c == id) {
-                        return fail(Invariant::UnknownToolCall, format!("seq {} answers unknown tool call {id:?}", e.seq));
+                        return fail(
+                            Invariant::UnknownToolCall,
+                            format!("seq {} answers unknown tool call {id:?}", e.seq),
+                        );
                     }
                     if let Some(prev) = self.result_at.get(id) {
-                        return fail(Invariant::UnknownToolCall, format!("seq {}: call {id:?} already answered by seq {prev}", e.seq));
+                        return fail(
+                            Invariant::UnknownToolCall,
+                            format!("seq {}: call {id:?} already answered by seq {prev}", e.seq),
+                        );
                     }
                 }
                 Ok(())
@@ -396,9 +409,13 @@ impl State {
                     );
                 }
                 if e.to <= e.from || e.to > self.count() {
-                    return fail(Invariant::Watermarks, format!("span {}..{} with {} messages", e.from, e.to, self.count()));
+                    return fail(
+                        Invariant::Watermarks,
+                        format!("span {}..{} with {} messages", e.from, e.to, self.count()),
+                    );
                 }
-                self.check_span_pairs(e.from, e.to).map_err(|d| violation(version, ev, Invariant::SpanSplitsToolPair, d))
+                self.check_span_pairs(e.from, e.to)
+                    .map_err(|d| violation(version, ev, Invariant::SpanSplitsToolPair, d))
             }
             Event::Flushed(e) => {
                 if e.from != self.flushed || e.to <= e.from {
@@ -433,9 +450,10 @@ impl State {
                     return fail(Invariant::CallSequence, format!("call {} served after {} calls", e.call, self.calls));
                 }
                 match self.last_request_at {
-                    Some(last) if e.at < last => {
-                        fail(Invariant::TimeBackwards, format!("served at {} ms, before the previous call at {last} ms", e.at))
-                    }
+                    Some(last) if e.at < last => fail(
+                        Invariant::TimeBackwards,
+                        format!("served at {} ms, before the previous call at {last} ms", e.at),
+                    ),
                     _ => Ok(()),
                 }
             }
@@ -448,7 +466,10 @@ impl State {
         };
         let m = &entry.message;
         if m.role.is_system() || m.is_pinned() {
-            return Err((Invariant::EditProtected, format!("seq {seq} is a {} message", if m.is_pinned() { "pinned" } else { "system" })));
+            return Err((
+                Invariant::EditProtected,
+                format!("seq {seq} is a {} message", if m.is_pinned() { "pinned" } else { "system" }),
+            ));
         }
         if entry.edit.as_ref().is_some_and(|e| e.kind == EditKind::Removed) {
             return Err((Invariant::AlreadyRemoved, format!("seq {seq} is already removed")));
@@ -462,7 +483,10 @@ impl State {
                     return Err((Invariant::LastUserRemoved, format!("seq {seq} is the last user message")));
                 }
                 if let Some(id) = self.unanswered_calls(seq).first() {
-                    return Err((Invariant::UnansweredCallRemoved, format!("seq {seq} makes call {id:?} which has no result yet")));
+                    return Err((
+                        Invariant::UnansweredCallRemoved,
+                        format!("seq {seq} makes call {id:?} which has no result yet"),
+                    ));
                 }
             }
             EditKind::Truncated { .. } if !m.is_tool_result() => {
@@ -483,7 +507,9 @@ impl State {
             let Some(e) = self.entry(seq) else { continue };
             for id in e.message.call_ids() {
                 match self.result_seq(id) {
-                    Some(r) if !inside(Some(r)) => return Err(format!("call {id:?} at seq {seq} is answered at seq {r}, outside {from}..{to}")),
+                    Some(r) if !inside(Some(r)) => {
+                        return Err(format!("call {id:?} at seq {seq} is answered at seq {r}, outside {from}..{to}"))
+                    }
                     None => return Err(format!("call {id:?} at seq {seq} has no result yet")),
                     _ => {}
                 }
@@ -506,13 +532,17 @@ impl State {
                 e.seq = self.count();
                 Some(Event::MessageAppended(e))
             }
-            (Event::SummaryPrepared(e), Invariant::WatermarkBackwards | Invariant::Watermarks) if e.to > self.compacted => {
+            (Event::SummaryPrepared(e), Invariant::WatermarkBackwards | Invariant::Watermarks)
+                if e.to > self.compacted =>
+            {
                 let mut e = e.clone();
                 e.from = self.compacted;
                 e.to = e.to.min(self.count());
                 (e.to > e.from).then_some(Event::SummaryPrepared(e))
             }
-            (Event::Flushed(e), Invariant::Watermarks | Invariant::WatermarkBackwards) if self.compacted > self.flushed => {
+            (Event::Flushed(e), Invariant::Watermarks | Invariant::WatermarkBackwards)
+                if self.compacted > self.flushed =>
+            {
                 let mut e = e.clone();
                 e.from = self.flushed;
                 e.to = e.to.clamp(self.flushed + 1, self.compacted);
@@ -532,7 +562,8 @@ impl State {
         self.version = version;
         match ev {
             Event::SessionStarted(e) => {
-                self.info = Some(SessionInfo { id: e.session, format: e.format, config: e.config.clone(), started_at: e.at });
+                self.info =
+                    Some(SessionInfo { id: e.session, format: e.format, config: e.config.clone(), started_at: e.at });
             }
             Event::MessageAppended(e) => {
                 let seq = self.count();
@@ -547,7 +578,12 @@ impl State {
                     self.first_human.get_or_insert(seq);
                     self.last_human = Some(seq);
                 }
-                self.entries.push(Entry { message: Arc::new(m.clone()), tokens: e.tokens, edit: None, restored: false });
+                self.entries.push(Entry {
+                    message: Arc::new(m.clone()),
+                    tokens: e.tokens,
+                    edit: None,
+                    restored: false,
+                });
                 // Appends never hide anything, so the view just grows.
                 self.view.push(ViewItem { seq, item: Item::Message(seq), tokens: e.tokens });
                 self.view_tokens += u64::from(e.tokens);
@@ -623,7 +659,9 @@ impl State {
             for id in e.message.result_ids() {
                 match self.call_seq(id) {
                     Some(c) if self.in_view(c) => {}
-                    Some(c) => return Err(format!("seq {seq} answers call {id:?} of seq {c}, which is not in the view")),
+                    Some(c) => {
+                        return Err(format!("seq {seq} answers call {id:?} of seq {c}, which is not in the view"))
+                    }
                     None => return Err(format!("seq {seq} answers unknown call {id:?}")),
                 }
             }

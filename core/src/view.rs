@@ -42,7 +42,10 @@ fn truncate_text(text: &str, keep: u32) -> Option<String> {
         return None;
     }
     let head: String = text.chars().take(keep).collect();
-    Some(format!("[truncated: ~{} tokens - call tool again if needed] {head}...", thousands(u64::from(text_tokens(text)))))
+    Some(format!(
+        "[truncated: ~{} tokens - call tool again if needed] {head}...",
+        thousands(u64::from(text_tokens(text)))
+    ))
 }
 
 fn truncate_content(c: &Content, keep: u32) -> Content {
@@ -156,7 +159,9 @@ fn describe_stub(state: &State, seq: u64) -> String {
         if let Block::Media { kind, source: MediaSource::Base64 { media_type, data, .. }, .. } = b {
             parts.push(match data {
                 MediaData::Blob(r) => match (r.width, r.height) {
-                    (Some(w), Some(h)) => format!("{} {media_type} {w}x{h} ({} bytes, {})", kind.as_str(), thousands(r.bytes), r.id),
+                    (Some(w), Some(h)) => {
+                        format!("{} {media_type} {w}x{h} ({} bytes, {})", kind.as_str(), thousands(r.bytes), r.id)
+                    }
                     _ => format!("{} {media_type} ({} bytes, {})", kind.as_str(), thousands(r.bytes), r.id),
                 },
                 MediaData::Inline(_) => format!("{} {media_type}", kind.as_str()),

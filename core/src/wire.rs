@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::json::JsonWriter;
-use crate::message::{Block, Content, Extra, ImageUrl, MediaData, MediaKind, MediaSource, Message, Meta, RawJson, Role, ToolCall};
+use crate::message::{
+    Block, Content, Extra, ImageUrl, MediaData, MediaKind, MediaSource, Message, Meta, RawJson, Role, ToolCall,
+};
 use crate::store::BlobId;
 
 /// A session's wire format.
@@ -284,7 +286,10 @@ pub fn check_format(m: &Message, format: WireFormat) -> Result<(), WireError> {
         }
         WireFormat::OpenAi => {
             let anthropic_only = |b: &Block| {
-                matches!(b, Block::Media { .. } | Block::ToolUse { .. } | Block::ToolResult { .. } | Block::Thinking { .. })
+                matches!(
+                    b,
+                    Block::Media { .. } | Block::ToolUse { .. } | Block::ToolResult { .. } | Block::Thinking { .. }
+                )
             };
             if let Some(i) = m.blocks().iter().position(anthropic_only) {
                 return Err(err(&format!("content[{i}]"), "anthropic blocks are not valid in the openai format"));

@@ -1,0 +1,273 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use ctxlog::config::{Config, SummarizerKind};
+
+use crate::transcript::FormatArg;
+
+/// The store used when `--store` is not given.
+pub const DEFAULT_STORE: &str = "sqlite:ctxlog.db";
+
+/// ctxlog: auditable, cache-aware context compaction for LLM sessions.
+#[derive(Debug, Parser)]
+#[command(name = "ctxlog", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the bundled agent session through the engine and print its timeline.
+    Demo(DemoArgs),
+    /// Feed a JSONL transcript through the engine: every assistant line is one model call.
+    Import(ImportArgs),
+    /// List the sessions of a store.
+    Sessions(StoreArgs),
+    /// Re-fold a session's log and print its per-call timeline.
+    Replay(ReplayArgs),
+    /// Show the state or the view of a session at a version.
+    Inspect(InspectArgs),
+    /// Check checksums, invariants, view digests, blobs and the snapshot of sessions.
+    Verify(VerifyArgs),
+    /// Write the original transcript back, one message per line.
+    Export(ExportArgs),
+    /// Undo the edit of one message (recorded as a `Restored` event).
+    Restore(RestoreArgs),
+    /// Copy sessions between stores, losslessly.
+    Copy(CopyArgs),
+}
+
+/// `--store` and `--json`.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// Store URL: `sqlite:PATH`, `sled:PATH`, `fs:PATH` or `mem:`.
+    #[arg(long, default_value = DEFAULT_STORE)]
+    pub store: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Selects one session.
+#[derive(Debug, Args)]
+pub struct SessionArgs {
+    /// Store and output.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Session id (may be omitted when the store holds exactly one session).
+    #[arg(long)]
+    pub session: Option<String>,
+}
+
+/// Engine knobs shared by `demo` and `import`.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// Input token budget of the model.
+    #[arg(long)]
+    pub budget: Option<u64>,
+    /// Hard threshold as a fraction of the budget (default 0.85).
+    #[arg(long)]
+    pub trigger: Option<f64>,
+    /// Ladder target as a fraction of the budget (default 0.50).
+    #[arg(long)]
+    pub target: Option<f64>,
+    /// Soft threshold where summaries are prepared (default 0.70).
+    #[arg(long)]
+    pub prepare: Option<f64>,
+    /// Summarizer used by prepare.
+    #[arg(long, value_enum)]
+    pub summarizer: Option<SummarizerArg>,
+    /// Defer flushes while the prompt cache is warm.
+    #[arg(long)]
+    pub cache_aware: bool,
+    /// Prompt-cache time-to-live in seconds (default 300).
+    #[arg(long)]
+    pub ttl: Option<f64>,
+    /// The last N tool results are protected (default 5).
+    #[arg(long)]
+    pub protected_tools: Option<u32>,
+    /// The most recent fraction of messages is protected from removal (default 0.30).
+    #[arg(long)]
+    pub protected_recent: Option<f64>,
+    /// Consecutive over-budget passes before the breaker freezes the view (default 10).
+    #[arg(long)]
+    pub breaker: Option<u32>,
+    /// Flat token cost of an image (default 1600).
+    #[arg(long)]
+    pub image_tokens: Option<u32>,
+    /// Choose the session id.
+    #[arg(long)]
+    pub session: Option<String>,
+}
+
+/// `--summarizer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SummarizerArg {
+    /// Built-in deterministic extractive summaries.
+    Extractive,
+    /// No summaries.
+    None,
+}
+
+impl ConfigArgs {
+    /// The config these flags describe, on top of `base`.
+    pub fn apply(&self, mut c: Config) -> Config {
+        if let Some(v) = self.budget {
+            c.budget = v;
+        }
+        if let Some(v) = self.trigger {
+            c.trigger_ratio = v;
+        }
+        if let Some(v) = self.target {
+            c.target_ratio = v;
+        }
+        if let Some(v) = self.prepare {
+            c.prepare_ratio = v;
+        }
+        if let Some(v) = self.summarizer {
+            c.summarizer = match v {
+                SummarizerArg::Extractive => SummarizerKind::Extractive,
+                SummarizerArg::None => SummarizerKind::None,
+            };
+        }
+        c.cache_aware |= self.cache_aware;
+        if let Some(v) = self.ttl {
+            c.flush_ttl_ms = (v.max(0.0) * 1000.0).round() as u64;
+        }
+        if let Some(v) = self.protected_tools {
+            c.protected_tool_results = v;
+        }
+        if let Some(v) = self.protected_recent {
+            c.protected_recent_ratio = v;
+        }
+        if let Some(v) = self.breaker {
+            c.breaker_passes = v;
+        }
+        if let Some(v) = self.image_tokens {
+            c.image_tokens = v;
+        }
+        c
+    }
+}
+
+/// `demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Store and output.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Engine knobs (the demo defaults to a 120,000-token budget).
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Write each call's exact view to this JSONL file.
+    #[arg(long)]
+    pub views: Option<PathBuf>,
+}
+
+/// `import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The transcript (JSON Lines, one message per line).
+    pub file: PathBuf,
+    /// Store and output.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Wire format of the transcript.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub format: FormatArg,
+    /// Engine knobs.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Simulated seconds between calls when lines carry no timestamp.
+    #[arg(long, default_value_t = 30.0)]
+    pub call_interval: f64,
+    /// Write each call's exact view to this JSONL file.
+    #[arg(long)]
+    pub views: Option<PathBuf>,
+    /// In `--views`, inline media as base64 instead of blob references.
+    #[arg(long)]
+    pub inline_media: bool,
+}
+
+/// `replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Session selection.
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Stop after this stream version.
+    #[arg(long)]
+    pub until: Option<u64>,
+    /// Go on past invariant violations (clamp or skip), reporting each.
+    #[arg(long)]
+    pub lenient: bool,
+}
+
+/// `inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Session selection.
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Inspect the state at this stream version (default: the head).
+    #[arg(long)]
+    pub version: Option<u64>,
+}
+
+/// `verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Store and output.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Only this session (default: all).
+    #[arg(long)]
+    pub session: Option<String>,
+}
+
+/// `export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Session selection.
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Write here instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// `restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// Session selection.
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// The message to restore.
+    #[arg(long)]
+    pub seq: u64,
+    /// Why (recorded in the event).
+    #[arg(long, default_value = "restored from the command line")]
+    pub why: String,
+}
+
+/// `copy`.
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// Source store URL.
+    #[arg(long)]
+    pub from: String,
+    /// Target store URL.
+    #[arg(long)]
+    pub to: String,
+    /// Only this session (default: all).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}

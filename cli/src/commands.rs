@@ -1,0 +1,253 @@
+//! The commands other than `import`/`demo`.
+
+use ctxlog::event::EditKind;
+use ctxlog::replay::{self, Mode};
+use ctxlog::state::State;
+use ctxlog::transfer::copy_session;
+use ctxlog::wire::{Media, RenderOpts};
+use ctxlog::{Session, Store, StreamId};
+use serde_json::json;
+
+use crate::args::{CopyArgs, ExportArgs, InspectArgs, ReplayArgs, RestoreArgs, SessionArgs, StoreArgs, VerifyArgs};
+use crate::error::{output, CliError};
+use crate::output::{print_timeline, Out};
+use crate::stores::open_store;
+
+/// Resolves `--session`, or the only session of the store.
+pub fn pick_session(store: &dyn Store, arg: Option<&str>) -> Result<StreamId, CliError> {
+    if let Some(s) = arg {
+        return parse_session(s);
+    }
+    let streams = store.streams()?;
+    match streams.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(CliError::Usage("the store holds no session".into())),
+        many => Err(CliError::Usage(format!(
+            "the store holds {} sessions; choose one with --session ({})",
+            many.len(),
+            many.iter().take(5).map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Parses a session id.
+pub fn parse_session(s: &str) -> Result<StreamId, CliError> {
+    s.parse().map_err(|e| CliError::Usage(format!("--session {s:?} is not a UUID: {e}")))
+}
+
+fn open_selected(args: &SessionArgs) -> Result<(Box<dyn Store>, StreamId), CliError> {
+    let store = open_store(&args.store.store)?;
+    let id = pick_session(store.as_ref(), args.session.as_deref())?;
+    Ok((store, id))
+}
+
+/// `sessions`
+pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+    let store = open_store(&args.store)?;
+    let mut rows = Vec::new();
+    for id in store.streams()? {
+        let session = Session::open(store.as_ref(), id)?;
+        let st = session.state();
+        rows.push((id, st.version(), st.message_count(), st.calls()));
+    }
+    if args.json {
+        let list: Vec<_> = rows
+            .iter()
+            .map(|(id, v, m, c)| json!({"session": id.to_string(), "events": v, "messages": m, "calls": c}))
+            .collect();
+        out.line(&serde_json::to_string(&list).unwrap_or_default())?;
+    } else {
+        out.line(&format!("{:<36}  {:>7}  {:>8}  {:>6}", "session", "events", "messages", "calls"))?;
+        for (id, v, m, c) in rows {
+            out.line(&format!("{id:<36}  {v:>7}  {m:>8}  {c:>6}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `replay`
+pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+    let (store, id) = open_selected(&args.session)?;
+    let mode = if args.lenient { Mode::Lenient } else { Mode::Strict };
+    let r = replay::replay(store.as_ref(), id, mode, args.until)?;
+    print_timeline(out, &r.timeline, args.session.store.json)?;
+    for v in &r.violations {
+        out.err(&format!("violation (lenient replay went on): {v}"))?;
+    }
+    if !args.session.store.json {
+        out.line(&format!(
+            "session {id}: {} events, {} messages, {} calls, {} violations",
+            r.state.version(),
+            r.state.message_count(),
+            r.state.calls(),
+            r.violations.len()
+        ))?;
+    }
+    Ok(())
+}
+
+/// Status of a message in the view, and the reason.
+fn status(st: &State, seq: u64) -> (&'static str, Option<String>) {
+    let Some(e) = st.entry(seq) else { return ("missing", None) };
+    if st.hidden_by_flush(seq) {
+        return ("flushed", Some(format!("summarized by a flush (flushed_prefix_messages {})", st.flushed())));
+    }
+    match &e.edit {
+        None => ("live", None),
+        Some(edit) => {
+            let r = &edit.reason;
+            let reason = format!("level {}: {}; target {} tokens", r.level, r.rule, r.target_tokens);
+            let kind = match edit.kind {
+                EditKind::Removed => "removed",
+                EditKind::Truncated { .. } => "truncated",
+                EditKind::Stubbed { .. } => "stubbed",
+            };
+            (kind, Some(reason))
+        }
+    }
+}
+
+/// `inspect`
+pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+    let (store, id) = open_selected(&args.session)?;
+    let st = replay::replay(store.as_ref(), id, Mode::Strict, args.version)?.state;
+    let rows: Vec<_> = (0..st.message_count())
+        .filter_map(|seq| {
+            let e = st.entry(seq)?;
+            let (status, reason) = status(&st, seq);
+            Some((seq, e.message.role.as_str(), e.tokens, status, reason))
+        })
+        .collect();
+    if args.session.store.json {
+        let messages: Vec<_> = rows
+            .iter()
+            .map(|(seq, role, tokens, status, reason)| json!({"seq": seq, "role": role, "tokens": tokens, "status": status, "reason": reason}))
+            .collect();
+        let doc = json!({
+            "version": st.version(),
+            "compacted": st.compacted(),
+            "flushed": st.flushed(),
+            "view_tokens": st.view_tokens(),
+            "messages": messages,
+        });
+        out.line(&doc.to_string())?;
+    } else {
+        out.line(&format!(
+            "session {id} at version {}: {} messages, compacted {}, flushed {}, view {} messages / {} tokens",
+            st.version(),
+            st.message_count(),
+            st.compacted(),
+            st.flushed(),
+            st.view().len(),
+            st.view_tokens()
+        ))?;
+        out.line(&format!("{:>6}  {:<9}  {:>7}  {:<9}  reason", "seq", "role", "tokens", "status"))?;
+        for (seq, role, tokens, status, reason) in rows {
+            out.line(&format!("{seq:>6}  {role:<9}  {tokens:>7}  {status:<9}  {}", reason.unwrap_or_default()))?;
+        }
+    }
+    Ok(())
+}
+
+/// `verify`
+pub fn verify(args: &VerifyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+    let store = open_store(&args.store.store)?;
+    let ids = match &args.session {
+        Some(s) => vec![parse_session(s)?],
+        None => store.streams()?,
+    };
+    let mut bad = 0;
+    for id in ids {
+        let report = replay::verify(store.as_ref(), id)?;
+        if args.store.json {
+            out.line(
+                &json!({"session": id.to_string(), "ok": report.ok(), "events": report.events, "calls": report.calls,
+                        "blobs": report.blobs, "snapshot_checked": report.snapshot_checked, "problems": report.problems})
+                .to_string(),
+            )?;
+        } else if report.ok() {
+            out.line(&format!(
+                "ok  {id}: {} events, {} calls re-rendered, {} blobs, snapshot {}",
+                report.events,
+                report.calls,
+                report.blobs,
+                if report.snapshot_checked { "matches replay" } else { "absent" }
+            ))?;
+        } else {
+            out.line(&format!("BAD {id}: {} problem(s)", report.problems.len()))?;
+            for p in &report.problems {
+                out.line(&format!("    {p}"))?;
+            }
+        }
+        if !report.ok() {
+            bad += 1;
+        }
+    }
+    if bad > 0 {
+        return Err(CliError::InvalidLog(format!("{bad} session(s) failed verification")));
+    }
+    Ok(())
+}
+
+/// `export`
+pub fn export(args: &ExportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+    let (store, id) = open_selected(&args.session)?;
+    let st = replay::replay(store.as_ref(), id, Mode::Strict, None)?.state;
+    let source = |b: &ctxlog::BlobId| store.get_blob(b).ok().flatten();
+    let opts = RenderOpts { meta: true, media: Media::Inline(&source) };
+    let mut text = String::new();
+    let mut missing = Vec::new();
+    for e in st.entries() {
+        let (json, miss) = ctxlog::wire::to_json(&e.message, opts);
+        missing.extend(miss);
+        text.push_str(&json);
+        text.push('\n');
+    }
+    match &args.out {
+        Some(path) => std::fs::write(path, text).map_err(output(&path.display().to_string()))?,
+        None => out.raw(text.as_bytes())?,
+    }
+    for id in missing {
+        out.err(&format!("warning: blob {id} is missing; exported as a reference"))?;
+    }
+    Ok(())
+}
+
+/// `restore`
+pub fn restore(args: &RestoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+    let (store, id) = open_selected(&args.session)?;
+    let mut session = Session::open(store.as_ref(), id)?;
+    let committed = session.restore(args.seq, "ctxlog restore", &args.why)?;
+    if args.session.store.json {
+        out.line(&json!({"session": id.to_string(), "seq": args.seq, "version": committed.version}).to_string())?;
+    } else {
+        out.line(&format!("restored seq {} of session {id} (version {})", args.seq, committed.version))?;
+    }
+    Ok(())
+}
+
+/// `copy`
+pub fn copy(args: &CopyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+    let from = open_store(&args.from)?;
+    let to = open_store(&args.to)?;
+    let ids = match &args.session {
+        Some(s) => vec![parse_session(s)?],
+        None => from.streams()?,
+    };
+    for id in ids {
+        let c = copy_session(from.as_ref(), to.as_ref(), id)?;
+        if args.json {
+            out.line(
+                &json!({"session": id.to_string(), "records": c.records, "blobs": c.blobs,
+                             "missing_blobs": c.missing_blobs.iter().map(ToString::to_string).collect::<Vec<_>>()})
+                .to_string(),
+            )?;
+        } else {
+            out.line(&format!("copied {id}: {} records, {} blobs", c.records, c.blobs))?;
+        }
+        for b in &c.missing_blobs {
+            out.err(&format!("warning: blob {b} referenced by {id} is missing in the source"))?;
+        }
+    }
+    Ok(())
+}

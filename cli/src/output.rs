@@ -1,0 +1,108 @@
+//! Output: JSON Lines for machines, an aligned table for people.
+
+use std::io::Write;
+
+use ctxlog::replay::CallRecord;
+use ctxlog::view::thousands;
+
+use crate::error::{output, CliError};
+
+/// Where a command writes.
+pub struct Out<'a> {
+    /// Standard output (results).
+    pub stdout: &'a mut dyn Write,
+    /// Standard error (warnings, progress).
+    pub stderr: &'a mut dyn Write,
+}
+
+impl Out<'_> {
+    /// One line on stdout.
+    pub fn line(&mut self, s: &str) -> Result<(), CliError> {
+        writeln!(self.stdout, "{s}").map_err(output("stdout"))
+    }
+
+    /// Raw bytes on stdout.
+    pub fn raw(&mut self, b: &[u8]) -> Result<(), CliError> {
+        self.stdout.write_all(b).map_err(output("stdout"))
+    }
+
+    /// One line on stderr.
+    pub fn err(&mut self, s: &str) -> Result<(), CliError> {
+        writeln!(self.stderr, "{s}").map_err(output("stderr"))
+    }
+}
+
+/// The table header.
+pub fn header() -> String {
+    format!(
+        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6}",
+        "call", "version", "time", "msgs", "view", "tokens", "level", "flush", "edits", "guards", "reused"
+    )
+}
+
+/// One table row.
+pub fn row(r: &CallRecord) -> String {
+    let time = ctxlog::time::format_rfc3339((r.at * 1000.0).round() as u64);
+    let clock = time.get(11..19).unwrap_or(&time);
+    let flush = r.flush.as_ref().map_or_else(|| "-".to_owned(), |f| format!("{} {}→{}", f.reason, f.from, f.to));
+    let guards = if r.guards.is_empty() {
+        "-".to_owned()
+    } else {
+        r.guards.iter().map(|g| g.kind.as_str()).collect::<Vec<_>>().join(",")
+    };
+    format!(
+        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6}",
+        r.call,
+        r.version,
+        clock,
+        r.messages,
+        r.view_messages,
+        thousands(r.view_tokens),
+        r.level,
+        flush,
+        r.edits.len(),
+        guards,
+        if r.prefix_reused { "yes" } else { "no" }
+    )
+}
+
+/// One JSON line.
+pub fn json_line(r: &CallRecord) -> String {
+    serde_json::to_string(r).unwrap_or_default()
+}
+
+/// Prints a whole timeline.
+pub fn print_timeline(out: &mut Out<'_>, records: &[CallRecord], json: bool) -> Result<(), CliError> {
+    if !json {
+        out.line(&header())?;
+    }
+    for r in records {
+        out.line(&if json { json_line(r) } else { row(r) })?;
+    }
+    Ok(())
+}
+
+/// The closing summary of a timeline.
+pub fn summary(records: &[CallRecord]) -> Vec<String> {
+    let calls = records.len();
+    let reused = records.iter().skip(1).filter(|r| r.prefix_reused).count();
+    let flushes = records.iter().filter(|r| r.flush.is_some()).count();
+    let edits: usize = records.iter().map(|r| r.edits.len()).sum();
+    let guards: usize = records.iter().map(|r| r.guards.len()).sum();
+    let max_level = records.iter().map(|r| r.level).max().unwrap_or(0);
+    let over = records.iter().filter(|r| r.view_tokens > r.budget).count();
+    let last = records.last();
+    let share = if calls > 1 { 100.0 * reused as f64 / (calls - 1) as f64 } else { 0.0 };
+    vec![
+        format!("calls: {calls}; messages: {}", last.map_or(0, |r| r.messages)),
+        format!(
+            "final view: {} messages, {} tokens (budget {})",
+            last.map_or(0, |r| r.view_messages),
+            thousands(last.map_or(0, |r| r.view_tokens)),
+            thousands(last.map_or(0, |r| r.budget))
+        ),
+        format!("prefix reused on {reused} of {} calls ({share:.1}%)", calls.saturating_sub(1)),
+        format!("flushes: {flushes}; edits: {edits}; guards raised: {guards}; highest ladder level: {max_level}"),
+        format!("calls served over budget: {over}"),
+    ]
+}

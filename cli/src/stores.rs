@@ -1,0 +1,20 @@
+//! Store URLs: `sqlite:PATH`, `sled:PATH`, `fs:PATH`, `mem:`.
+
+use ctxlog::{MemoryStore, Store};
+use ctxlog_store_sqlite::SqliteStore;
+
+use crate::error::CliError;
+
+/// Opens the store a URL names.
+pub fn open_store(url: &str) -> Result<Box<dyn Store>, CliError> {
+    let (scheme, rest) = url.split_once(':').ok_or_else(|| bad(url))?;
+    match (scheme, rest) {
+        ("mem", "") => Ok(Box::new(MemoryStore::new())),
+        ("sqlite", path) if !path.is_empty() => Ok(Box::new(SqliteStore::open(path)?)),
+        _ => Err(bad(url)),
+    }
+}
+
+fn bad(url: &str) -> CliError {
+    CliError::Usage(format!("store URL {url:?} is not one of sqlite:PATH, sled:PATH, fs:PATH, mem:"))
+}
