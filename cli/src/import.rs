@@ -6,7 +6,7 @@ use std::io::Write;
 
 use ctxlog::config::Config;
 use ctxlog::replay::{CallRecord, Timeline};
-use ctxlog::session::{encode_snapshot, new_session_id};
+use ctxlog::session::{encode_snapshot, new_session_id, Produced};
 use ctxlog::time::Millis;
 use ctxlog::transfer::copy_session;
 use ctxlog::wire::parse_timestamp_ms;
@@ -82,6 +82,11 @@ pub fn import(
                 write_view(w, &session, &plan, opts.inline_media)?;
             }
             let committed = session.commit(plan, clock, reported)?;
+            // Prepare runs between calls, as a host would run its summarizer in the background.
+            if let Some(job) = session.summary_job() {
+                let text = ctxlog::summary::extractive(session.state(), &job);
+                session.prepare(&job, text, Produced::extractive())?;
+            }
             let first = committed.version + 1 - committed.events.len() as u64;
             for (i, ev) in committed.events.iter().enumerate() {
                 if let Some(rec) = timeline.feed(first + i as u64, ev, session.state()) {

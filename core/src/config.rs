@@ -107,8 +107,8 @@ impl Config {
                 return e(key, format!("{r} is not a ratio in (0, 1]"));
             }
         }
-        if self.target_ratio >= self.trigger_ratio {
-            return e("target", format!("{} must be below trigger {}", self.target_ratio, self.trigger_ratio));
+        if self.target_ratio > self.trigger_ratio {
+            return e("target", format!("{} must not be above trigger {}", self.target_ratio, self.trigger_ratio));
         }
         if !(self.protected_recent_ratio.is_finite() && (0.0..=1.0).contains(&self.protected_recent_ratio)) {
             return e("protected-recent", format!("{} is not a ratio in [0, 1]", self.protected_recent_ratio));

@@ -11,12 +11,14 @@ use uuid::Uuid;
 use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
-use crate::event::{Event, MessageAppended, RequestServed, Restored, SessionStarted};
+use crate::event::{Event, MessageAppended, RequestServed, Restored, SessionStarted, SummaryMode, SummaryPrepared};
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
 use crate::state::{State, Violation};
 use crate::store::{BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId, Version};
+use crate::summary::{self, SummaryJob};
 use crate::time::Millis;
+use crate::tokens::text_tokens;
 use crate::view::{render_item_with, ViewCache};
 use crate::wire::{self, BlobSource, Media, RenderOpts, WireError, WireFormat};
 
@@ -126,6 +128,33 @@ pub struct Appended {
     pub blobs: Vec<BlobId>,
     /// Payloads kept inline because the blob could not be written, with the reason.
     pub inline_fallbacks: Vec<String>,
+}
+
+/// How a summary was produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Produced {
+    /// Mode the engine asked for.
+    pub requested: SummaryMode,
+    /// Mode used.
+    pub used: SummaryMode,
+    /// Why the requested mode was refused.
+    pub refusal: Option<String>,
+}
+
+impl Produced {
+    /// Produced by the built-in extractive summarizer.
+    pub fn extractive() -> Produced {
+        Produced { requested: SummaryMode::Extractive, used: SummaryMode::Extractive, refusal: None }
+    }
+}
+
+/// Outcome of [`Session::prepare`].
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    /// `SummaryPrepared` was written.
+    Written(Committed),
+    /// Nothing was written, for this reason.
+    Discarded(String),
 }
 
 /// A session over a store.
@@ -395,6 +424,41 @@ impl<S: Store> Session<S> {
         out.sort_unstable();
         out.dedup();
         out
+    }
+
+    /// The next span the host should summarize (an effect), if the meter is over the soft
+    /// threshold. Pure: nothing is written until [`Session::prepare`].
+    pub fn summary_job(&self) -> Option<SummaryJob> {
+        summary::next_job(&self.state)
+    }
+
+    /// Hands a summary back. It is written as `SummaryPrepared` unless the job went stale (the
+    /// span was edited meanwhile) or the summary is not smaller than what it replaces; a
+    /// discarded summary writes nothing and says why.
+    pub fn prepare(&mut self, job: &SummaryJob, text: String, produced: Produced) -> Result<Prepared, SessionError> {
+        if let Err(why) = summary::still_valid(&self.state, job) {
+            return Ok(Prepared::Discarded(why));
+        }
+        let replaced_tokens: u64 =
+            (job.from..job.to).filter_map(|s| self.state.entry(s)).map(|e| u64::from(e.tokens)).sum();
+        let tokens = text_tokens(&text);
+        if u64::from(tokens) >= replaced_tokens {
+            return Ok(Prepared::Discarded(format!(
+                "the summary ({tokens} tokens) is not smaller than the span it replaces ({replaced_tokens} tokens)"
+            )));
+        }
+        let ev = Event::SummaryPrepared(SummaryPrepared {
+            from: job.from,
+            to: job.to,
+            text,
+            tokens,
+            replaced_tokens,
+            mode_requested: produced.requested,
+            mode_used: produced.used,
+            refusal: produced.refusal,
+        });
+        let version = self.persist(ExpectedVersion::Exact(self.state.version()), vec![ev.clone()], None)?;
+        Ok(Prepared::Written(Committed { version, events: vec![ev] }))
     }
 
     /// Writes a snapshot of the current state (a cache for faster opens).

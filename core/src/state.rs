@@ -414,8 +414,7 @@ impl State {
                         format!("span {}..{} with {} messages", e.from, e.to, self.count()),
                     );
                 }
-                self.check_span_pairs(e.from, e.to)
-                    .map_err(|d| violation(version, ev, Invariant::SpanSplitsToolPair, d))
+                self.span_pairs_ok(e.from, e.to).map_err(|d| violation(version, ev, Invariant::SpanSplitsToolPair, d))
             }
             Event::Flushed(e) => {
                 if e.from != self.flushed || e.to <= e.from {
@@ -501,7 +500,7 @@ impl State {
     }
 
     /// A span `[from, to)` must contain both ends of every tool pair it touches.
-    fn check_span_pairs(&self, from: u64, to: u64) -> Result<(), String> {
+    pub fn span_pairs_ok(&self, from: u64, to: u64) -> Result<(), String> {
         let inside = |s: Option<u64>| s.is_some_and(|s| (from..to).contains(&s));
         for seq in from..to {
             let Some(e) = self.entry(seq) else { continue };
@@ -598,14 +597,26 @@ impl State {
             }
             Event::Edited(e) => {
                 let estimator = self.config().estimator();
+                let pos = self.view_position(e.seq);
                 if let Some(entry) = usize::try_from(e.seq).ok().and_then(|i| self.entries.get_mut(i)) {
                     let tokens = match e.kind {
                         EditKind::Removed => 0,
                         kind => estimator.message(&view::edited_message(&entry.message, kind)),
                     };
                     entry.edit = Some(Arc::new(EditRecord { kind: e.kind, reason: e.reason.clone(), tokens }));
+                    // An edit touches one visible message: patch the view in place instead of
+                    // rebuilding it, so a ladder pass of many edits stays cheap.
+                    if let Some(item) = pos.and_then(|p| self.view.get_mut(p)) {
+                        self.view_tokens = self.view_tokens - u64::from(item.tokens) + u64::from(tokens);
+                        item.tokens = tokens;
+                        if e.kind == EditKind::Removed {
+                            if let Some(p) = pos {
+                                self.view.remove(p);
+                            }
+                        }
+                    }
                 }
-                self.changed();
+                self.generation += 1;
             }
             Event::Restored(e) => {
                 let flushed = self.flushed;

@@ -1,0 +1,48 @@
+//! The flush gate: when may the view switch to the prepared summaries?
+//!
+//! Legacy (cache-aware off): as soon as something is prepared. Cache-aware: only when the
+//! provider's prompt cache is cold (rewriting the prefix then costs nothing extra), or when the
+//! view is over the hard threshold anyway (`size_threshold`, the second pass).
+
+use crate::config::Config;
+use crate::event::FlushReason;
+use crate::state::State;
+use crate::time::Millis;
+
+/// A flush the gate allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlushDecision {
+    /// Why.
+    pub reason: FlushReason,
+    /// Time since the last served call (`None` if never served).
+    pub cache_age_ms: Option<u64>,
+}
+
+/// Age of the prompt cache at `now`; `None` if no call was served yet.
+pub fn cache_age(state: &State, now: Millis) -> Option<u64> {
+    state.last_request_at().map(|last| now.saturating_sub(last))
+}
+
+/// Is the cache cold at `now`? Never served counts as cold: there is nothing to lose.
+pub fn is_cold(state: &State, config: &Config, now: Millis) -> bool {
+    cache_age(state, now).is_none_or(|age| age >= config.flush_ttl_ms)
+}
+
+/// The gate's decision for a view whose meter reads `metered` tokens.
+pub fn decide(state: &State, config: &Config, now: Millis, metered: u64) -> Option<FlushDecision> {
+    if state.compacted() <= state.flushed() {
+        return None;
+    }
+    let cache_age_ms = cache_age(state, now);
+    let reason = if !config.cache_aware {
+        FlushReason::LegacyImmediate
+    } else if is_cold(state, config, now) {
+        FlushReason::ColdCache
+    } else if metered >= config.trigger_tokens() {
+        FlushReason::SizeThreshold
+    } else {
+        // Warm and within the threshold: keep the cached prefix byte for byte.
+        return None;
+    };
+    Some(FlushDecision { reason, cache_age_ms })
+}

@@ -1,0 +1,281 @@
+//! The escalation ladder (as in the peers' `_compact_ephemeral`, with their bugs fixed): eight
+//! levels that truncate old tool results, remove unprotected messages (tool pairs together,
+//! oldest first) and finally stub long user messages by cost, stopping as soon as the view is
+//! at the target. It works on a token model of the view and returns `Edited` events; every
+//! saving is measured with the same estimator that sums the view.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::config::{ratio_of, Config};
+use crate::event::{EditKind, EditReason, Edited};
+use crate::policy::guards::{always_protected, protected_tool_results};
+use crate::state::{Item, State};
+use crate::tokens::Estimator;
+use crate::view::{edited_message, stubbable, thousands, STUB_PREVIEW_CHARS};
+
+/// Largest tool group (a call message and all its results) the ladder moves as one.
+pub const MAX_GROUP: usize = 64;
+
+/// What the ladder decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The edits, in order.
+    pub edits: Vec<Edited>,
+    /// Highest level run (1–8).
+    pub level: u8,
+    /// Predicted view tokens after the edits.
+    pub tokens: u64,
+    /// The target aimed at (the budget when the configured target was out of reach).
+    pub target: u64,
+    /// Set when the target was clamped to the budget: the guard's sentence.
+    pub clamped: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    seq: u64,
+    tokens: u32,
+    removed: bool,
+    truncated: bool,
+    stubbed: bool,
+}
+
+struct Ladder<'a> {
+    state: &'a State,
+    config: &'a Config,
+    est: Estimator,
+    slots: Vec<Slot>,
+    at: BTreeMap<u64, usize>,
+    tools: BTreeSet<u64>,
+    total: u64,
+    target: u64,
+    guard: Option<String>,
+    edits: Vec<Edited>,
+    level: u8,
+}
+
+/// Runs the ladder on the current view of `state`.
+pub fn run(state: &State, config: &Config) -> Outcome {
+    let mut l = Ladder::new(state, config);
+    l.clamp_target();
+    type Step = fn(&mut Ladder<'_>);
+    let steps: [(u8, Step); 8] = [
+        (1, |l| l.truncate_wave(0.0, 0.25, "truncate the oldest quarter of tool results")),
+        (2, |l| l.truncate_wave(0.25, 0.50, "truncate the second quarter of tool results")),
+        (3, |l| l.remove(1.0, "remove old unprotected messages")),
+        (4, |l| l.truncate_wave(0.50, 0.75, "truncate the third quarter of tool results")),
+        (5, |l| l.remove(0.6, "remove old messages, recent window ×0.6")),
+        (6, |l| l.truncate_wave(0.0, 1.0, "truncate all but the protected tool results")),
+        (7, |l| l.remove(0.3, "remove old messages, recent window ×0.3")),
+        (8, |l| l.stub_users()),
+    ];
+    for (level, step) in steps {
+        if l.total <= l.target {
+            break;
+        }
+        l.level = level;
+        step(&mut l);
+    }
+    Outcome { edits: l.edits, level: l.level, tokens: l.total, target: l.target, clamped: l.guard }
+}
+
+impl<'a> Ladder<'a> {
+    fn new(state: &'a State, config: &'a Config) -> Self {
+        let mut slots = Vec::new();
+        let mut at = BTreeMap::new();
+        for it in state.view() {
+            let Item::Message(seq) = it.item else { continue };
+            let edit = state.entry(seq).and_then(|e| e.edit.as_ref()).map(|e| e.kind);
+            at.insert(seq, slots.len());
+            slots.push(Slot {
+                seq,
+                tokens: it.tokens,
+                removed: false,
+                truncated: matches!(edit, Some(EditKind::Truncated { .. })),
+                stubbed: matches!(edit, Some(EditKind::Stubbed { .. })),
+            });
+        }
+        Ladder {
+            state,
+            config,
+            est: config.estimator(),
+            slots,
+            at,
+            tools: protected_tool_results(state, config.protected_tool_results).into_iter().collect(),
+            total: state.view_tokens(),
+            target: config.target_tokens(),
+            guard: None,
+            edits: Vec::new(),
+            level: 0,
+        }
+    }
+
+    fn is_tool_result(&self, seq: u64) -> bool {
+        self.state.entry(seq).is_some_and(|e| e.message.is_tool_result())
+    }
+
+    fn edit(&mut self, seq: u64, kind: EditKind, rule: &str) {
+        let reason =
+            EditReason { level: self.level, rule: rule.into(), target_tokens: self.target, guard: self.guard.clone() };
+        self.edits.push(Edited { seq, kind, reason });
+    }
+
+    fn truncated_tokens(&self, seq: u64) -> Option<u32> {
+        let m = &self.state.entry(seq)?.message;
+        Some(self.est.message(&edited_message(m, EditKind::Truncated { keep_chars: self.config.truncate_chars })))
+    }
+
+    fn stubbed_tokens(&self, seq: u64) -> Option<u32> {
+        let m = &self.state.entry(seq)?.message;
+        stubbable(m)
+            .then(|| self.est.message(&edited_message(m, EditKind::Stubbed { preview_chars: STUB_PREVIEW_CHARS })))
+    }
+
+    /// "Aim at what is achievable": if removing, truncating and stubbing everything the ladder
+    /// may touch still leaves the view over the target, aim at the budget instead of deleting
+    /// the whole conversation chasing a number that cannot be reached.
+    fn clamp_target(&mut self) {
+        let live = self.slots.len();
+        let tightest = live - ratio_of(live as u64, self.config.protected_recent_ratio * 0.3) as usize;
+        let mut floor: u64 =
+            self.state.view().iter().filter(|i| matches!(i.item, Item::Summary(_))).map(|i| u64::from(i.tokens)).sum();
+        for (k, s) in self.slots.iter().enumerate() {
+            let human = self.state.entry(s.seq).is_some_and(|e| e.message.is_human());
+            let kept = always_protected(self.state, s.seq) || self.tools.contains(&s.seq);
+            floor += u64::from(if kept {
+                s.tokens
+            } else if human {
+                self.stubbed_tokens(s.seq).unwrap_or(s.tokens).min(s.tokens)
+            } else if k >= tightest {
+                if self.is_tool_result(s.seq) {
+                    self.truncated_tokens(s.seq).unwrap_or(s.tokens).min(s.tokens)
+                } else {
+                    s.tokens
+                }
+            } else {
+                0
+            });
+        }
+        if floor > self.target && self.config.budget > self.target {
+            self.guard = Some(format!(
+                "target clamped to the budget: the achievable floor is {} tokens against a target of {}",
+                thousands(floor),
+                thousands(self.target)
+            ));
+            self.target = self.config.budget;
+        }
+    }
+
+    /// Truncates the tool results between the `from` and `to` fractions of their list.
+    fn truncate_wave(&mut self, from: f64, to: f64, rule: &str) {
+        let tools: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots.get(i).is_some_and(|s| !s.removed && self.is_tool_result(s.seq)))
+            .collect();
+        let n = tools.len() as u64;
+        let (a, b) = (ratio_of(n, from) as usize, ratio_of(n, to) as usize);
+        for &i in tools.get(a..b).unwrap_or_default() {
+            if self.total <= self.target {
+                return;
+            }
+            let Some(s) = self.slots.get(i).copied() else { continue };
+            if s.truncated || self.tools.contains(&s.seq) {
+                continue;
+            }
+            let Some(new) = self.truncated_tokens(s.seq).filter(|&t| t < s.tokens) else { continue };
+            self.total -= u64::from(s.tokens - new);
+            if let Some(slot) = self.slots.get_mut(i) {
+                slot.tokens = new;
+                slot.truncated = true;
+            }
+            self.edit(s.seq, EditKind::Truncated { keep_chars: self.config.truncate_chars }, rule);
+        }
+    }
+
+    /// A message and all the messages tied to it by tool calls; `None` if a call in the group
+    /// is unanswered (such a call is never removed) or the group is implausibly large.
+    fn tool_group(&self, seq: u64) -> Option<Vec<u64>> {
+        let mut group = vec![seq];
+        let mut i = 0;
+        while let Some(&s) = group.get(i) {
+            i += 1;
+            let m = &self.state.entry(s)?.message;
+            let calls = m.call_ids().map(|id| self.state.result_seq(id)).collect::<Option<Vec<_>>>()?;
+            let owners = m.result_ids().filter_map(|id| self.state.call_seq(id));
+            for p in calls.into_iter().chain(owners) {
+                if !group.contains(&p) {
+                    group.push(p);
+                }
+            }
+            if group.len() > MAX_GROUP {
+                return None;
+            }
+        }
+        group.sort_unstable();
+        Some(group)
+    }
+
+    /// Removes unprotected messages oldest first, tool pairs together. `recent` scales the
+    /// protected recent window.
+    fn remove(&mut self, recent: f64, rule: &str) {
+        let live: Vec<usize> =
+            (0..self.slots.len()).filter(|&i| self.slots.get(i).is_some_and(|s| !s.removed)).collect();
+        let cut = live.len() - ratio_of(live.len() as u64, self.config.protected_recent_ratio * recent) as usize;
+        let recent_seqs: BTreeSet<u64> =
+            live.iter().skip(cut).filter_map(|&i| self.slots.get(i).map(|s| s.seq)).collect();
+        let rule = format!("{rule} (recent {:.0}% protected)", self.config.protected_recent_ratio * recent * 100.0);
+        let protected = |l: &Ladder<'_>, seq: u64| {
+            always_protected(l.state, seq) || l.tools.contains(&seq) || recent_seqs.contains(&seq)
+        };
+        for &i in &live {
+            if self.total <= self.target {
+                return;
+            }
+            let Some(s) = self.slots.get(i).copied() else { continue };
+            let human = self.state.entry(s.seq).is_none_or(|e| e.message.is_human());
+            if s.removed || human || protected(self, s.seq) {
+                continue;
+            }
+            let Some(group) = self.tool_group(s.seq) else { continue };
+            if group.iter().any(|&g| protected(self, g)) {
+                continue;
+            }
+            for g in group {
+                let Some(&gi) = self.at.get(&g) else { continue };
+                let Some(slot) = self.slots.get_mut(gi) else { continue };
+                if slot.removed {
+                    continue;
+                }
+                slot.removed = true;
+                let freed = u64::from(slot.tokens);
+                self.total -= freed;
+                self.edit(g, EditKind::Removed, &rule);
+            }
+        }
+    }
+
+    /// Level 8: stub long human messages by cost (text goes, images stay), oldest first; the
+    /// first and last human message are never stubbed.
+    fn stub_users(&mut self) {
+        for i in 0..self.slots.len() {
+            if self.total <= self.target {
+                return;
+            }
+            let Some(s) = self.slots.get(i).copied() else { continue };
+            let human = self.state.entry(s.seq).is_some_and(|e| e.message.is_human());
+            if s.removed || s.stubbed || !human || always_protected(self.state, s.seq) {
+                continue;
+            }
+            let Some(new) = self.stubbed_tokens(s.seq).filter(|&t| t < s.tokens) else { continue };
+            self.total -= u64::from(s.tokens - new);
+            if let Some(slot) = self.slots.get_mut(i) {
+                slot.tokens = new;
+                slot.stubbed = true;
+            }
+            self.edit(
+                s.seq,
+                EditKind::Stubbed { preview_chars: STUB_PREVIEW_CHARS },
+                "stub long user messages by cost",
+            );
+        }
+    }
+}
