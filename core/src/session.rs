@@ -180,7 +180,8 @@ impl<S: Store> Session<S> {
         }
         let mut s = Session { store, stream: id, state: State::new(), cache: ViewCache::new() };
         let ev = Event::SessionStarted(SessionStarted { session: id.0, format, config, at: now });
-        match s.persist(ExpectedVersion::Exact(0), vec![ev], None) {
+        s.state.check_event(1, &ev).map_err(|v| s.invariant(v))?;
+        match s.persist_then_apply(vec![ev]) {
             Err(SessionError::Store(StoreError::Conflict { .. })) => Err(SessionError::Exists(id)),
             other => other.map(|_| s),
         }
@@ -258,11 +259,9 @@ impl<S: Store> Session<S> {
                 tokens,
             }));
         }
-        let mut next = self.state.clone();
-        for (i, ev) in events.iter().enumerate() {
-            next.apply(self.state.version() + 1 + i as u64, ev).map_err(|v| self.invariant(v))?;
-        }
-        report.version = self.persist(ExpectedVersion::Exact(self.state.version()), events, Some(next))?;
+        // Validate without copying the state (appends are the hot path), persist, then apply.
+        self.state.check_appends(self.state.version() + 1, &events).map_err(|v| self.invariant(v))?;
+        report.version = self.persist_then_apply(events)?;
         Ok(report)
     }
 
@@ -377,11 +376,21 @@ impl<S: Store> Session<S> {
             prefix_reused,
         });
         let served_version = self.state.version() + decision.events.len() as u64 + 1;
-        let mut next = decision.scratch.unwrap_or_else(|| self.state.clone());
-        next.apply(served_version, &served).map_err(|v| self.invariant(v))?;
         let mut events = decision.events;
-        events.push(served);
-        let version = self.persist(ExpectedVersion::Exact(self.state.version()), events.clone(), Some(next))?;
+        let version = match decision.scratch {
+            // The view changed: the scratch state already holds the batch; finish it there.
+            Some(mut next) => {
+                next.apply(served_version, &served).map_err(|v| self.invariant(v))?;
+                events.push(served);
+                self.persist(events.clone(), next)?
+            }
+            // Only `RequestServed`: validate in place, no copy of the state.
+            None => {
+                self.state.check_event(served_version, &served).map_err(|v| self.invariant(v))?;
+                events.push(served);
+                self.persist_then_apply(events.clone())?
+            }
+        };
         if let Some(c) = cache {
             self.cache = c;
         }
@@ -399,7 +408,7 @@ impl<S: Store> Session<S> {
         let ev = Event::Restored(Restored { seq, partners, by: by.to_owned(), why: why.to_owned() });
         let mut next = self.state.clone();
         next.apply(self.state.version() + 1, &ev).map_err(|v| self.invariant(v))?;
-        let version = self.persist(ExpectedVersion::Exact(self.state.version()), vec![ev.clone()], Some(next))?;
+        let version = self.persist(vec![ev.clone()], next)?;
         Ok(Committed { version, events: vec![ev] })
     }
 
@@ -457,7 +466,8 @@ impl<S: Store> Session<S> {
             mode_used: produced.used,
             refusal: produced.refusal,
         });
-        let version = self.persist(ExpectedVersion::Exact(self.state.version()), vec![ev.clone()], None)?;
+        self.state.check_event(self.state.version() + 1, &ev).map_err(|v| self.invariant(v))?;
+        let version = self.persist_then_apply(vec![ev.clone()])?;
         Ok(Prepared::Written(Committed { version, events: vec![ev] }))
     }
 
@@ -468,28 +478,30 @@ impl<S: Store> Session<S> {
         Ok(())
     }
 
-    /// Appends `events` (already applied to `next`), then adopts `next`.
-    fn persist(
-        &mut self,
-        expected: ExpectedVersion,
-        events: Vec<Event>,
-        next: Option<State>,
-    ) -> Result<Version, SessionError> {
-        let records =
-            events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
-        let next = match next {
-            Some(n) => n,
-            None => {
-                let mut n = self.state.clone();
-                for (i, ev) in events.iter().enumerate() {
-                    n.apply(self.state.version() + 1 + i as u64, ev).map_err(|v| self.invariant(v))?;
-                }
-                n
-            }
-        };
-        let version = self.store.append(self.stream, expected, &records)?;
+    /// Appends already-validated `events`, then applies them to the state in place. A failure
+    /// to apply after a successful append is a bug in the validation; the session then reports
+    /// it and must be reopened from the store.
+    fn persist_then_apply(&mut self, events: Vec<Event>) -> Result<Version, SessionError> {
+        let first = self.state.version() + 1;
+        let version = self.write(&events)?;
+        for (i, ev) in events.iter().enumerate() {
+            self.state.apply(first + i as u64, ev).map_err(|v| self.invariant(v))?;
+        }
+        Ok(version)
+    }
+
+    /// Appends `events` (already applied to the copy `next`), then adopts `next`.
+    fn persist(&mut self, events: Vec<Event>, next: State) -> Result<Version, SessionError> {
+        let version = self.write(&events)?;
         self.state = next;
         Ok(version)
+    }
+
+    /// Encodes `events` and appends them as one atomic batch at the current version.
+    fn write(&self, events: &[Event]) -> Result<Version, SessionError> {
+        let records =
+            events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
+        Ok(self.store.append(self.stream, ExpectedVersion::Exact(self.state.version()), &records)?)
     }
 }
 

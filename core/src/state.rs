@@ -378,29 +378,7 @@ impl State {
         }
         match ev {
             Event::SessionStarted(_) | Event::GuardRaised(_) => Ok(()),
-            Event::MessageAppended(e) => {
-                if e.seq != self.count() {
-                    return fail(
-                        Invariant::SeqDense,
-                        format!("seq {} appended at message count {}", e.seq, self.count()),
-                    );
-                }
-                for id in e.message.result_ids() {
-                    if !self.call_at.contains_key(id) && !e.message.call_ids().any(|c| c == id) {
-                        return fail(
-                            Invariant::UnknownToolCall,
-                            format!("seq {} answers unknown tool call {id:?}", e.seq),
-                        );
-                    }
-                    if let Some(prev) = self.result_at.get(id) {
-                        return fail(
-                            Invariant::UnknownToolCall,
-                            format!("seq {}: call {id:?} already answered by seq {prev}", e.seq),
-                        );
-                    }
-                }
-                Ok(())
-            }
+            Event::MessageAppended(e) => self.check_append(version, ev, e, self.count(), &|_| false, &|_| false),
             Event::SummaryPrepared(e) => {
                 if e.from != self.compacted {
                     return fail(
@@ -457,6 +435,70 @@ impl State {
                 }
             }
         }
+    }
+
+    /// Checks an append against the state plus an overlay of earlier appends of the same
+    /// batch (`pending_call`/`pending_answer`), so a batch is validated without a copy.
+    fn check_append(
+        &self,
+        version: Version,
+        ev: &Event,
+        e: &crate::event::MessageAppended,
+        count: u64,
+        pending_call: &dyn Fn(&str) -> bool,
+        pending_answer: &dyn Fn(&str) -> bool,
+    ) -> Result<(), Violation> {
+        let fail = |inv, detail: String| Err(violation(version, ev, inv, detail));
+        if e.seq != count {
+            return fail(Invariant::SeqDense, format!("seq {} appended at message count {count}", e.seq));
+        }
+        for id in e.message.result_ids() {
+            let known = self.call_at.contains_key(id) || pending_call(id) || e.message.call_ids().any(|c| c == id);
+            if !known {
+                return fail(Invariant::UnknownToolCall, format!("seq {} answers unknown tool call {id:?}", e.seq));
+            }
+            if let Some(prev) = self.result_at.get(id) {
+                return fail(
+                    Invariant::UnknownToolCall,
+                    format!("seq {}: call {id:?} already answered by seq {prev}", e.seq),
+                );
+            }
+            if pending_answer(id) {
+                return fail(
+                    Invariant::UnknownToolCall,
+                    format!("seq {}: call {id:?} already answered in this batch", e.seq),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates a batch of appends starting at `version` without changing the state.
+    pub fn check_appends(&self, version: Version, events: &[Event]) -> Result<(), Violation> {
+        let mut calls: Vec<&str> = Vec::new();
+        let mut answers: Vec<&str> = Vec::new();
+        for (i, ev) in events.iter().enumerate() {
+            let v = version + i as u64;
+            let Event::MessageAppended(e) = ev else {
+                return Err(violation(v, ev, Invariant::SeqDense, "an append batch holds only MessageAppended"));
+            };
+            if i == 0 {
+                self.check(v, ev)?;
+            } else {
+                self.check_append(v, ev, e, self.count() + i as u64, &|id| calls.contains(&id), &|id| {
+                    answers.contains(&id)
+                })?;
+            }
+            calls.extend(e.message.call_ids());
+            answers.extend(e.message.result_ids());
+        }
+        Ok(())
+    }
+
+    /// Validates one event without changing the state. The event's post-conditions (tool
+    /// pairs after a view change) are only checked by [`State::apply`].
+    pub fn check_event(&self, version: Version, ev: &Event) -> Result<(), Violation> {
+        self.check(version, ev)
     }
 
     fn check_edit(&self, seq: u64, kind: EditKind) -> Result<(), (Invariant, String)> {
