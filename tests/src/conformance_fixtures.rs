@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use ctxlog::store::{BlobId, MemoryStore, Store, StreamId, Version};
 use ctxlog_store_fs::FsStore;
+use ctxlog_store_sled::SledStore;
 use ctxlog_store_sqlite::SqliteStore;
 use tempfile::TempDir;
 
@@ -151,5 +152,41 @@ impl Fixture for Fs {
         bytes[0] ^= 0x80;
         std::fs::write(&path, bytes).unwrap();
         true
+    }
+}
+
+/// A sled database in a temp dir; tampering goes through the store's test hooks (sled holds
+/// an exclusive lock on its directory, so nothing else can open it meanwhile).
+pub struct Sled {
+    store: Option<SledStore>,
+    dir: TempDir,
+}
+
+/// A fresh sled store in a temp dir.
+pub fn sled() -> Box<dyn Fixture> {
+    let dir = tempfile::tempdir().unwrap();
+    Box::new(Sled { store: Some(SledStore::open(dir.path().join("db")).unwrap()), dir })
+}
+
+impl Fixture for Sled {
+    fn store(&self) -> &dyn Store {
+        self.store.as_ref().unwrap()
+    }
+    fn reopen(&mut self) {
+        drop(self.store.take());
+        self.store = Some(SledStore::open(self.dir.path().join("db")).unwrap());
+    }
+    fn flip_record_bit(&mut self, stream: StreamId, version: Version) -> bool {
+        self.store
+            .as_ref()
+            .unwrap()
+            .tamper_record(stream, version, |b| {
+                let mid = b.len() / 2;
+                b[mid] ^= 0x02;
+            })
+            .unwrap()
+    }
+    fn flip_blob_bit(&mut self, id: &BlobId) -> bool {
+        self.store.as_ref().unwrap().tamper_blob(id, |b| b[0] ^= 0x01).unwrap()
     }
 }
