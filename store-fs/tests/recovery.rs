@@ -2,6 +2,9 @@
 //! at every byte, append junk, damage a middle frame; check what `open` keeps, truncates and
 //! refuses to touch.
 
+// Test helpers outside #[test] fns: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
 use std::path::{Path, PathBuf};
 
 use ctxlog::store::{ExpectedVersion, Record, Store, StoreError, StreamId, Version};
