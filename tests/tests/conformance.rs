@@ -25,6 +25,8 @@ macro_rules! store_tests {
 
 store_tests!(memory, fixtures::memory);
 store_tests!(sqlite, fixtures::sqlite);
+store_tests!(fs, fixtures::fs);
+store_tests!(sled, fixtures::sled);
 
 /// Two connections to one SQLite file (as two processes would have) racing with `Exact`:
 /// `BEGIN IMMEDIATE` + the primary key make every loser a `Conflict`, never a duplicate.

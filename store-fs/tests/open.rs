@@ -1,0 +1,77 @@
+//! fs-specific behaviour of `FsStore::open`: the lock, the format file, the layout.
+
+use ctxlog::store::{ExpectedVersion, Record, Store, StoreError, StreamId};
+use ctxlog_store_fs::FsStore;
+
+#[test]
+fn second_open_of_a_directory_is_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = FsStore::open(dir.path()).unwrap();
+    let e = FsStore::open(dir.path()).unwrap_err();
+    match &e {
+        StoreError::Locked { backend: "fs", location, detail } => {
+            assert_eq!(location, &dir.path().display().to_string());
+            assert!(detail.contains("LOCK") && detail.contains(&format!("pid {}", std::process::id())), "{detail}");
+        }
+        other => panic!("expected Locked, got {other}"),
+    }
+    drop(first);
+    FsStore::open(dir.path()).expect("the lock is released on drop");
+}
+
+#[test]
+fn other_format_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(FsStore::open(dir.path()).unwrap());
+    std::fs::write(dir.path().join("FORMAT"), "ctxlog-fs 9\n").unwrap();
+    let e = FsStore::open(dir.path()).unwrap_err();
+    assert!(matches!(e, StoreError::Schema { backend: "fs", found: 9, supported: 1, .. }), "{e}");
+}
+
+#[test]
+fn foreign_non_empty_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+    let e = FsStore::open(dir.path()).unwrap_err();
+    assert!(e.to_string().contains("not a ctxlog fs store"), "{e}");
+}
+
+#[test]
+fn layout_matches_the_docs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let s = StreamId::random();
+    store.append(s, ExpectedVersion::Exact(0), &[Record::seal(b"x".to_vec())]).unwrap();
+    store.put_snapshot(s, &ctxlog::store::Snapshot::seal(1, b"snap".to_vec())).unwrap();
+    let id = store.put_blob(b"blob").unwrap();
+    let root = dir.path();
+    assert_eq!(std::fs::read_to_string(root.join("FORMAT")).unwrap(), "ctxlog-fs 1\n");
+    assert!(root.join("LOCK").is_file());
+    assert!(root.join("streams").join(format!("{s}.log")).is_file());
+    assert!(root.join("snapshots").join(format!("{s}.snap")).is_file());
+    assert!(root.join("blobs").join(&id.hex()[..2]).join(&id.hex()[2..]).is_file());
+    assert_eq!(std::fs::read_dir(root.join("tmp")).unwrap().count(), 0, "no temp file left behind");
+}
+
+#[test]
+fn leftover_temp_files_are_removed_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(FsStore::open(dir.path()).unwrap());
+    std::fs::write(dir.path().join("tmp").join("123-0"), "half a blob").unwrap();
+    drop(FsStore::open(dir.path()).unwrap());
+    assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+}
+
+#[test]
+fn damaged_snapshot_header_reads_as_no_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let s = StreamId::random();
+    store.append(s, ExpectedVersion::Exact(0), &[Record::seal(b"x".to_vec())]).unwrap();
+    store.put_snapshot(s, &ctxlog::store::Snapshot::seal(1, b"snap".to_vec())).unwrap();
+    let path = dir.path().join("snapshots").join(format!("{s}.snap"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[9] ^= 1; // inside the version field
+    std::fs::write(&path, bytes).unwrap();
+    assert_eq!(store.get_snapshot(s).unwrap(), None);
+}
