@@ -82,17 +82,17 @@ pub fn import(
                 write_view(w, &session, &plan, opts.inline_media)?;
             }
             let committed = session.commit(plan, clock, reported)?;
-            // Prepare runs between calls, as a host would run its summarizer in the background.
-            if let Some(job) = session.summary_job() {
-                let text = ctxlog::summary::extractive(session.state(), &job);
-                session.prepare(&job, text, Produced::extractive())?;
-            }
             let first = committed.version + 1 - committed.events.len() as u64;
             for (i, ev) in committed.events.iter().enumerate() {
                 if let Some(rec) = timeline.feed(first + i as u64, ev, session.state()) {
                     on_call(&rec)?;
                     records.push(rec);
                 }
+            }
+            // Prepare runs between calls, as a host would run its summarizer in the background.
+            if let Some(job) = session.summary_job() {
+                let text = ctxlog::summary::extractive(session.state(), &job);
+                session.prepare(&job, text, Produced::extractive())?;
             }
         }
         pending.push(m.clone());

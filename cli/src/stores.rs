@@ -1,6 +1,8 @@
 //! Store URLs: `sqlite:PATH`, `sled:PATH`, `fs:PATH`, `mem:`.
 
 use ctxlog::{MemoryStore, Store};
+use ctxlog_store_fs::FsStore;
+use ctxlog_store_sled::SledStore;
 use ctxlog_store_sqlite::SqliteStore;
 
 use crate::error::CliError;
@@ -11,6 +13,8 @@ pub fn open_store(url: &str) -> Result<Box<dyn Store>, CliError> {
     match (scheme, rest) {
         ("mem", "") => Ok(Box::new(MemoryStore::new())),
         ("sqlite", path) if !path.is_empty() => Ok(Box::new(SqliteStore::open(path)?)),
+        ("sled", path) if !path.is_empty() => Ok(Box::new(SledStore::open(path)?)),
+        ("fs", path) if !path.is_empty() => Ok(Box::new(FsStore::open(path)?)),
         _ => Err(bad(url)),
     }
 }
