@@ -221,7 +221,7 @@ fn flipped_bit_in_a_live_store_is_found_on_read() {
     bytes[first_len] ^= 0x02;
     std::fs::write(&path, &bytes).unwrap();
     match store.read(s, 1, usize::MAX) {
-        Err(StoreError::Corrupt { version: 2, detail, .. }) => assert!(detail.contains("framing"), "{detail}"),
+        Err(StoreError::Corrupt { version: 2, detail, .. }) => assert!(detail.contains("length word"), "{detail}"),
         other => panic!("{other:?}"),
     }
 }

@@ -400,3 +400,76 @@ pub fn concurrent_writers_many_streams(make: Factory) {
         assert_eq!(b[29], format!("{s} 29"));
     }
 }
+
+/// Outcome of a store call with the error reduced to what the contract fixes.
+fn norm<T>(r: Result<T, StoreError>) -> Result<T, String> {
+    r.map_err(|e| match e {
+        StoreError::Conflict { expected, actual, .. } => format!("Conflict(expected {expected}, actual {actual})"),
+        StoreError::SnapshotAhead { snapshot, head, .. } => format!("SnapshotAhead({snapshot} > {head})"),
+        other => format!("unexpected error: {other}"),
+    })
+}
+
+/// Random operations (including reopen) on the backend and on [`MemoryStore`], the
+/// reference, must give the same answers (sled's `prop_tree_matches_btreemap` idea).
+pub fn model_matches_memory_store(make: Factory) {
+    use ctxlog::store::MemoryStore;
+    let mut f = make();
+    let model = MemoryStore::new();
+    let ids: Vec<StreamId> = (0..3).map(|_| StreamId::random()).collect();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut rnd = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n.max(1)
+    };
+    for step in 0..400u64 {
+        let s = ids[rnd(3) as usize];
+        let head = model.head(s).unwrap().unwrap_or(0);
+        let st = f.store();
+        match rnd(10) {
+            0..=3 => {
+                let expected = match rnd(4) {
+                    0 => ExpectedVersion::Any,
+                    1 => ExpectedVersion::Exact(head),
+                    2 => ExpectedVersion::Exact(head + 1),
+                    _ => ExpectedVersion::Exact(head.saturating_sub(1)),
+                };
+                let recs: Vec<Record> = (0..rnd(4)).map(|i| rec(&format!("step {step} rec {i}"))).collect();
+                let want = norm(model.append(s, expected, &recs));
+                assert_eq!(norm(st.append(s, expected, &recs)), want, "step {step}: append {expected} x{}", recs.len());
+            }
+            4 | 5 => {
+                let (from, max) = (rnd(head + 3), rnd(6) as usize);
+                let want = model.read(s, from, max).unwrap();
+                assert_eq!(st.read(s, from, max).unwrap(), want, "step {step}: read({from}, {max})");
+            }
+            6 => {
+                assert_eq!(st.head(s).unwrap(), model.head(s).unwrap(), "step {step}: head");
+                assert_eq!(st.streams().unwrap(), model.streams().unwrap(), "step {step}: streams");
+            }
+            7 => {
+                let snap = Snapshot::seal(rnd(head + 2), format!("snap {step}").into_bytes());
+                let want = norm(model.put_snapshot(s, &snap));
+                assert_eq!(norm(st.put_snapshot(s, &snap)), want, "step {step}: put_snapshot v{}", snap.version);
+                assert_eq!(st.get_snapshot(s).unwrap(), model.get_snapshot(s).unwrap(), "step {step}: get_snapshot");
+            }
+            8 => {
+                let bytes = format!("blob {}", rnd(20)).into_bytes();
+                let id = model.put_blob(&bytes).unwrap();
+                assert_eq!(st.put_blob(&bytes).unwrap(), id);
+                let probe = BlobId::of(format!("blob {}", rnd(40)).as_bytes());
+                assert_eq!(st.get_blob(&probe).unwrap(), model.get_blob(&probe).unwrap(), "step {step}: get_blob");
+            }
+            _ => {
+                if rnd(3) == 0 {
+                    f.reopen();
+                }
+            }
+        }
+    }
+    for s in &ids {
+        assert_eq!(f.store().read(*s, 1, usize::MAX).unwrap(), model.read(*s, 1, usize::MAX).unwrap());
+    }
+}

@@ -12,7 +12,7 @@ macro_rules! store_tests {
                 append_and_read, read_bounds, head_and_streams, conflict_writes_nothing,
                 exact_zero_on_existing_stream_conflicts, batch_is_atomic, flipped_bit_is_corrupt, blobs,
                 snapshots, reopen_keeps_everything, many_streams, large_values,
-                concurrent_writers_one_stream, concurrent_writers_many_streams);
+                concurrent_writers_one_stream, concurrent_writers_many_streams, model_matches_memory_store);
         }
     };
     (@tests $factory:path; $($name:ident),* $(,)?) => {$(
