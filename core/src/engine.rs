@@ -130,7 +130,7 @@ fn escalate(b: &mut Builder<'_>, config: &Config, call: u64, metered: u64) -> Re
         b.raise(call, GuardKind::TargetUnreachable, guards::target_unreachable(floor, config), "--target, --budget")?;
         return Ok(0);
     }
-    let outcome = ladder::run(cur, config);
+    let outcome = ladder::run(cur, config, metered);
     if let Some(detail) = &outcome.clamped {
         b.raise(call, GuardKind::TargetClamped, detail.clone(), "--target, --protected-recent, --protected-tools")?;
     }

@@ -222,6 +222,8 @@ pub struct VerifyReport {
     pub snapshot_checked: bool,
     /// Every problem, each naming the stream and version.
     pub problems: Vec<String>,
+    /// Things worth knowing that are not damage (e.g. a snapshot from another build).
+    pub notes: Vec<String>,
 }
 
 impl VerifyReport {
@@ -295,6 +297,11 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
     if let Some(snap) = snapshot {
         report.snapshot_checked = true;
         match (decode_snapshot(&snap), snap_state) {
+            // A snapshot of another build's state layout is a stale cache, not damage: opening
+            // the session ignores it and replays.
+            (Err(e), _) if snap.body().is_ok() && e.starts_with("snapshot layout") => {
+                report.notes.push(format!("stream {stream}: snapshot at version {} ignored: {e}", snap.version))
+            }
             (Err(e), _) => {
                 report.problems.push(format!("stream {stream}: snapshot at version {} is unusable: {e}", snap.version))
             }

@@ -62,7 +62,8 @@ fn simulate(budget: u64, cache_aware: bool) -> Priced {
     let mut views = Views::default();
     let store = MemoryStore::new();
     let config = Config { budget, cache_aware, ..Config::default() };
-    let opts = ImportOptions { config, session: None, call_interval_ms: 30_000, views: Some(&mut views), inline_media: false };
+    let opts =
+        ImportOptions { config, session: None, call_interval_ms: 30_000, views: Some(&mut views), inline_media: false };
     let mut records: Vec<CallRecord> = Vec::new();
     import(&transcript, &store, opts, |r| {
         records.push(r.clone());
@@ -71,14 +72,25 @@ fn simulate(budget: u64, cache_aware: bool) -> Priced {
     .unwrap_or_else(|e| panic!("{e}"));
     let text = String::from_utf8(views.0).unwrap_or_else(|e| panic!("{e}"));
     let mut prev: Option<(Vec<&RawValue>, f64)> = None;
-    let mut p = Priced { calls: records.len(), reused: 0, flushes: 0, edits: 0, input: 0.0, cached: 0.0, cost: 0.0, over_budget: 0 };
+    let mut p = Priced {
+        calls: records.len(),
+        reused: 0,
+        flushes: 0,
+        edits: 0,
+        input: 0.0,
+        cached: 0.0,
+        cost: 0.0,
+        over_budget: 0,
+    };
     for (line, r) in text.lines().zip(&records) {
         let view: ViewLine<'_> = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
         let bytes: Vec<usize> = view.messages.iter().map(|m| m.get().len()).collect();
         let total_bytes: usize = bytes.iter().sum();
         let at_ms = r.at * 1000.0;
         let shared = match &prev {
-            Some((pv, pat)) if at_ms - pat < TTL_MS => pv.iter().zip(&view.messages).take_while(|(a, b)| a.get() == b.get()).count(),
+            Some((pv, pat)) if at_ms - pat < TTL_MS => {
+                pv.iter().zip(&view.messages).take_while(|(a, b)| a.get() == b.get()).count()
+            }
             _ => 0,
         };
         let shared_bytes: usize = bytes.iter().take(shared).sum();

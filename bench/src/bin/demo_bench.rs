@@ -61,9 +61,15 @@ fn main() {
             let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
             let store: Box<dyn Store> = match kind {
                 "mem" => Box::new(MemoryStore::new()),
-                "sqlite" => Box::new(ctxlog_store_sqlite::SqliteStore::open(dir.path().join("x.db")).unwrap_or_else(|e| panic!("{e}"))),
-                "fs" => Box::new(ctxlog_store_fs::FsStore::open(dir.path().join("fs")).unwrap_or_else(|e| panic!("{e}"))),
-                _ => Box::new(ctxlog_store_sled::SledStore::open(dir.path().join("sled")).unwrap_or_else(|e| panic!("{e}"))),
+                "sqlite" => Box::new(
+                    ctxlog_store_sqlite::SqliteStore::open(dir.path().join("x.db")).unwrap_or_else(|e| panic!("{e}")),
+                ),
+                "fs" => {
+                    Box::new(ctxlog_store_fs::FsStore::open(dir.path().join("fs")).unwrap_or_else(|e| panic!("{e}")))
+                }
+                _ => Box::new(
+                    ctxlog_store_sled::SledStore::open(dir.path().join("sled")).unwrap_or_else(|e| panic!("{e}")),
+                ),
             };
             all.push(once(&t, store.as_ref()));
         }

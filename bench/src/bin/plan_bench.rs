@@ -19,16 +19,21 @@ use ctxlog::wire::parse_message;
 use ctxlog::{MemoryStore, Message, Session, StreamId, WireFormat};
 
 fn triple(i: usize) -> [Message; 3] {
-    let user = format!(r#"{{"role":"user","content":{}}}"#, serde_json::json!(format!("request number {i} ").repeat(5)));
+    let user =
+        format!(r#"{{"role":"user","content":{}}}"#, serde_json::json!(format!("request number {i} ").repeat(5)));
     let call = format!(
         r#"{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_{i}","type":"function","function":{{"name":"search","arguments":"{{\"q\":\"item {i}\"}}"}}}}]}}"#
     );
-    let result = format!(r#"{{"role":"tool","tool_call_id":"call_{i}","content":{}}}"#, serde_json::json!("result payload data ".repeat(150)));
+    let result = format!(
+        r#"{{"role":"tool","tool_call_id":"call_{i}","content":{}}}"#,
+        serde_json::json!("result payload data ".repeat(150))
+    );
     [user, call, result].map(|j| parse_message(&j).unwrap_or_else(|e| panic!("bench fixture: {e}")))
 }
 
 fn session(store: &MemoryStore, n: usize, config: Config) -> Session<&MemoryStore> {
-    let mut s = Session::create(store, StreamId::random(), WireFormat::OpenAi, config, 0).unwrap_or_else(|e| panic!("{e}"));
+    let mut s =
+        Session::create(store, StreamId::random(), WireFormat::OpenAi, config, 0).unwrap_or_else(|e| panic!("{e}"));
     for i in 0..n {
         s.append(triple(i).to_vec()).unwrap_or_else(|e| panic!("{e}"));
     }

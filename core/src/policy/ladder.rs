@@ -23,7 +23,7 @@ pub struct Outcome {
     pub edits: Vec<Edited>,
     /// Highest level run (1–8).
     pub level: u8,
-    /// Predicted view tokens after the edits.
+    /// Predicted meter reading after the edits.
     pub tokens: u64,
     /// The target aimed at (the budget when the configured target was out of reach).
     pub target: u64,
@@ -49,14 +49,18 @@ struct Ladder<'a> {
     tools: BTreeSet<u64>,
     total: u64,
     target: u64,
+    // Meter reading minus the estimate: what the provider counts beyond (or below) our estimate.
+    offset: i64,
     guard: Option<String>,
     edits: Vec<Edited>,
     level: u8,
 }
 
-/// Runs the ladder on the current view of `state`.
-pub fn run(state: &State, config: &Config) -> Outcome {
-    let mut l = Ladder::new(state, config);
+/// Runs the ladder on the current view of `state`, whose meter reads `metered` tokens. The
+/// ladder counts in meter units: savings are estimated, but they are taken off the meter
+/// reading, so a provider-anchored meter and the ladder agree on when the target is reached.
+pub fn run(state: &State, config: &Config, metered: u64) -> Outcome {
+    let mut l = Ladder::new(state, config, metered);
     l.clamp_target();
     type Step = fn(&mut Ladder<'_>);
     let steps: [(u8, Step); 8] = [
@@ -80,7 +84,7 @@ pub fn run(state: &State, config: &Config) -> Outcome {
 }
 
 impl<'a> Ladder<'a> {
-    fn new(state: &'a State, config: &'a Config) -> Self {
+    fn new(state: &'a State, config: &'a Config, metered: u64) -> Self {
         let mut slots = Vec::new();
         let mut at = BTreeMap::new();
         for it in state.view() {
@@ -102,8 +106,9 @@ impl<'a> Ladder<'a> {
             slots,
             at,
             tools: protected_tool_results(state, config.protected_tool_results).into_iter().collect(),
-            total: state.view_tokens(),
+            total: metered,
             target: config.target_tokens(),
+            offset: metered as i64 - state.view_tokens() as i64,
             guard: None,
             edits: Vec::new(),
             level: 0,
@@ -156,6 +161,7 @@ impl<'a> Ladder<'a> {
                 0
             });
         }
+        let floor = floor.saturating_add_signed(self.offset);
         if floor > self.target && self.config.budget > self.target {
             self.guard = Some(format!(
                 "target clamped to the budget: the achievable floor is {} tokens against a target of {}",
@@ -182,7 +188,7 @@ impl<'a> Ladder<'a> {
                 continue;
             }
             let Some(new) = self.truncated_tokens(s.seq).filter(|&t| t < s.tokens) else { continue };
-            self.total -= u64::from(s.tokens - new);
+            self.total = self.total.saturating_sub(u64::from(s.tokens - new));
             if let Some(slot) = self.slots.get_mut(i) {
                 slot.tokens = new;
                 slot.truncated = true;
@@ -246,8 +252,7 @@ impl<'a> Ladder<'a> {
                     continue;
                 }
                 slot.removed = true;
-                let freed = u64::from(slot.tokens);
-                self.total -= freed;
+                self.total = self.total.saturating_sub(u64::from(slot.tokens));
                 self.edit(g, EditKind::Removed, &rule);
             }
         }
@@ -266,7 +271,7 @@ impl<'a> Ladder<'a> {
                 continue;
             }
             let Some(new) = self.stubbed_tokens(s.seq).filter(|&t| t < s.tokens) else { continue };
-            self.total -= u64::from(s.tokens - new);
+            self.total = self.total.saturating_sub(u64::from(s.tokens - new));
             if let Some(slot) = self.slots.get_mut(i) {
                 slot.tokens = new;
                 slot.stubbed = true;
