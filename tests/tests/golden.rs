@@ -6,6 +6,9 @@
 //! To write the golden set (only when a format version is released):
 //! `CTXLOG_BLESS_GOLDEN=1 cargo test -p ctxlog-tests --test golden`.
 
+// Test support code: a failed setup step should fail the test loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 
 use ctxlog::replay::{replay, verify, Mode};
