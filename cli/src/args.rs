@@ -67,6 +67,10 @@ pub struct SessionArgs {
 /// Engine knobs shared by `demo` and `import`.
 #[derive(Debug, Clone, Args)]
 pub struct ConfigArgs {
+    /// Read knobs from a TOML file (same keys as the flags, e.g. `budget = 120000`,
+    /// `cache-aware = true`); flags given on the command line win.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Input token budget of the model.
     #[arg(long)]
     pub budget: Option<u64>,
@@ -114,7 +118,61 @@ pub enum SummarizerArg {
     None,
 }
 
+/// The knobs of a `--config` file.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ConfigFile {
+    budget: Option<u64>,
+    trigger: Option<f64>,
+    target: Option<f64>,
+    prepare: Option<f64>,
+    summarizer: Option<String>,
+    cache_aware: Option<bool>,
+    ttl: Option<f64>,
+    protected_tools: Option<u32>,
+    protected_recent: Option<f64>,
+    breaker: Option<u32>,
+    image_tokens: Option<u32>,
+}
+
 impl ConfigArgs {
+    /// The config of `base`, then the `--config` file, then the flags.
+    pub fn resolve(&self, base: Config) -> Result<Config, crate::error::CliError> {
+        let Some(path) = &self.config else { return Ok(self.apply(base)) };
+        let input = |message: String| crate::error::CliError::input(path, 0, message);
+        let text = std::fs::read_to_string(path).map_err(|e| input(format!("cannot read: {e}")))?;
+        let file: ConfigFile = toml::from_str(&text).map_err(|e| {
+            // toml renders "at line L, column C", a source excerpt, then the message.
+            let msg = e.to_string();
+            let mut lines = msg.lines().filter(|l| !l.trim_start().starts_with('|') && !l.trim().is_empty());
+            let first = lines.next().unwrap_or_default().trim();
+            let last = lines.last().unwrap_or_default().trim();
+            input(format!("{first}: {last}"))
+        })?;
+        let summarizer = match file.summarizer.as_deref() {
+            None => None,
+            Some("extractive") => Some(SummarizerArg::Extractive),
+            Some("none") => Some(SummarizerArg::None),
+            Some(other) => return Err(input(format!("key `summarizer`: {other:?} is not extractive or none"))),
+        };
+        let from_file = ConfigArgs {
+            config: None,
+            budget: file.budget,
+            trigger: file.trigger,
+            target: file.target,
+            prepare: file.prepare,
+            summarizer,
+            cache_aware: file.cache_aware.unwrap_or(false),
+            ttl: file.ttl,
+            protected_tools: file.protected_tools,
+            protected_recent: file.protected_recent,
+            breaker: file.breaker,
+            image_tokens: file.image_tokens,
+            session: None,
+        };
+        Ok(self.apply(from_file.apply(base)))
+    }
+
     /// The config these flags describe, on top of `base`.
     pub fn apply(&self, mut c: Config) -> Config {
         if let Some(v) = self.budget {

@@ -41,7 +41,7 @@ pub fn run(
             return code;
         }
     };
-    let mut out = Out { stdout, stderr };
+    let mut out = Out { stdout, stderr, progress };
     match dispatch(cli.command, &mut out) {
         Ok(()) => 0,
         Err(e) => {
@@ -66,7 +66,7 @@ fn dispatch(command: Command, out: &mut Out<'_>) -> Result<(), CliError> {
 }
 
 fn config_of(args: &ConfigArgs, base: Config) -> Result<(Config, Option<ctxlog::StreamId>), CliError> {
-    let config = args.apply(base);
+    let config = args.resolve(base)?;
     config.validate().map_err(|e| CliError::Usage(e.to_string()))?;
     let session = args.session.as_deref().map(commands::parse_session).transpose()?;
     Ok((config, session))
@@ -117,7 +117,12 @@ fn run_import(
         views: views_file.as_mut().map(|w| w as &mut dyn Write),
         inline_media,
     };
-    let done = import(transcript, store.as_ref(), opts, |r| out.line(&if json { json_line(r) } else { row(r) }))?;
+    let total = transcript.lines.iter().filter(|l| l.message.role == ctxlog::message::Role::Assistant).count();
+    let done = import(transcript, store.as_ref(), opts, |r| {
+        out.progress(&format!("call {}/{total}", r.call + 1))?;
+        out.line(&if json { json_line(r) } else { row(r) })
+    })?;
+    out.progress_done()?;
     if let Some(mut w) = views_file {
         w.flush().map_err(out_err("the views file"))?;
     }

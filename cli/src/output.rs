@@ -13,6 +13,8 @@ pub struct Out<'a> {
     pub stdout: &'a mut dyn Write,
     /// Standard error (warnings, progress).
     pub stderr: &'a mut dyn Write,
+    /// Print progress on stderr (only when it is a terminal).
+    pub progress: bool,
 }
 
 impl Out<'_> {
@@ -24,6 +26,19 @@ impl Out<'_> {
     /// Raw bytes on stdout.
     pub fn raw(&mut self, b: &[u8]) -> Result<(), CliError> {
         self.stdout.write_all(b).map_err(output("stdout"))
+    }
+
+    /// Overwrites the progress line on stderr, if progress is on.
+    pub fn progress(&mut self, s: &str) -> Result<(), CliError> {
+        if self.progress {
+            write!(self.stderr, "\r\x1b[2K{s}").map_err(output("stderr"))?;
+        }
+        Ok(())
+    }
+
+    /// Clears the progress line.
+    pub fn progress_done(&mut self) -> Result<(), CliError> {
+        self.progress("")
     }
 
     /// One line on stderr.
