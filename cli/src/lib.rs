@@ -32,6 +32,17 @@ pub fn run(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> i32 {
+    run_with_progress(args, stdout, stderr, false)
+}
+
+/// [`run`], printing progress of long work on `stderr` when `progress` is set (the binary sets
+/// it when stderr is a terminal).
+pub fn run_with_progress(
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+    progress: bool,
+) -> i32 {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
