@@ -146,7 +146,7 @@ impl ConfigArgs {
             let msg = e.to_string();
             let mut lines = msg.lines().filter(|l| !l.trim_start().starts_with('|') && !l.trim().is_empty());
             let first = lines.next().unwrap_or_default().trim();
-            let last = lines.last().unwrap_or_default().trim();
+            let last = lines.next_back().unwrap_or_default().trim();
             input(format!("{first}: {last}"))
         })?;
         let summarizer = match file.summarizer.as_deref() {
