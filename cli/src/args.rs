@@ -64,12 +64,14 @@ pub struct SessionArgs {
     pub session: Option<String>,
 }
 
-/// Engine knobs shared by `demo` and `import`.
-#[derive(Debug, Clone, Args)]
+/// Engine knobs shared by `demo` and `import`; a `--config` TOML file has the same keys.
+#[derive(Debug, Clone, Args, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ConfigArgs {
     /// Read knobs from a TOML file (same keys as the flags, e.g. `budget = 120000`,
     /// `cache-aware = true`); flags given on the command line win.
     #[arg(long)]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Input token budget of the model.
     #[arg(long)]
@@ -88,6 +90,7 @@ pub struct ConfigArgs {
     pub summarizer: Option<SummarizerArg>,
     /// Defer flushes while the prompt cache is warm.
     #[arg(long)]
+    #[serde(default)]
     pub cache_aware: bool,
     /// Prompt-cache time-to-live in seconds (default 300).
     #[arg(long)]
@@ -106,33 +109,18 @@ pub struct ConfigArgs {
     pub image_tokens: Option<u32>,
     /// Choose the session id.
     #[arg(long)]
+    #[serde(skip)]
     pub session: Option<String>,
 }
 
 /// `--summarizer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SummarizerArg {
     /// Built-in deterministic extractive summaries.
     Extractive,
     /// No summaries.
     None,
-}
-
-/// The knobs of a `--config` file.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ConfigFile {
-    budget: Option<u64>,
-    trigger: Option<f64>,
-    target: Option<f64>,
-    prepare: Option<f64>,
-    summarizer: Option<String>,
-    cache_aware: Option<bool>,
-    ttl: Option<f64>,
-    protected_tools: Option<u32>,
-    protected_recent: Option<f64>,
-    breaker: Option<u32>,
-    image_tokens: Option<u32>,
 }
 
 impl ConfigArgs {
@@ -141,7 +129,7 @@ impl ConfigArgs {
         let Some(path) = &self.config else { return Ok(self.apply(base)) };
         let input = |message: String| crate::error::CliError::input(path, 0, message);
         let text = std::fs::read_to_string(path).map_err(|e| input(format!("cannot read: {e}")))?;
-        let file: ConfigFile = toml::from_str(&text).map_err(|e| {
+        let file: ConfigArgs = toml::from_str(&text).map_err(|e| {
             // toml renders "at line L, column C", a source excerpt, then the message.
             let msg = e.to_string();
             let mut lines = msg.lines().filter(|l| !l.trim_start().starts_with('|') && !l.trim().is_empty());
@@ -149,28 +137,7 @@ impl ConfigArgs {
             let last = lines.next_back().unwrap_or_default().trim();
             input(format!("{first}: {last}"))
         })?;
-        let summarizer = match file.summarizer.as_deref() {
-            None => None,
-            Some("extractive") => Some(SummarizerArg::Extractive),
-            Some("none") => Some(SummarizerArg::None),
-            Some(other) => return Err(input(format!("key `summarizer`: {other:?} is not extractive or none"))),
-        };
-        let from_file = ConfigArgs {
-            config: None,
-            budget: file.budget,
-            trigger: file.trigger,
-            target: file.target,
-            prepare: file.prepare,
-            summarizer,
-            cache_aware: file.cache_aware.unwrap_or(false),
-            ttl: file.ttl,
-            protected_tools: file.protected_tools,
-            protected_recent: file.protected_recent,
-            breaker: file.breaker,
-            image_tokens: file.image_tokens,
-            session: None,
-        };
-        Ok(self.apply(from_file.apply(base)))
+        Ok(self.apply(file.apply(base)))
     }
 
     /// The config these flags describe, on top of `base`.

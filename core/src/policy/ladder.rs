@@ -125,6 +125,20 @@ impl<'a> Ladder<'a> {
         self.edits.push(Edited { seq, kind, reason });
     }
 
+    /// Records an edit that shrinks slot `i` to `new` tokens.
+    fn shrink(&mut self, i: usize, new: u32, kind: EditKind, rule: &str) {
+        let Some(slot) = self.slots.get_mut(i) else { return };
+        self.total = self.total.saturating_sub(u64::from(slot.tokens.saturating_sub(new)));
+        slot.tokens = new;
+        match kind {
+            EditKind::Truncated { .. } => slot.truncated = true,
+            EditKind::Stubbed { .. } => slot.stubbed = true,
+            EditKind::Removed => slot.removed = true,
+        }
+        let seq = slot.seq;
+        self.edit(seq, kind, rule);
+    }
+
     fn truncated_tokens(&self, seq: u64) -> Option<u32> {
         let m = &self.state.entry(seq)?.message;
         Some(self.est.message(&edited_message(m, EditKind::Truncated { keep_chars: self.config.truncate_chars })))
@@ -188,12 +202,7 @@ impl<'a> Ladder<'a> {
                 continue;
             }
             let Some(new) = self.truncated_tokens(s.seq).filter(|&t| t < s.tokens) else { continue };
-            self.total = self.total.saturating_sub(u64::from(s.tokens - new));
-            if let Some(slot) = self.slots.get_mut(i) {
-                slot.tokens = new;
-                slot.truncated = true;
-            }
-            self.edit(s.seq, EditKind::Truncated { keep_chars: self.config.truncate_chars }, rule);
+            self.shrink(i, new, EditKind::Truncated { keep_chars: self.config.truncate_chars }, rule);
         }
     }
 
@@ -247,13 +256,9 @@ impl<'a> Ladder<'a> {
             }
             for g in group {
                 let Some(&gi) = self.at.get(&g) else { continue };
-                let Some(slot) = self.slots.get_mut(gi) else { continue };
-                if slot.removed {
-                    continue;
+                if self.slots.get(gi).is_some_and(|slot| !slot.removed) {
+                    self.shrink(gi, 0, EditKind::Removed, &rule);
                 }
-                slot.removed = true;
-                self.total = self.total.saturating_sub(u64::from(slot.tokens));
-                self.edit(g, EditKind::Removed, &rule);
             }
         }
     }
@@ -271,16 +276,8 @@ impl<'a> Ladder<'a> {
                 continue;
             }
             let Some(new) = self.stubbed_tokens(s.seq).filter(|&t| t < s.tokens) else { continue };
-            self.total = self.total.saturating_sub(u64::from(s.tokens - new));
-            if let Some(slot) = self.slots.get_mut(i) {
-                slot.tokens = new;
-                slot.stubbed = true;
-            }
-            self.edit(
-                s.seq,
-                EditKind::Stubbed { preview_chars: STUB_PREVIEW_CHARS },
-                "stub long user messages by cost",
-            );
+            let kind = EditKind::Stubbed { preview_chars: STUB_PREVIEW_CHARS };
+            self.shrink(i, new, kind, "stub long user messages by cost");
         }
     }
 }
