@@ -186,7 +186,7 @@ pub struct DemoArgs {
     /// Store and output.
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Engine knobs (the demo defaults to a 120,000-token budget).
+    /// Engine knobs (the demo defaults to an 80,000-token budget).
     #[command(flatten)]
     pub config: ConfigArgs,
     /// Write each call's exact view to this JSONL file.

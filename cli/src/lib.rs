@@ -18,13 +18,13 @@ use ctxlog::config::Config;
 use crate::args::{Cli, Command, ConfigArgs, DemoArgs, ImportArgs};
 use crate::error::{output as out_err, CliError};
 use crate::import::{import, ImportOptions};
-use crate::output::{header, json_line, row, summary, Out};
+use crate::output::{details, header, json_line, row, summary, Out};
 use crate::stores::open_store;
 use crate::transcript::{FormatArg, Transcript};
 
 /// Budget the demo runs with unless `--budget` says otherwise: small enough that the bundled
 /// session needs compaction.
-pub const DEMO_BUDGET: u64 = 120_000;
+pub const DEMO_BUDGET: u64 = 80_000;
 
 /// Runs the CLI with `args` (including the program name); returns the exit code.
 pub fn run(
@@ -131,7 +131,11 @@ fn run_import(
     let total = transcript.lines.iter().filter(|l| l.message.role == ctxlog::message::Role::Assistant).count();
     let done = import(transcript, store.as_ref(), opts, |r| {
         out.progress(&format!("call {}/{total}", r.call + 1))?;
-        out.line(&if json { json_line(r) } else { row(r) })
+        if json {
+            return out.line(&json_line(r));
+        }
+        out.line(&row(r))?;
+        details(r).iter().try_for_each(|d| out.line(d))
     })?;
     out.progress_done()?;
     if let Some(mut w) = views_file {

@@ -81,6 +81,29 @@ pub fn row(r: &CallRecord) -> String {
     )
 }
 
+/// The reasons behind a row, for people: the flush, the edits grouped by kind and reason,
+/// and each guard's sentence. Empty when the call changed nothing.
+pub fn details(r: &CallRecord) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(f) = &r.flush {
+        out.push(format!("      flush {}: view switched to the summaries of messages {}..{}", f.reason, f.from, f.to));
+    }
+    let mut groups: Vec<(&str, &str, usize)> = Vec::new();
+    for e in &r.edits {
+        match groups.iter_mut().find(|(k, why, _)| *k == e.kind && *why == e.reason) {
+            Some(g) => g.2 += 1,
+            None => groups.push((e.kind, &e.reason, 1)),
+        }
+    }
+    for (kind, reason, n) in groups {
+        out.push(format!("      {n} × {kind}: {reason}"));
+    }
+    for g in &r.guards {
+        out.push(format!("      guard {}: {}", g.kind, g.detail));
+    }
+    out
+}
+
 /// One JSON line.
 pub fn json_line(r: &CallRecord) -> String {
     serde_json::to_string(r).unwrap_or_default()
@@ -92,7 +115,14 @@ pub fn print_timeline(out: &mut Out<'_>, records: &[CallRecord], json: bool) -> 
         out.line(&header())?;
     }
     for r in records {
-        out.line(&if json { json_line(r) } else { row(r) })?;
+        if json {
+            out.line(&json_line(r))?;
+        } else {
+            out.line(&row(r))?;
+            for d in details(r) {
+                out.line(&d)?;
+            }
+        }
     }
     Ok(())
 }
