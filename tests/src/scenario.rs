@@ -280,3 +280,115 @@ pub fn conversation_then(extra: Vec<Event>) -> Vec<Event> {
     v.extend(extra);
     v
 }
+
+// ---- Fixtures shared by the wire, CLI and timeline tests ---------------------------------------
+
+/// A real PNG of `width × height` grey pixels (signature, IHDR, one stored-deflate IDAT, IEND,
+/// all CRCs and the Adler-32 correct), so header parsing is tested on what encoders write.
+pub fn png(width: u32, height: u32) -> Vec<u8> {
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut c = !0u32;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 == 1 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+            }
+        }
+        !c
+    }
+    fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let mut body = kind.to_vec();
+        body.extend_from_slice(data);
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&crc32(&body).to_be_bytes());
+    }
+    let mut raw = Vec::new();
+    for y in 0..height {
+        raw.push(0); // filter: none
+        raw.extend((0..width).map(|x| ((x + y) % 256) as u8));
+    }
+    let mut zlib = vec![0x78, 0x01];
+    let mut blocks = raw.chunks(65_535).peekable();
+    while let Some(block) = blocks.next() {
+        zlib.push(u8::from(blocks.peek().is_none()));
+        let len = block.len() as u16;
+        zlib.extend_from_slice(&len.to_le_bytes());
+        zlib.extend_from_slice(&(!len).to_le_bytes());
+        zlib.extend_from_slice(block);
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &byte in &raw {
+        a = (a + u32::from(byte)) % 65_521;
+        b = (b + a) % 65_521;
+    }
+    zlib.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = width.to_be_bytes().to_vec();
+    ihdr.extend_from_slice(&height.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 0, 0, 0, 0]); // 8-bit greyscale
+    chunk(&mut out, b"IHDR", &ihdr);
+    chunk(&mut out, b"IDAT", &zlib);
+    chunk(&mut out, b"IEND", &[]);
+    out
+}
+
+/// Standard base64.
+pub fn b64(bytes: &[u8]) -> String {
+    ctxlog::wire::encode_base64(bytes)
+}
+
+/// A rich Anthropic transcript, one message per line: string and block content, text with
+/// `cache_control`, base64 and URL images, a document, `tool_use` with a nested input written
+/// with odd spacing, `tool_result` with string and block content and `is_error`, thinking with a
+/// signature, `redacted_thinking`, unknown block types and top-level fields, `timestamp`,
+/// `pinned` and `usage`.
+pub fn rich_anthropic() -> String {
+    let img = b64(&png(800, 600));
+    let small = b64(&png(16, 16));
+    let pdf = b64(b"%PDF-1.4\n% not really a pdf\n");
+    [
+        r#"{"role":"system","content":"You are a careful coding agent.","timestamp":"2026-01-01T00:00:00Z"}"#.to_owned(),
+        format!(
+            r#"{{"role":"user","content":[{{"type":"text","text":"Here is the screenshot and the spec.","cache_control":{{"type":"ephemeral"}}}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"{img}"}}}},{{"type":"document","source":{{"type":"base64","media_type":"application/pdf","data":"{pdf}"}},"title":"spec.pdf"}},{{"type":"image","source":{{"type":"url","url":"https://example.invalid/a.png"}}}}],"pinned":true,"timestamp":1767225601}}"#
+        ),
+        r#"{"role":"assistant","content":[{"type":"thinking","thinking":"The user wants the layout checked.","signature":"EqQBCkYIARgCKkD+sig=="},{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"},{"type":"text","text":"Let me read the file."},{"type":"tool_use","id":"toolu_01","name":"read_file","input":{"b": 1,  "a": [1, 2], "nested": {"deep": [true, null, 1.5e3, "é\u00e9"]}}}],"id":"msg_01","model":"claude-test","stop_reason":"tool_use","usage":{"input_tokens":1200,"cache_read_input_tokens":300,"output_tokens":40},"timestamp":"2026-01-01T00:00:05Z"}"#.to_owned(),
+        r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_01","content":"fn main() {\n    println!(\"hi\");\n}\n"}],"timestamp":"2026-01-01T00:00:06Z"}"#.to_owned(),
+        r#"{"role":"assistant","content":[{"type":"tool_use","id":"toolu_02","name":"run","input":{}},{"type":"server_tool_use","id":"srv_1","name":"web_search","input":{"query":"x"}}],"timestamp":"2026-01-01T00:00:10Z"}"#.to_owned(),
+        format!(
+            r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"toolu_02","content":[{{"type":"text","text":"error: exit 1"}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"{small}"}}}}],"is_error":true,"cache_control":{{"type":"ephemeral"}}}},{{"type":"web_search_tool_result","tool_use_id":"srv_1","content":[]}},{{"type":"text","text":"Why did it fail?"}}]}}"#
+        ),
+        r#"{"role":"assistant","content":"Because the test harness exits 1 on warnings.","usage":{"input_tokens":2500,"output_tokens":12}}"#.to_owned(),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+/// A rich OpenAI chat transcript: system, developer, user with text and `image_url` parts (a
+/// data URL with `detail`, and a plain link), an assistant with `content: null` and
+/// `tool_calls`, a tool message, a `name` field, unknown fields, `usage`.
+pub fn rich_openai() -> String {
+    let img = b64(&png(64, 48));
+    [
+        r#"{"role":"system","content":"You are helpful."}"#.to_owned(),
+        r#"{"role":"developer","content":"Answer tersely.","name":"policy"}"#.to_owned(),
+        format!(
+            r#"{{"role":"user","name":"alice","content":[{{"type":"text","text":"What is in this picture?"}},{{"type":"image_url","image_url":{{"url":"data:image/png;base64,{img}","detail":"high"}}}},{{"type":"image_url","image_url":{{"url":"https://example.invalid/b.jpg"}}}}]}}"#
+        ),
+        r#"{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"describe","arguments":"{\"q\":  \"pixels\", \"n\": [1,2 ,3]}"}},{"id":"call_2","type":"function","function":{"name":"noop","arguments":"{}"}}],"refusal":null,"usage":{"prompt_tokens":900,"completion_tokens":20}}"#.to_owned(),
+        r#"{"role":"tool","tool_call_id":"call_1","content":"a grey gradient"}"#.to_owned(),
+        r#"{"role":"tool","tool_call_id":"call_2","content":[{"type":"text","text":"ok"}]}"#.to_owned(),
+        r#"{"role":"assistant","content":"A grey gradient.","timestamp":1767225700}"#.to_owned(),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+/// Runs the CLI in-process; returns `(exit code, stdout, stderr)`.
+pub fn cli(args: &[&str]) -> (i32, String, String) {
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let argv = std::iter::once("ctxlog").chain(args.iter().copied());
+    let code = ctxlog_cli::run(argv, &mut out, &mut err);
+    (code, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
+}
