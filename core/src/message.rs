@@ -217,7 +217,8 @@ impl MediaKind {
 pub struct ToolCall {
     /// Call id.
     pub id: String,
-    /// `type`, normally `"function"`.
+    /// `type`, normally `"function"`; empty when the input omitted it, so export (which writes
+    /// ctxlog's `meta`) omits it again while views write `"function"`.
     pub kind: String,
     /// `function.name`.
     pub name: String,

@@ -225,7 +225,8 @@ fn parse_tool_calls(raw: &RawValue, path: &str) -> Result<Vec<ToolCall>, WireErr
             let p = format!("{path}[{i}]");
             let mut obj = object(item, &p)?;
             let id = take_string(&mut obj, "id", &p)?;
-            let kind = take_opt_string(&mut obj, "type", &p)?.unwrap_or_else(|| "function".to_owned());
+            // Absent stays absent (empty) so that export reproduces the input.
+            let kind = take_opt_string(&mut obj, "type", &p)?.unwrap_or_default();
             let fpath = join(&p, "function");
             let fraw = obj.remove("function").ok_or_else(|| err(&fpath, "missing"))?;
             let mut f = object(fraw, &fpath)?;
@@ -361,7 +362,13 @@ pub fn write_message(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, miss
         for c in calls {
             w.begin_object();
             w.field_str("id", &c.id);
-            w.field_str("type", &c.kind);
+            match (c.kind.as_str(), opts.meta) {
+                // Export: the input had no `type`, so neither does the output.
+                ("", true) => {}
+                // A view: providers expect the type.
+                ("", false) => w.field_str("type", "function"),
+                (kind, _) => w.field_str("type", kind),
+            }
             w.key("function");
             w.begin_object();
             w.field_str("name", &c.name);

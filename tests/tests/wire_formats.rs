@@ -503,3 +503,20 @@ fn messages_with_only_wrong_format_parts_are_refused_by_the_session() {
     // The blob was not written either: validation comes first.
     assert!(store.get_blob(&BlobId::of(&png(2, 2))).unwrap().is_none());
 }
+
+#[test]
+fn an_openai_tool_call_without_a_type_exports_without_one_but_views_name_it() {
+    // Regression: parsing defaulted the missing `type` to "function" and export wrote it back,
+    // so the exported transcript was not equal to the imported one.
+    let line =
+        r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}"}}]}"#;
+    let m = parse_message(line).unwrap();
+    assert_eq!(json(&to_json(&m, REFS).0), json(line));
+    let (view, _) = to_json(&m, RenderOpts { meta: false, media: Media::Refs });
+    assert_eq!(json(&view)["tool_calls"][0]["type"], Value::from("function"));
+    // An explicit type is kept as given, in both.
+    let typed = line.replace(r#""id":"c","#, r#""id":"c","type":"function","#);
+    let m = parse_message(&typed).unwrap();
+    assert_eq!(json(&to_json(&m, REFS).0), json(&typed));
+    assert_eq!(json(&to_json(&m, RenderOpts { meta: false, media: Media::Refs }).0), json(&typed));
+}
