@@ -64,7 +64,11 @@ fn kind_of(raw: &RawValue) -> &'static str {
 }
 
 fn string(raw: &RawValue, path: &str) -> Result<String, WireError> {
-    serde_json::from_str(raw.get()).map_err(|_| err(path, format!("expected a string, found {}", kind_of(raw))))
+    serde_json::from_str(raw.get()).map_err(|e| match kind_of(raw) {
+        // A string that does not decode (e.g. a lone surrogate escape): say why.
+        "a string" => err(path, format!("invalid string: {e}")),
+        kind => err(path, format!("expected a string, found {kind}")),
+    })
 }
 
 fn boolean(raw: &RawValue, path: &str) -> Result<bool, WireError> {

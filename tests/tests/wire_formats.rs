@@ -520,3 +520,20 @@ fn an_openai_tool_call_without_a_type_exports_without_one_but_views_name_it() {
     assert_eq!(json(&to_json(&m, REFS).0), json(&typed));
     assert_eq!(json(&to_json(&m, RenderOpts { meta: false, media: Media::Refs }).0), json(&typed));
 }
+
+#[test]
+fn a_string_that_does_not_decode_says_why_instead_of_a_type_mismatch() {
+    // Regression: a lone surrogate escape was reported as "expected a string, found a string".
+    for (line, field) in [
+        (r#"{"role":"user","content":"\ud800"}"#, "content"),
+        (r#"{"role":"user","content":[{"type":"text","text":"ok \udc00"}]}"#, "content[0].text"),
+    ] {
+        let e = parse_message(line).unwrap_err();
+        assert_eq!(e.field, field);
+        assert!(e.message.starts_with("invalid string: "), "{e}");
+        assert!(!e.message.contains("found a string"), "{e}");
+    }
+    // A real type mismatch still says so.
+    let e = parse_message(r#"{"role":"user","content":[{"type":"text","text":5}]}"#).unwrap_err();
+    assert_eq!((e.field.as_str(), e.message.as_str()), ("content[0].text", "expected a string, found a number"));
+}
