@@ -423,3 +423,97 @@ fn restore_of_a_non_edited_seq_exits_nonzero_and_writes_nothing() {
     let (code, out, err) = cli(&["verify", "--store", &store]);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+// ---- Postmortems of bad logs, missing blobs, copy --------------------------------------------
+
+#[test]
+fn replay_is_strict_by_default_and_lenient_on_request() {
+    use ctxlog::Store as _;
+    use ctxlog_tests::scenario::{conversation_then, flushed, request_served, summary_prepared, SESSION as ID};
+    let env = Env::new();
+    let store = env.store("bad.db");
+    {
+        // A log from a buggy writer: it flushed past what was summarized (version 9).
+        let events = conversation_then(vec![
+            request_served(0, 10),
+            summary_prepared(0, 2),
+            flushed(0, 4),
+            request_served(1, 20),
+        ]);
+        let s = ctxlog_store_sqlite::SqliteStore::open(env.path("bad.db")).unwrap();
+        let records: Vec<_> = events.iter().map(|e| ctxlog::codec::encode(e).unwrap()).collect();
+        s.append(ctxlog::StreamId(ID), ctxlog::ExpectedVersion::Exact(0), &records).unwrap();
+    }
+    let (code, out, err) = cli(&["replay", "--json", "--store", &store]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(err.contains("version 10") && err.contains("Watermarks"), "{err}");
+    let (code, out, err) = cli(&["replay", "--json", "--lenient", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json_lines(&out).len(), 2, "both calls are in the timeline");
+    assert!(err.contains("violation") && err.contains("version 10") && err.contains("Watermarks"), "{err}");
+    // The lenient timeline shows the clamped watermark.
+    assert_eq!(json_lines(&out)[1]["flushed"], Value::from(2));
+    let (code, out, _) = cli(&["verify", "--store", &store]);
+    assert_eq!(code, 4);
+    assert!(out.contains("version 10"), "{out}");
+}
+
+#[test]
+fn a_missing_blob_is_reported_by_verify_and_export_keeps_the_reference() {
+    let env = Env::new();
+    let file = env.file("t.jsonl", rich_openai());
+    let store = env.store("x.db");
+    assert_eq!(cli(&["import", &file, "--store", &store]).0, 0);
+    let conn = rusqlite::Connection::open(env.path("x.db")).unwrap();
+    assert_eq!(conn.execute("DELETE FROM blobs", []).unwrap(), 1);
+    drop(conn);
+    let (code, out, _) = cli(&["verify", "--store", &store]);
+    assert_eq!(code, 4, "{out}");
+    assert!(out.contains("missing") && out.contains("sha256:"), "{out}");
+    let (code, out, err) = cli(&["export", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning") && err.contains("sha256:"), "{err}");
+    assert!(out.contains("ctxlog-blob:sha256:"), "the reference stays in place: {out}");
+    assert_eq!(json_lines(&out).len(), 7);
+}
+
+#[test]
+fn copy_moves_a_session_with_its_blobs_between_stores() {
+    let env = Env::new();
+    let file = env.file("t.jsonl", rich_anthropic());
+    let (a, b) = (env.store("a.db"), env.store("b.db"));
+    let (code, imported, err) = cli(&["import", &file, "--json", "--store", &a, "--session", SESSION]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(&["copy", "--from", &a, "--to", &b, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let c: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(c["session"], Value::from(SESSION));
+    assert_eq!(c["blobs"], Value::from(3), "image, document and the tool-result image");
+    assert_eq!(c["missing_blobs"], Value::Array(vec![]));
+    assert_eq!(cli(&["verify", "--store", &b]).0, 0);
+    assert_eq!(cli(&["replay", "--json", "--store", &b]).1, imported);
+    assert_eq!(cli(&["export", "--store", &b]).1, cli(&["export", "--store", &a]).1);
+    // Copying again is refused: the session exists in the target.
+    let (code, _, err) = cli(&["copy", "--from", &a, "--to", &b]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn a_transcript_clock_going_backwards_never_makes_a_call_go_backwards() {
+    let env = Env::new();
+    let t = [
+        r#"{"role":"user","content":"a","timestamp":"2026-05-01T10:00:00Z"}"#,
+        r#"{"role":"assistant","content":"1","timestamp":"2026-05-01T10:00:10Z"}"#,
+        r#"{"role":"user","content":"b"}"#,
+        r#"{"role":"assistant","content":"2","timestamp":"2026-05-01T09:00:00Z"}"#,
+        r#"{"role":"user","content":"c"}"#,
+        r#"{"role":"assistant","content":"3"}"#,
+    ]
+    .join("\n");
+    let file = env.file("t.jsonl", t);
+    let (code, out, err) = cli(&["import", &file, "--json", "--store", "mem:", "--call-interval", "5"]);
+    assert_eq!(code, 0, "{err}");
+    let at: Vec<f64> = json_lines(&out).iter().map(|r| r["at"].as_f64().unwrap()).collect();
+    let t0 = 1_777_629_600.0; // 2026-05-01T10:00:00Z
+    assert_eq!(at, [t0 + 10.0, t0 + 10.0, t0 + 15.0]);
+}
