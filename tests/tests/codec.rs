@@ -275,3 +275,80 @@ proptest! {
         }
     }
 }
+
+// ---- Snapshots: a cache, never a source of truth ---------------------------------------------
+
+fn session_with_history(store: &MemoryStore) -> ctxlog::Session<&MemoryStore> {
+    let mut s =
+        ctxlog::Session::create(store, STREAM, ctxlog::WireFormat::Anthropic, ctxlog::Config::default(), T0).unwrap();
+    for (i, line) in rich_anthropic().lines().enumerate() {
+        let m = parse(line);
+        if m.role == ctxlog::message::Role::Assistant {
+            let at = T0 + 1_000 * i as u64;
+            let plan = s.plan(at).unwrap();
+            s.commit(plan, at, Some(1_000 + i as u64)).unwrap();
+        }
+        s.append(vec![m]).unwrap();
+    }
+    s
+}
+
+#[test]
+fn open_from_a_snapshot_equals_a_full_replay() {
+    let store = MemoryStore::new();
+    let mut s = session_with_history(&store);
+    s.snapshot().unwrap();
+    let snap_version = store.get_snapshot(STREAM).unwrap().unwrap().version;
+    assert_eq!(snap_version, s.state().version());
+    // More history after the snapshot.
+    s.append(vec![parse(r#"{"role":"user","content":"after the snapshot"}"#)]).unwrap();
+    let plan = s.plan(T0 + 60_000).unwrap();
+    s.commit(plan, T0 + 60_000, None).unwrap();
+    let reopened = ctxlog::Session::open(&store, STREAM).unwrap();
+    let replayed = replay::replay(&store, STREAM, Mode::Strict, None).unwrap().state;
+    assert_eq!(reopened.state(), &replayed);
+    assert_eq!(reopened.state(), s.state());
+    let report = replay::verify(&store, STREAM).unwrap();
+    assert!(report.ok() && report.snapshot_checked, "{:?}", report.problems);
+}
+
+#[test]
+fn a_corrupt_snapshot_is_ignored_by_open_and_reported_by_verify() {
+    let store = MemoryStore::new();
+    let s = session_with_history(&store);
+    s.snapshot().unwrap();
+    let mut snap = store.get_snapshot(STREAM).unwrap().unwrap();
+    let mid = snap.bytes.len() / 2;
+    snap.bytes[mid] ^= 0x40;
+    store.put_snapshot(STREAM, &snap).unwrap();
+    let reopened = ctxlog::Session::open(&store, STREAM).unwrap();
+    assert_eq!(reopened.state(), s.state(), "fell back to a full replay");
+    let report = replay::verify(&store, STREAM).unwrap();
+    assert!(report.snapshot_checked);
+    assert!(report.problems.iter().any(|p| p.contains("snapshot") && p.contains("unusable")), "{:?}", report.problems);
+}
+
+#[test]
+fn a_snapshot_that_disagrees_with_the_log_is_reported_by_verify() {
+    let store = MemoryStore::new();
+    let s = session_with_history(&store);
+    // A well-sealed snapshot of a different history at the same version.
+    let mut other = fold(&conversation());
+    while other.version() < s.state().version() {
+        let v = other.version() + 1;
+        other
+            .apply(
+                v,
+                &ctxlog::event::Event::GuardRaised(GuardRaised {
+                    call: None,
+                    kind: GuardKind::OverBudget,
+                    detail: String::new(),
+                    knob: String::new(),
+                }),
+            )
+            .unwrap();
+    }
+    store.put_snapshot(STREAM, &ctxlog::session::encode_snapshot(&other).unwrap()).unwrap();
+    let report = replay::verify(&store, STREAM).unwrap();
+    assert!(report.problems.iter().any(|p| p.contains("differs from a full replay")), "{:?}", report.problems);
+}
