@@ -32,9 +32,10 @@ impl WireFormat {
     }
 }
 
-/// A message that could not be parsed. `field` is a path such as `content[2].source.data`.
+/// A message that could not be parsed. `field` is a path such as `content[2].source.data`, or
+/// empty when the problem is the line as a whole (not JSON, not an object).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("field `{field}`: {message}")]
+#[error("{}{message}", if field.is_empty() { String::new() } else { format!("field `{field}`: ") })]
 pub struct WireError {
     /// Path of the offending field.
     pub field: String,

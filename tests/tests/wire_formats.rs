@@ -537,3 +537,15 @@ fn a_string_that_does_not_decode_says_why_instead_of_a_type_mismatch() {
     let e = parse_message(r#"{"role":"user","content":[{"type":"text","text":5}]}"#).unwrap_err();
     assert_eq!((e.field.as_str(), e.message.as_str()), ("content[0].text", "expected a string, found a number"));
 }
+
+#[test]
+fn a_line_that_is_not_a_json_object_is_not_blamed_on_an_empty_field() {
+    // Regression: these were reported as "field ``: invalid JSON ...".
+    for line in [r#"{"role":"user""#, "null", r#"["role","user"]"#, "not json"] {
+        let e = parse_message(line).unwrap_err();
+        assert_eq!(e.field, "");
+        assert!(!e.to_string().contains("field"), "{e}");
+    }
+    let e = parse_message(r#"{"role":"user","content":5}"#).unwrap_err();
+    assert!(e.to_string().starts_with("field `content`: "), "{e}");
+}
