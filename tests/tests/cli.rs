@@ -415,7 +415,8 @@ fn restore_of_a_non_edited_seq_exits_nonzero_and_writes_nothing() {
     let (_, timeline_before, _) = cli(&["replay", "--json", "--store", &store]);
     for seq in ["1", "999"] {
         let (code, out, err) = cli(&["restore", "--store", &store, "--seq", seq]);
-        assert_ne!(code, 0, "restore --seq {seq}: {out}");
+        // A bad --seq is an input error (2), not an invalid log (4).
+        assert_eq!(code, 2, "restore --seq {seq}: {out}");
         assert!(err.contains("RestoreTarget"), "{err}");
     }
     assert_eq!(sessions(&store), before);
@@ -517,4 +518,39 @@ fn a_transcript_clock_going_backwards_never_makes_a_call_go_backwards() {
     let at: Vec<f64> = json_lines(&out).iter().map(|r| r["at"].as_f64().unwrap()).collect();
     let t0 = 1_777_629_600.0; // 2026-05-01T10:00:00Z
     assert_eq!(at, [t0 + 10.0, t0 + 10.0, t0 + 15.0]);
+}
+
+#[test]
+fn restore_brings_an_edited_or_flushed_message_back_with_its_tool_partners() {
+    use ctxlog::Store as _;
+    use ctxlog_tests::scenario::{conversation_then, flushed, removed, summary_prepared, SESSION as ID};
+    let env = Env::new();
+    let store = env.store("x.db");
+    {
+        // Seq 4 removed by the ladder; 0..4 summarized and flushed (2 and 3 are the t1 pair).
+        let events = conversation_then(vec![removed(4), summary_prepared(0, 4), flushed(0, 4)]);
+        let s = ctxlog_store_sqlite::SqliteStore::open(env.path("x.db")).unwrap();
+        let records: Vec<_> = events.iter().map(|e| ctxlog::codec::encode(e).unwrap()).collect();
+        s.append(ctxlog::StreamId(ID), ctxlog::ExpectedVersion::Exact(0), &records).unwrap();
+    }
+    let status = || -> Vec<String> {
+        let (code, out, err) = cli(&["inspect", "--json", "--store", &store]);
+        assert_eq!(code, 0, "{err}");
+        let doc: Value = serde_json::from_str(out.trim()).unwrap();
+        doc["messages"].as_array().unwrap().iter().map(|m| m["status"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(status(), ["live", "live", "flushed", "flushed", "removed", "live"]);
+    let (code, out, err) = cli(&["restore", "--store", &store, "--seq", "4", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(out.trim()).unwrap()["version"], Value::from(11));
+    assert_eq!(status(), ["live", "live", "flushed", "flushed", "live", "live"]);
+    // Restoring the flushed call brings its result back too, so no pair is split.
+    let (code, _, err) = cli(&["restore", "--store", &store, "--seq", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(status(), ["live"; 6]);
+    // Nothing left to restore.
+    let (code, _, _) = cli(&["restore", "--store", &store, "--seq", "3"]);
+    assert_eq!(code, 2);
+    let (code, _, err) = cli(&["replay", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
 }
