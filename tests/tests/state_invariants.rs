@@ -518,3 +518,24 @@ fn a_commit_going_back_in_time_is_rejected_and_writes_nothing() {
     assert_eq!(store.head(s.id()).unwrap(), head);
     assert_eq!(s.state().calls(), 1);
 }
+
+#[test]
+fn lenient_apply_accepts_an_event_after_a_version_gap_and_skips_a_duplicate() {
+    let given = conversation();
+    let n = given.len() as u64;
+    let mut st = fold(&given);
+    // A gap: version n + 3 instead of n + 1. Reported, and the event is kept.
+    let found = st.apply_lenient(n + 3, &assistant(6, "after a gap"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].invariant, Invariant::VersionContiguous);
+    assert_eq!(st.message_count(), 7, "the event after the gap was applied");
+    assert_eq!(st.version(), n + 3);
+    // The next event continues from there.
+    assert!(st.apply_lenient(n + 4, &user(7, "next")).is_empty());
+    // A duplicate (an old version again) is reported and skipped, and the version does not go back.
+    let found = st.apply_lenient(n + 2, &user(8, "duplicate"));
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].invariant, Invariant::VersionContiguous);
+    assert_eq!(st.message_count(), 8);
+    assert_eq!(st.version(), n + 4);
+}
