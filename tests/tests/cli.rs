@@ -554,3 +554,17 @@ fn restore_brings_an_edited_or_flushed_message_back_with_its_tool_partners() {
     let (code, _, err) = cli(&["replay", "--store", &store]);
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn verify_of_a_session_that_is_not_in_the_store_fails() {
+    // Regression: verify --session of an unknown id printed "ok ... 0 events" and exited 0.
+    let env = Env::new();
+    let file = env.file("t.jsonl", conversation(1));
+    let store = env.store("x.db");
+    assert_eq!(cli(&["import", &file, "--store", &store, "--session", SESSION]).0, 0);
+    let other = "00000000-0000-0000-0000-000000000001";
+    let (code, out, err) = cli(&["verify", "--store", &store, "--session", other]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains(other) && out.is_empty(), "{out}{err}");
+    assert_eq!(cli(&["verify", "--store", &store, "--session", SESSION]).0, 0);
+}
