@@ -568,3 +568,22 @@ fn verify_of_a_session_that_is_not_in_the_store_fails() {
     assert!(err.contains(other) && out.is_empty(), "{out}{err}");
     assert_eq!(cli(&["verify", "--store", &store, "--session", SESSION]).0, 0);
 }
+
+#[test]
+fn import_accepts_a_utf8_byte_order_mark_and_crlf_line_ends() {
+    // Regression: a BOM at the start of the file was reported as invalid JSON on line 1.
+    let env = Env::new();
+    let plain = conversation(2);
+    let windows = format!("\u{feff}{}", plain.replace('\n', "\r\n"));
+    let a = env.file("plain.jsonl", &plain);
+    let b = env.file("windows.jsonl", &windows);
+    let (ca, out_a, err_a) = cli(&["import", &a, "--json", "--store", "mem:", "--session", SESSION]);
+    let (cb, out_b, err_b) = cli(&["import", &b, "--json", "--store", "mem:", "--session", SESSION]);
+    assert_eq!((ca, cb), (0, 0), "{err_a}{err_b}");
+    assert_eq!(out_a, out_b);
+    // A BOM anywhere else is still an error.
+    let c = env.file("mid.jsonl", format!("{}\u{feff}{{\"role\":\"user\",\"content\":\"x\"}}\n", plain));
+    let (code, _, err) = cli(&["import", &c, "--store", "mem:"]);
+    assert_eq!(code, 2);
+    assert!(err.contains(":10:"), "{err}");
+}
