@@ -539,3 +539,45 @@ fn lenient_apply_accepts_an_event_after_a_version_gap_and_skips_a_duplicate() {
     assert_eq!(st.message_count(), 8);
     assert_eq!(st.version(), n + 4);
 }
+
+// ---- The meter -------------------------------------------------------------------------------
+
+fn served_with_usage(call: u64, at_secs: u64, view_tokens: u64, reported: u64) -> Event {
+    let Event::RequestServed(mut r) = request_served(call, at_secs) else { unreachable!() };
+    r.view_tokens = view_tokens;
+    r.reported_tokens = Some(reported);
+    Event::RequestServed(r)
+}
+
+#[test]
+fn the_meter_anchors_on_reported_usage_until_the_history_changes() {
+    let mut events = conversation();
+    let st = fold(&events);
+    let estimate = st.view_tokens();
+    assert_eq!(st.metered_tokens(estimate), estimate, "no usage reported yet: the plain estimate");
+    events.push(served_with_usage(0, 10, estimate, 9_000));
+    events.push(assistant(6, "twelve chars"));
+    let st = fold(&events);
+    let added = st.view_tokens() - estimate;
+    assert!(added > 0);
+    assert_eq!(st.metered_tokens(st.view_tokens()), 9_000 + added, "last reported + estimate of what was added");
+    // An edit changes the history the provider counted: the anchor is void.
+    events.push(removed(4));
+    let st = fold(&events);
+    assert_eq!(st.metered_tokens(st.view_tokens()), st.view_tokens());
+}
+
+#[test]
+fn session_create_refuses_a_bad_config_or_a_taken_id_and_writes_nothing() {
+    let store = MemoryStore::new();
+    let id = StreamId(SESSION);
+    let bad = ctxlog::Config { target_ratio: 0.9, ..config() };
+    let err = Session::create(&store, id, ctxlog::WireFormat::Anthropic, bad, T0).err().unwrap();
+    assert!(matches!(&err, SessionError::Config(c) if c.key == "target"), "{err:?}");
+    assert_eq!(store.head(id).unwrap(), None);
+    let _s = Session::create(&store, id, ctxlog::WireFormat::Anthropic, config(), T0).unwrap();
+    let err = Session::create(&store, id, ctxlog::WireFormat::OpenAi, config(), T0).err().unwrap();
+    assert!(matches!(err, SessionError::Exists(x) if x == id), "{err:?}");
+    assert_eq!(store.head(id).unwrap(), Some(1));
+    assert!(matches!(Session::open(&store, StreamId::random()).err().unwrap(), SessionError::NotFound(_)));
+}
