@@ -549,3 +549,22 @@ fn a_line_that_is_not_a_json_object_is_not_blamed_on_an_empty_field() {
     let e = parse_message(r#"{"role":"user","content":5}"#).unwrap_err();
     assert!(e.to_string().starts_with("field `content`: "), "{e}");
 }
+
+#[test]
+fn the_demo_transcript_exports_back_equal_as_json() {
+    let transcript = ctxlog_cli::demo_transcript::demo_transcript();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("demo.jsonl");
+    std::fs::write(&file, &transcript).unwrap();
+    let url = format!("sqlite:{}", dir.path().join("x.db").display());
+    let (code, _, err) = cli(&["import", file.to_str().unwrap(), "--store", &url]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(&["export", "--store", &url]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "{err}");
+    let (got, want) = (lines(&out), lines(&transcript));
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(json(g) == json(w), "line {} differs after export", i + 1);
+    }
+}
