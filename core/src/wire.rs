@@ -109,7 +109,7 @@ pub fn parse_message(json: &str) -> Result<Message, WireError> {
     let role = Role::parse(&role_text).ok_or_else(|| {
         err("role", format!("unknown role {role_text:?} (expected system, developer, user, assistant or tool)"))
     })?;
-    let content = obj.remove("content").map(|raw| parse_content(raw, "content")).transpose()?;
+    let content = obj.remove("content").map(|raw| parse_content(raw, "content", 0)).transpose()?;
     let tool_calls = obj.remove("tool_calls").map(|raw| parse_tool_calls(raw, "tool_calls")).transpose()?;
     let tool_call_id = take_opt_string(&mut obj, "tool_call_id", "")?;
     let pinned = obj.remove("pinned").map(|raw| boolean(raw, "pinned")).transpose()?;
@@ -124,7 +124,15 @@ pub fn parse_message(json: &str) -> Result<Message, WireError> {
     Ok(Message { role, content, tool_calls, tool_call_id, meta: Meta { timestamp, pinned, usage }, extra: extra(obj) })
 }
 
-fn parse_content(raw: &RawValue, path: &str) -> Result<Content, WireError> {
+/// Deepest nesting of `tool_result` blocks inside `tool_result` content. Providers nest at most
+/// one level; the bound keeps the recursive parse (and everything downstream that walks the
+/// message: estimator, codec, writer) far from the stack limit on hostile input.
+pub const MAX_CONTENT_NESTING: usize = 16;
+
+fn parse_content(raw: &RawValue, path: &str, depth: usize) -> Result<Content, WireError> {
+    if depth > MAX_CONTENT_NESTING {
+        return Err(err(path, format!("content nested more than {MAX_CONTENT_NESTING} levels deep")));
+    }
     match raw.get().trim_start().as_bytes().first() {
         Some(b'"') => Ok(Content::Text(string(raw, path)?)),
         Some(b'n') => Ok(Content::Null),
@@ -133,7 +141,7 @@ fn parse_content(raw: &RawValue, path: &str) -> Result<Content, WireError> {
             let blocks = items
                 .into_iter()
                 .enumerate()
-                .map(|(i, item)| parse_block(item, &format!("{path}[{i}]")))
+                .map(|(i, item)| parse_block(item, &format!("{path}[{i}]"), depth))
                 .collect::<Result<_, _>>()?;
             Ok(Content::Blocks(blocks))
         }
@@ -141,7 +149,7 @@ fn parse_content(raw: &RawValue, path: &str) -> Result<Content, WireError> {
     }
 }
 
-fn parse_block(raw: &RawValue, path: &str) -> Result<Block, WireError> {
+fn parse_block(raw: &RawValue, path: &str, depth: usize) -> Result<Block, WireError> {
     let mut obj = object(raw, path)?;
     let kind = take_string(&mut obj, "type", path)?;
     Ok(match kind.as_str() {
@@ -173,7 +181,8 @@ fn parse_block(raw: &RawValue, path: &str) -> Result<Block, WireError> {
         }
         "tool_result" => {
             let tool_use_id = take_string(&mut obj, "tool_use_id", path)?;
-            let content = obj.remove("content").map(|c| parse_content(c, &join(path, "content"))).transpose()?;
+            let content =
+                obj.remove("content").map(|c| parse_content(c, &join(path, "content"), depth + 1)).transpose()?;
             let is_error = obj.remove("is_error").map(|b| boolean(b, &join(path, "is_error"))).transpose()?;
             Block::ToolResult { tool_use_id, content, is_error, extra: extra(obj) }
         }

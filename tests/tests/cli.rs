@@ -587,3 +587,36 @@ fn import_accepts_a_utf8_byte_order_mark_and_crlf_line_ends() {
     assert_eq!(code, 2);
     assert!(err.contains(":10:"), "{err}");
 }
+
+#[test]
+fn deeply_nested_tool_input_neither_overflows_the_stack_nor_changes_on_export() {
+    // Tool inputs are kept as raw text, so nesting depth never reaches a recursive decoder.
+    let depth = 100_000;
+    let input = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    let t = format!(
+        "{{\"role\":\"user\",\"content\":\"hi\"}}\n{{\"role\":\"assistant\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{input}}}]}}\n"
+    );
+    let env = Env::new();
+    let file = env.file("deep.jsonl", &t);
+    let store = env.store("x.db");
+    let (code, _, err) = cli(&["import", &file, "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(&["export", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, t, "byte-identical");
+    assert_eq!(cli(&["verify", "--store", &store]).0, 0);
+}
+
+#[test]
+fn import_of_deeply_nested_tool_results_is_refused_not_a_stack_overflow() {
+    // Regression: ~1,000 tool_result blocks nested in each other (a 60 kB line) overflowed the
+    // stack and aborted the process.
+    let mut content = String::from("\"x\"");
+    for _ in 0..5_000 {
+        content = format!("[{{\"type\":\"tool_result\",\"tool_use_id\":\"t\",\"content\":{content}}}]");
+    }
+    let t = format!(
+        "{{\"role\":\"assistant\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{{}}}}]}}\n{{\"role\":\"user\",\"content\":{content}}}\n"
+    );
+    rejected("nested.jsonl", t.as_bytes(), &[":2:", "field `content[0].content[0].content", "nested"]);
+}

@@ -10,7 +10,7 @@ use ctxlog::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message}
 use ctxlog::replay;
 use ctxlog::store::{BlobId, ExpectedVersion, Record, Snapshot, StoreError, StoredRecord, StreamId, Version};
 use ctxlog::tokens::{Estimator, BLOCK_OVERHEAD, MESSAGE_OVERHEAD};
-use ctxlog::wire::{check_format, detect, parse_message, to_json, Media, RenderOpts, WireFormat};
+use ctxlog::wire::{self, check_format, detect, parse_message, to_json, Media, RenderOpts, WireFormat};
 use ctxlog::{Config, MemoryStore, Session, SessionError, Store};
 use ctxlog_tests::scenario::{b64, cli, png, rich_anthropic, rich_openai, T0};
 use serde_json::Value;
@@ -567,4 +567,20 @@ fn the_demo_transcript_exports_back_equal_as_json() {
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(json(g) == json(w), "line {} differs after export", i + 1);
     }
+}
+
+#[test]
+fn tool_result_nesting_is_bounded() {
+    let nested = |depth: usize| {
+        let mut content = String::from("\"x\"");
+        for _ in 0..depth {
+            content = format!(r#"[{{"type":"tool_result","tool_use_id":"t","content":{content}}}]"#);
+        }
+        format!(r#"{{"role":"user","content":{content}}}"#)
+    };
+    let ok = nested(wire::MAX_CONTENT_NESTING);
+    assert_eq!(json(&round_trip(&ok)), json(&ok));
+    let e = parse_message(&nested(wire::MAX_CONTENT_NESTING + 1)).unwrap_err();
+    assert!(e.message.contains("nested"), "{e}");
+    assert_eq!(e.field, format!("content{}", "[0].content".repeat(wire::MAX_CONTENT_NESTING + 1)));
 }
