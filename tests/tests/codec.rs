@@ -352,3 +352,42 @@ fn a_snapshot_that_disagrees_with_the_log_is_reported_by_verify() {
     let report = replay::verify(&store, STREAM).unwrap();
     assert!(report.problems.iter().any(|p| p.contains("differs from a full replay")), "{:?}", report.problems);
 }
+
+// ---- Hostile records ---------------------------------------------------------------------------
+
+fn nested_message_record(depth: usize) -> Record {
+    use ctxlog::event::MessageAppended;
+    use ctxlog::message::{Block, Content, Message, Role};
+    // Building, encoding and dropping a deep value recurses too: do it on a big stack.
+    std::thread::Builder::new()
+        .stack_size(1 << 30)
+        .spawn(move || {
+            let mut c = Content::Text("x".into());
+            for _ in 0..depth {
+                let b = Block::ToolResult { tool_use_id: "t".into(), content: Some(c), is_error: None, extra: vec![] };
+                c = Content::Blocks(vec![b]);
+            }
+            let mut message = Message::text(Role::User, "");
+            message.content = Some(c);
+            codec::encode(&Event::MessageAppended(MessageAppended { seq: 0, message, tokens: 1 })).unwrap()
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+#[test]
+fn a_crafted_deeply_nested_record_is_a_decode_error_not_a_stack_overflow() {
+    // Regression: a well-sealed 800 kB record nesting 100,000 tool results aborted replay and
+    // verify with a stack overflow.
+    let rec = nested_message_record(100_000);
+    let e = codec::decode(STREAM, 7, &rec).unwrap_err();
+    assert_eq!(e.version, 7);
+    assert!(e.detail.contains("nested"), "{e}");
+    // Nesting the wire parser accepts decodes fine.
+    let ok = nested_message_record(ctxlog::wire::MAX_CONTENT_NESTING);
+    assert!(codec::decode(STREAM, 1, &ok).is_ok());
+    // The depth counter is per decode: a failed decode does not poison the next one.
+    let again = codec::decode(STREAM, 1, &ok);
+    assert!(again.is_ok());
+}
