@@ -584,3 +584,28 @@ fn tool_result_nesting_is_bounded() {
     assert!(e.message.contains("nested"), "{e}");
     assert_eq!(e.field, format!("content{}", "[0].content".repeat(wire::MAX_CONTENT_NESTING + 1)));
 }
+
+#[test]
+fn timestamps_must_be_real_instants() {
+    // Regression: any day up to 31 was accepted in every month (2026-02-30 became March 2) and
+    // offsets were not range-checked.
+    let ts = |t: &str| parse_message(&format!(r#"{{"role":"user","content":"x","timestamp":"{t}"}}"#));
+    for bad in [
+        "2026-02-29T00:00:00Z",
+        "2026-02-30T00:00:00Z",
+        "2026-04-31T12:00:00Z",
+        "2026-13-01T00:00:00Z",
+        "2026-01-01T24:00:00Z",
+        "2026-01-01T00:00:00+24:00",
+        "2026-01-01T00:00:00+05:60",
+        "2026-01-01",
+        "1969-12-31T23:59:59Z",
+    ] {
+        assert_eq!(ts(bad).unwrap_err().field, "timestamp", "{bad}");
+    }
+    let ms = |t: &str| ctxlog::time::parse_rfc3339_ms(t).unwrap();
+    assert_eq!(ms("2024-02-29T00:00:00Z"), 1_709_164_800_000, "leap day");
+    assert_eq!(ms("2026-01-01T05:30:00.25+05:30"), 1_767_225_600_250);
+    assert_eq!(ms("2026-01-01T00:00:00Z"), 1_767_225_600_000);
+    assert_eq!(ms("2000-02-29T00:00:00Z"), 951_782_400_000);
+}
