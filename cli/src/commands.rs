@@ -217,7 +217,14 @@ pub fn export(args: &ExportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
 pub fn restore(args: &RestoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let (store, id) = open_selected(&args.session)?;
     let mut session = Session::open(store.as_ref(), id)?;
-    let committed = session.restore(args.seq, "ctxlog restore", &args.why)?;
+    // A restore the invariants refuse (nothing to restore, no such seq) is a bad `--seq`, not a
+    // bad log: exit 2 like any other input error.
+    let committed = session.restore(args.seq, "ctxlog restore", &args.why).map_err(|e| match e {
+        ctxlog::SessionError::Invariant { violation, .. } => {
+            CliError::Usage(format!("cannot restore --seq {}: {violation}", args.seq))
+        }
+        e => e.into(),
+    })?;
     if args.session.store.json {
         out.line(&json!({"session": id.to_string(), "seq": args.seq, "version": committed.version}).to_string())?;
     } else {

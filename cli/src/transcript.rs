@@ -76,6 +76,8 @@ pub fn read(mut reader: impl BufRead, path: &Path, format: FormatArg) -> Result<
         let text = std::str::from_utf8(&buf).map_err(|e| {
             CliError::input(path, number, format!("not UTF-8 text (invalid byte at column {})", e.valid_up_to() + 1))
         })?;
+        // Editors on Windows start UTF-8 files with a byte-order mark; it is not part of the JSON.
+        let text = if number == 1 { text.strip_prefix('\u{feff}').unwrap_or(text) } else { text };
         let text = text.trim();
         if text.is_empty() {
             continue;

@@ -68,7 +68,10 @@ impl Role {
 }
 
 /// A message's `content`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Deserialization (records, snapshots) refuses content nested deeper than
+/// [`MAX_DECODE_NESTING`], so a crafted record cannot overflow the stack of `replay`/`verify`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Content {
     /// Explicit JSON `null` (OpenAI assistant messages that only call tools).
     Null,
@@ -76,6 +79,48 @@ pub enum Content {
     Text(String),
     /// A list of blocks / parts.
     Blocks(Vec<Block>),
+}
+
+/// Deepest `Content` nesting (tool results inside tool results) a decoder accepts. The wire
+/// parser already stops at [`crate::wire::MAX_CONTENT_NESTING`]; this bound is for bytes that did
+/// not come through it.
+pub const MAX_DECODE_NESTING: usize = 64;
+
+/// The serde shape of [`Content`] (same name, same variants, so the encoding is unchanged).
+#[derive(Deserialize)]
+#[serde(rename = "Content")]
+enum ContentRepr {
+    Null,
+    Text(String),
+    Blocks(Vec<Block>),
+}
+
+thread_local! {
+    static CONTENT_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Level;
+        impl Drop for Level {
+            fn drop(&mut self) {
+                CONTENT_DEPTH.with(|c| c.set(c.get().saturating_sub(1)));
+            }
+        }
+        let depth = CONTENT_DEPTH.with(|c| {
+            c.set(c.get() + 1);
+            c.get()
+        });
+        let _level = Level;
+        if depth > MAX_DECODE_NESTING {
+            return Err(serde::de::Error::custom(format!("content nested more than {MAX_DECODE_NESTING} levels deep")));
+        }
+        Ok(match ContentRepr::deserialize(d)? {
+            ContentRepr::Null => Content::Null,
+            ContentRepr::Text(t) => Content::Text(t),
+            ContentRepr::Blocks(b) => Content::Blocks(b),
+        })
+    }
 }
 
 /// Where a binary payload lives.
@@ -217,7 +262,8 @@ impl MediaKind {
 pub struct ToolCall {
     /// Call id.
     pub id: String,
-    /// `type`, normally `"function"`.
+    /// `type`, normally `"function"`; empty when the input omitted it, so export (which writes
+    /// ctxlog's `meta`) omits it again while views write `"function"`.
     pub kind: String,
     /// `function.name`.
     pub name: String,

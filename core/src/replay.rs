@@ -237,6 +237,9 @@ impl VerifyReport {
 /// every served view re-rendered and compared with its recorded digest and sizes, every
 /// referenced blob present and intact, and the snapshot equal to the replayed state.
 pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyReport, SessionError> {
+    if store.head(stream)?.is_none() {
+        return Err(SessionError::NotFound(stream));
+    }
     let mut report = VerifyReport::default();
     let snapshot = store.get_snapshot(stream)?;
     let mut state = State::new();

@@ -342,6 +342,20 @@ impl State {
     /// clamped where that is meaningful or skipped, and every violation is returned.
     pub fn apply_lenient(&mut self, version: Version, ev: &Event) -> Vec<Violation> {
         let mut found = Vec::new();
+        if version != self.version + 1 {
+            found.push(violation(
+                version,
+                ev,
+                Invariant::VersionContiguous,
+                format!("expected version {}, got {version}", self.version + 1),
+            ));
+            if version <= self.version {
+                // A duplicate or out-of-order record: skip it, keep the version where it was.
+                return found;
+            }
+            // A gap: take the writer's numbering and check the event on its own merits.
+            self.version = version - 1;
+        }
         match self.check(version, ev) {
             Ok(()) => self.mutate(version, ev),
             Err(v) => {
@@ -567,7 +581,6 @@ impl State {
     /// Lenient replay: the closest event that keeps the invariants, or `None` to skip.
     fn repair(&self, ev: &Event, v: &Violation) -> Option<Event> {
         match (ev, v.invariant) {
-            (_, Invariant::VersionContiguous) => Some(ev.clone()),
             (Event::MessageAppended(e), Invariant::SeqDense) => {
                 let mut e = e.clone();
                 e.seq = self.count();

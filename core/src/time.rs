@@ -20,7 +20,14 @@ pub fn parse_rfc3339_ms(s: &str) -> Result<Millis, String> {
     }
     let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || min > 59 || sec > 60 {
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=12).contains(&month) || !(1..=month_days).contains(&day) || hour > 23 || min > 59 || sec > 60 {
         return Err(bad());
     }
     let mut i = 19;
@@ -42,7 +49,11 @@ pub fn parse_rfc3339_ms(s: &str) -> Result<Millis, String> {
     let offset_min = match b.get(i) {
         Some(b'Z' | b'z') if i + 1 == b.len() => 0,
         Some(sign @ (b'+' | b'-')) if i + 6 == b.len() && sep(i + 3, b":") => {
-            let m = num(i + 1..i + 3)? * 60 + num(i + 4..i + 6)?;
+            let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
+            if oh > 23 || om > 59 {
+                return Err(bad());
+            }
+            let m = oh * 60 + om;
             if *sign == b'-' {
                 -m
             } else {

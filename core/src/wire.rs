@@ -32,9 +32,10 @@ impl WireFormat {
     }
 }
 
-/// A message that could not be parsed. `field` is a path such as `content[2].source.data`.
+/// A message that could not be parsed. `field` is a path such as `content[2].source.data`, or
+/// empty when the problem is the line as a whole (not JSON, not an object).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("field `{field}`: {message}")]
+#[error("{}{message}", if field.is_empty() { String::new() } else { format!("field `{field}`: ") })]
 pub struct WireError {
     /// Path of the offending field.
     pub field: String,
@@ -64,7 +65,11 @@ fn kind_of(raw: &RawValue) -> &'static str {
 }
 
 fn string(raw: &RawValue, path: &str) -> Result<String, WireError> {
-    serde_json::from_str(raw.get()).map_err(|_| err(path, format!("expected a string, found {}", kind_of(raw))))
+    serde_json::from_str(raw.get()).map_err(|e| match kind_of(raw) {
+        // A string that does not decode (e.g. a lone surrogate escape): say why.
+        "a string" => err(path, format!("invalid string: {e}")),
+        kind => err(path, format!("expected a string, found {kind}")),
+    })
 }
 
 fn boolean(raw: &RawValue, path: &str) -> Result<bool, WireError> {
@@ -104,7 +109,7 @@ pub fn parse_message(json: &str) -> Result<Message, WireError> {
     let role = Role::parse(&role_text).ok_or_else(|| {
         err("role", format!("unknown role {role_text:?} (expected system, developer, user, assistant or tool)"))
     })?;
-    let content = obj.remove("content").map(|raw| parse_content(raw, "content")).transpose()?;
+    let content = obj.remove("content").map(|raw| parse_content(raw, "content", 0)).transpose()?;
     let tool_calls = obj.remove("tool_calls").map(|raw| parse_tool_calls(raw, "tool_calls")).transpose()?;
     let tool_call_id = take_opt_string(&mut obj, "tool_call_id", "")?;
     let pinned = obj.remove("pinned").map(|raw| boolean(raw, "pinned")).transpose()?;
@@ -119,7 +124,15 @@ pub fn parse_message(json: &str) -> Result<Message, WireError> {
     Ok(Message { role, content, tool_calls, tool_call_id, meta: Meta { timestamp, pinned, usage }, extra: extra(obj) })
 }
 
-fn parse_content(raw: &RawValue, path: &str) -> Result<Content, WireError> {
+/// Deepest nesting of `tool_result` blocks inside `tool_result` content. Providers nest at most
+/// one level; the bound keeps the recursive parse (and everything downstream that walks the
+/// message: estimator, codec, writer) far from the stack limit on hostile input.
+pub const MAX_CONTENT_NESTING: usize = 16;
+
+fn parse_content(raw: &RawValue, path: &str, depth: usize) -> Result<Content, WireError> {
+    if depth > MAX_CONTENT_NESTING {
+        return Err(err(path, format!("content nested more than {MAX_CONTENT_NESTING} levels deep")));
+    }
     match raw.get().trim_start().as_bytes().first() {
         Some(b'"') => Ok(Content::Text(string(raw, path)?)),
         Some(b'n') => Ok(Content::Null),
@@ -128,7 +141,7 @@ fn parse_content(raw: &RawValue, path: &str) -> Result<Content, WireError> {
             let blocks = items
                 .into_iter()
                 .enumerate()
-                .map(|(i, item)| parse_block(item, &format!("{path}[{i}]")))
+                .map(|(i, item)| parse_block(item, &format!("{path}[{i}]"), depth))
                 .collect::<Result<_, _>>()?;
             Ok(Content::Blocks(blocks))
         }
@@ -136,7 +149,7 @@ fn parse_content(raw: &RawValue, path: &str) -> Result<Content, WireError> {
     }
 }
 
-fn parse_block(raw: &RawValue, path: &str) -> Result<Block, WireError> {
+fn parse_block(raw: &RawValue, path: &str, depth: usize) -> Result<Block, WireError> {
     let mut obj = object(raw, path)?;
     let kind = take_string(&mut obj, "type", path)?;
     Ok(match kind.as_str() {
@@ -168,7 +181,8 @@ fn parse_block(raw: &RawValue, path: &str) -> Result<Block, WireError> {
         }
         "tool_result" => {
             let tool_use_id = take_string(&mut obj, "tool_use_id", path)?;
-            let content = obj.remove("content").map(|c| parse_content(c, &join(path, "content"))).transpose()?;
+            let content =
+                obj.remove("content").map(|c| parse_content(c, &join(path, "content"), depth + 1)).transpose()?;
             let is_error = obj.remove("is_error").map(|b| boolean(b, &join(path, "is_error"))).transpose()?;
             Block::ToolResult { tool_use_id, content, is_error, extra: extra(obj) }
         }
@@ -225,7 +239,8 @@ fn parse_tool_calls(raw: &RawValue, path: &str) -> Result<Vec<ToolCall>, WireErr
             let p = format!("{path}[{i}]");
             let mut obj = object(item, &p)?;
             let id = take_string(&mut obj, "id", &p)?;
-            let kind = take_opt_string(&mut obj, "type", &p)?.unwrap_or_else(|| "function".to_owned());
+            // Absent stays absent (empty) so that export reproduces the input.
+            let kind = take_opt_string(&mut obj, "type", &p)?.unwrap_or_default();
             let fpath = join(&p, "function");
             let fraw = obj.remove("function").ok_or_else(|| err(&fpath, "missing"))?;
             let mut f = object(fraw, &fpath)?;
@@ -361,7 +376,13 @@ pub fn write_message(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, miss
         for c in calls {
             w.begin_object();
             w.field_str("id", &c.id);
-            w.field_str("type", &c.kind);
+            match (c.kind.as_str(), opts.meta) {
+                // Export: the input had no `type`, so neither does the output.
+                ("", true) => {}
+                // A view: providers expect the type.
+                ("", false) => w.field_str("type", "function"),
+                (kind, _) => w.field_str("type", kind),
+            }
             w.key("function");
             w.begin_object();
             w.field_str("name", &c.name);

@@ -1,0 +1,393 @@
+//! The record envelope: every event kind round-trips, every flipped bit is caught by the seal,
+//! unknown formats/kinds and truncated payloads are typed errors naming the version, and no
+//! input makes `decode` panic.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use ctxlog::codec::{self, DecodeError, FORMAT_VERSION};
+use ctxlog::event::{Event, FlushReason, Flushed, GuardKind, GuardRaised, RequestServed, SummaryMode, SummaryPrepared};
+use ctxlog::replay::{self, Mode};
+use ctxlog::store::{ExpectedVersion, Record, Store, StoreError, StreamId};
+use ctxlog::{MemoryStore, SessionError};
+use ctxlog_tests::scenario::*;
+use proptest::prelude::*;
+
+const STREAM: StreamId = StreamId(SESSION);
+
+/// One event of every kind, with every optional field set somewhere.
+fn every_kind() -> Vec<Event> {
+    static EVENTS: std::sync::OnceLock<Vec<Event>> = std::sync::OnceLock::new();
+    EVENTS.get_or_init(build_every_kind).clone()
+}
+
+fn build_every_kind() -> Vec<Event> {
+    vec![
+        started(),
+        appended(0, rich_anthropic().lines().nth(2).unwrap()),
+        appended(1, rich_openai().lines().nth(3).unwrap()),
+        appended(2, r#"{"role":"user","content":"plain","pinned":false,"timestamp":1767225600.5}"#),
+        Event::SummaryPrepared(SummaryPrepared {
+            from: 0,
+            to: 2,
+            text: "Summary: ünïcode ✓".into(),
+            tokens: 5,
+            replaced_tokens: 12_345,
+            mode_requested: SummaryMode::Fork,
+            mode_used: SummaryMode::Standalone,
+            refusal: Some("prefix changed".into()),
+        }),
+        Event::Flushed(Flushed {
+            from: 0,
+            to: 2,
+            reason: FlushReason::ColdCache,
+            cache_age_ms: Some(301_000),
+            tokens_before: 9_000,
+            tokens_after: 1_000,
+            stubbed: vec![0, 1],
+        }),
+        removed(3),
+        truncated(4),
+        stubbed(5),
+        restored(3, vec![4, 7]),
+        Event::RequestServed(RequestServed {
+            call: 3,
+            at: T0 + 1,
+            digest: "sha256:00ff".into(),
+            view_messages: 7,
+            view_tokens: 8_000,
+            metered_tokens: 8_100,
+            reported_tokens: Some(8_123),
+            level: 4,
+            needed: true,
+            prefix_reused: true,
+        }),
+        Event::GuardRaised(GuardRaised {
+            call: Some(3),
+            kind: GuardKind::ForkRefused { reason: "no_last_request".into() },
+            detail: "a sentence with 42".into(),
+            knob: "--summarizer".into(),
+        }),
+        Event::GuardRaised(GuardRaised {
+            call: None,
+            kind: GuardKind::BreakerTripped,
+            detail: String::new(),
+            knob: "--breaker".into(),
+        }),
+    ]
+}
+
+#[test]
+fn every_event_kind_round_trips_through_the_envelope() {
+    let events = every_kind();
+    let mut kinds = std::collections::BTreeSet::new();
+    for (i, ev) in events.iter().enumerate() {
+        let version = i as u64 + 1;
+        let rec = codec::encode(ev).unwrap();
+        assert_eq!(rec.body()[0], FORMAT_VERSION);
+        kinds.insert(rec.body()[1]);
+        // As a store hands it back: bytes re-verified by the seal.
+        let back = Record::from_stored(STREAM, version, rec.as_bytes().to_vec()).unwrap();
+        assert_eq!(&codec::decode(STREAM, version, &back).unwrap(), ev);
+        // Encoding is deterministic (what golden logs rely on).
+        assert_eq!(codec::encode(ev).unwrap(), rec);
+    }
+    assert_eq!(kinds.len(), 8, "one kind byte per event type");
+}
+
+#[test]
+fn a_whole_log_round_trips_through_a_store() {
+    let events = conversation_then(vec![summary_prepared(0, 4), flushed(0, 4), request_served(0, 10)]);
+    let store = MemoryStore::new();
+    let records: Vec<_> = events.iter().map(|e| codec::encode(e).unwrap()).collect();
+    store.append(STREAM, ExpectedVersion::Exact(0), &records).unwrap();
+    let r = replay::replay(&store, STREAM, Mode::Strict, None).unwrap();
+    assert_eq!(r.state, fold(&events));
+    assert_eq!(r.timeline.len(), 1);
+}
+
+fn assert_corrupt(bytes: Vec<u8>, version: u64, what: &str) {
+    match Record::from_stored(STREAM, version, bytes) {
+        Err(StoreError::Corrupt { stream, version: v, detail }) => {
+            assert_eq!((stream, v), (STREAM, version), "{what}");
+            assert!(!detail.is_empty());
+        }
+        Ok(_) => panic!("{what}: corruption not detected"),
+        Err(e) => panic!("{what}: wrong error {e}"),
+    }
+}
+
+#[test]
+fn flipping_any_bit_of_a_small_record_is_detected() {
+    let rec = codec::encode(&restored(3, vec![4])).unwrap();
+    let bytes = rec.as_bytes().to_vec();
+    assert!(bytes.len() < 100, "small record: {} bytes", bytes.len());
+    for bit in 0..bytes.len() * 8 {
+        let mut flipped = bytes.clone();
+        flipped[bit / 8] ^= 1 << (bit % 8);
+        assert_corrupt(flipped, 17, &format!("bit {bit}"));
+    }
+}
+
+#[test]
+fn flipping_sampled_bits_of_a_large_message_record_is_detected() {
+    let big = "x".repeat(200_000);
+    let rec = codec::encode(&user(0, &big)).unwrap();
+    let bytes = rec.as_bytes().to_vec();
+    let bits = bytes.len() * 8;
+    // Every bit of the envelope header and the checksum, plus a prime stride through the body.
+    let sample = (0..64).chain((bits - 64)..bits).chain((0..bits).step_by(7_919));
+    for bit in sample {
+        let mut flipped = bytes.clone();
+        flipped[bit / 8] ^= 1 << (bit % 8);
+        assert_corrupt(flipped, 2, &format!("bit {bit} of {bits}"));
+    }
+}
+
+#[test]
+fn short_or_truncated_stored_bytes_are_corrupt_not_a_panic() {
+    let bytes = codec::encode(&user(0, "hello")).unwrap().into_bytes();
+    for len in 0..bytes.len() {
+        assert_corrupt(bytes[..len].to_vec(), 5, &format!("truncated to {len}"));
+    }
+}
+
+#[test]
+fn a_tampered_record_in_a_store_fails_replay_naming_stream_and_version() {
+    let store = MemoryStore::new();
+    let records: Vec<_> = conversation().iter().map(|e| codec::encode(e).unwrap()).collect();
+    store.append(STREAM, ExpectedVersion::Exact(0), &records).unwrap();
+    assert!(store.tamper(STREAM, 4, |b| b[3] ^= 0x10));
+    match replay::replay(&store, STREAM, Mode::Lenient, None) {
+        Err(SessionError::Store(StoreError::Corrupt { stream, version, .. })) => {
+            assert_eq!((stream, version), (STREAM, 4));
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    let report = replay::verify(&store, STREAM).unwrap();
+    assert!(!report.ok());
+    assert!(report.problems[0].contains("version 4") && report.problems[0].contains(&STREAM.to_string()));
+}
+
+fn decode_err(body: Vec<u8>, version: u64) -> DecodeError {
+    match codec::decode(STREAM, version, &Record::seal(body)) {
+        Ok(ev) => panic!("decoded garbage as {ev:?}"),
+        Err(e) => {
+            assert_eq!((e.stream, e.version), (STREAM, version));
+            assert!(e.to_string().contains(&format!("version {version}")), "{e}");
+            e
+        }
+    }
+}
+
+#[test]
+fn an_unknown_envelope_format_is_a_decode_error_naming_the_version() {
+    let mut body = codec::encode(&started()).unwrap().body().to_vec();
+    body[0] = FORMAT_VERSION + 1;
+    let e = decode_err(body, 9);
+    assert!(e.detail.contains("format"), "{e}");
+    let e = decode_err(vec![0, 1], 10);
+    assert!(e.detail.contains("format 0"), "{e}");
+}
+
+#[test]
+fn an_unknown_event_kind_is_a_decode_error_naming_the_version() {
+    let mut body = codec::encode(&removed(1)).unwrap().body().to_vec();
+    for kind in [0u8, 9, 200, 255] {
+        body[1] = kind;
+        let e = decode_err(body.clone(), 3);
+        assert!(e.detail.contains(&format!("kind {kind}")), "{e}");
+    }
+    let e = decode_err(vec![FORMAT_VERSION], 4);
+    assert!(e.detail.contains("shorter"), "{e}");
+    decode_err(vec![], 4);
+}
+
+#[test]
+fn a_truncated_or_padded_payload_is_an_error_never_a_panic() {
+    for ev in every_kind() {
+        let body = codec::encode(&ev).unwrap().body().to_vec();
+        for len in 2..body.len() {
+            let _ = decode_err(body[..len].to_vec(), 1);
+        }
+        let mut padded = body.clone();
+        padded.push(0);
+        let e = decode_err(padded, 1);
+        assert!(e.detail.contains("trailing"), "{e}");
+    }
+}
+
+#[test]
+fn a_kind_byte_swapped_to_another_valid_kind_does_not_decode_silently_as_the_original() {
+    // Payload of one kind read as another: either an error or a different event, never the
+    // original (the kind byte is what selects the layout).
+    let events = every_kind();
+    for ev in &events {
+        let body = codec::encode(ev).unwrap().body().to_vec();
+        for kind in 1u8..=8 {
+            if kind == body[1] {
+                continue;
+            }
+            let mut b = body.clone();
+            b[1] = kind;
+            if let Ok(other) = codec::decode(STREAM, 1, &Record::seal(b)) {
+                assert_ne!(&other, ev);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_sealed_bytes_never_panic_decode(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = codec::decode(STREAM, 1, &Record::seal(bytes));
+    }
+
+    #[test]
+    fn arbitrary_payloads_behind_a_valid_header_never_panic_decode(
+        kind in 0u8..=9,
+        payload in proptest::collection::vec(any::<u8>(), 0..256),
+    ) {
+        let mut body = vec![FORMAT_VERSION, kind];
+        body.extend(payload);
+        let _ = codec::decode(STREAM, 1, &Record::seal(body));
+    }
+
+    #[test]
+    fn mutated_valid_records_never_panic_decode(
+        which in 0usize..13,
+        edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+    ) {
+        let events = every_kind();
+        let mut body = codec::encode(&events[which % events.len()]).unwrap().body().to_vec();
+        for (at, byte) in edits {
+            let i = 2 + at % (body.len() - 2);
+            body[i] = byte;
+        }
+        let _ = codec::decode(STREAM, 1, &Record::seal(body));
+    }
+
+    #[test]
+    fn arbitrary_stored_bytes_never_panic_from_stored(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        if let Ok(rec) = Record::from_stored(STREAM, 1, bytes) {
+            let _ = codec::decode(STREAM, 1, &rec);
+        }
+    }
+}
+
+// ---- Snapshots: a cache, never a source of truth ---------------------------------------------
+
+fn session_with_history(store: &MemoryStore) -> ctxlog::Session<&MemoryStore> {
+    let mut s =
+        ctxlog::Session::create(store, STREAM, ctxlog::WireFormat::Anthropic, ctxlog::Config::default(), T0).unwrap();
+    for (i, line) in rich_anthropic().lines().enumerate() {
+        let m = parse(line);
+        if m.role == ctxlog::message::Role::Assistant {
+            let at = T0 + 1_000 * i as u64;
+            let plan = s.plan(at).unwrap();
+            s.commit(plan, at, Some(1_000 + i as u64)).unwrap();
+        }
+        s.append(vec![m]).unwrap();
+    }
+    s
+}
+
+#[test]
+fn open_from_a_snapshot_equals_a_full_replay() {
+    let store = MemoryStore::new();
+    let mut s = session_with_history(&store);
+    s.snapshot().unwrap();
+    let snap_version = store.get_snapshot(STREAM).unwrap().unwrap().version;
+    assert_eq!(snap_version, s.state().version());
+    // More history after the snapshot.
+    s.append(vec![parse(r#"{"role":"user","content":"after the snapshot"}"#)]).unwrap();
+    let plan = s.plan(T0 + 60_000).unwrap();
+    s.commit(plan, T0 + 60_000, None).unwrap();
+    let reopened = ctxlog::Session::open(&store, STREAM).unwrap();
+    let replayed = replay::replay(&store, STREAM, Mode::Strict, None).unwrap().state;
+    assert_eq!(reopened.state(), &replayed);
+    assert_eq!(reopened.state(), s.state());
+    let report = replay::verify(&store, STREAM).unwrap();
+    assert!(report.ok() && report.snapshot_checked, "{:?}", report.problems);
+}
+
+#[test]
+fn a_corrupt_snapshot_is_ignored_by_open_and_reported_by_verify() {
+    let store = MemoryStore::new();
+    let s = session_with_history(&store);
+    s.snapshot().unwrap();
+    let mut snap = store.get_snapshot(STREAM).unwrap().unwrap();
+    let mid = snap.bytes.len() / 2;
+    snap.bytes[mid] ^= 0x40;
+    store.put_snapshot(STREAM, &snap).unwrap();
+    let reopened = ctxlog::Session::open(&store, STREAM).unwrap();
+    assert_eq!(reopened.state(), s.state(), "fell back to a full replay");
+    let report = replay::verify(&store, STREAM).unwrap();
+    assert!(report.snapshot_checked);
+    assert!(report.problems.iter().any(|p| p.contains("snapshot") && p.contains("unusable")), "{:?}", report.problems);
+}
+
+#[test]
+fn a_snapshot_that_disagrees_with_the_log_is_reported_by_verify() {
+    let store = MemoryStore::new();
+    let s = session_with_history(&store);
+    // A well-sealed snapshot of a different history at the same version.
+    let mut other = fold(&conversation());
+    while other.version() < s.state().version() {
+        let v = other.version() + 1;
+        other
+            .apply(
+                v,
+                &ctxlog::event::Event::GuardRaised(GuardRaised {
+                    call: None,
+                    kind: GuardKind::OverBudget,
+                    detail: String::new(),
+                    knob: String::new(),
+                }),
+            )
+            .unwrap();
+    }
+    store.put_snapshot(STREAM, &ctxlog::session::encode_snapshot(&other).unwrap()).unwrap();
+    let report = replay::verify(&store, STREAM).unwrap();
+    assert!(report.problems.iter().any(|p| p.contains("differs from a full replay")), "{:?}", report.problems);
+}
+
+// ---- Hostile records ---------------------------------------------------------------------------
+
+fn nested_message_record(depth: usize) -> Record {
+    use ctxlog::event::MessageAppended;
+    use ctxlog::message::{Block, Content, Message, Role};
+    // Building, encoding and dropping a deep value recurses too: do it on a big stack.
+    std::thread::Builder::new()
+        .stack_size(1 << 30)
+        .spawn(move || {
+            let mut c = Content::Text("x".into());
+            for _ in 0..depth {
+                let b = Block::ToolResult { tool_use_id: "t".into(), content: Some(c), is_error: None, extra: vec![] };
+                c = Content::Blocks(vec![b]);
+            }
+            let mut message = Message::text(Role::User, "");
+            message.content = Some(c);
+            codec::encode(&Event::MessageAppended(MessageAppended { seq: 0, message, tokens: 1 })).unwrap()
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+#[test]
+fn a_crafted_deeply_nested_record_is_a_decode_error_not_a_stack_overflow() {
+    // Regression: a well-sealed 800 kB record nesting 100,000 tool results aborted replay and
+    // verify with a stack overflow.
+    let rec = nested_message_record(100_000);
+    let e = codec::decode(STREAM, 7, &rec).unwrap_err();
+    assert_eq!(e.version, 7);
+    assert!(e.detail.contains("nested"), "{e}");
+    // Nesting the wire parser accepts decodes fine.
+    let ok = nested_message_record(ctxlog::wire::MAX_CONTENT_NESTING);
+    assert!(codec::decode(STREAM, 1, &ok).is_ok());
+    // The depth counter is per decode: a failed decode does not poison the next one.
+    let again = codec::decode(STREAM, 1, &ok);
+    assert!(again.is_ok());
+}
