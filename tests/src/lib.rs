@@ -1,5 +1,6 @@
 //! Workspace-level tests for ctxlog. The library part holds shared test support: the `Store`
-//! conformance suite ([`conformance`]) and one fixture per backend ([`conformance_fixtures`]).
+//! conformance suite ([`conformance`]) and one fixture per backend ([`conformance_fixtures`]), and
+//! the harness of the compaction-engine tests ([`engine_fixtures`]).
 //! The test targets live in `tests/`.
 
 // This crate is test support only: a failed unwrap here is a failed test, which is what we want.
@@ -7,3 +8,4 @@
 
 pub mod conformance;
 pub mod conformance_fixtures;
+pub mod engine_fixtures;
