@@ -126,6 +126,50 @@ fn breaker_rearms_after_a_call_that_fits() {
 }
 
 #[test]
+fn breaker_rearms_after_a_tripped_session_is_brought_back_within_budget_by_a_flush() {
+    // Five protected tool results of 10,000 chars keep every pass over the 10,000 budget; the
+    // ladder may not touch them, so the breaker trips. A prepared summary then covers them, the
+    // legacy gate flushes it (the gate runs before the frozen ladder), the call fits, and the
+    // breaker re-arms: its latch clears and it can trip again later.
+    let cfg = Config {
+        prepare_ratio: 0.5,
+        summarizer: ctxlog::config::SummarizerKind::Extractive,
+        protected_tool_results: 5,
+        protected_recent_ratio: 0.3,
+        ..config(10_000, 0.8, 0.5)
+    };
+    let mut h = Harness::new(OPENAI, cfg);
+    let w = h.wire;
+    h.append(vec![w.system("You are helpful."), w.user(PROJECT_PATH)]);
+    for i in 0..5 {
+        let id = format!("big{i}");
+        h.append(vec![w.calls("", &[&id], "read_file"), w.result(&id, &"B".repeat(10_000))]);
+    }
+    h.append(vec![w.user("go on")]);
+    for _ in 0..11 {
+        h.call();
+    }
+    assert_eq!(count_guard(&h, &GuardKind::BreakerTripped), 1);
+    assert!(h.session.state().raised().contains(&GuardKind::BreakerTripped));
+    // Small turns push the big results out of the protected set and the recent window.
+    for i in 0..12 {
+        let id = format!("small{i}");
+        h.append(vec![w.user(&format!("small {i}")), w.calls("", &[&id], "stat"), w.result(&id, "ok")]);
+    }
+    h.append(vec![w.user("and now?")]);
+    let frozen = h.call().clone();
+    assert!(frozen.edits().is_empty(), "the breaker let the ladder run: {:?}", frozen.edits());
+    assert!(h.prepare_extractive(), "no summary job for the big results");
+    let c = h.call().clone();
+    let flushed = c.events.iter().any(|e| matches!(e, Event::Flushed(_)));
+    assert!(flushed, "the gate did not flush the prepared summary");
+    assert!(c.view_tokens <= 10_000, "still over the budget after the flush: {}", c.view_tokens);
+    assert_eq!(h.session.state().breaker_count(), 0);
+    assert!(!h.session.state().raised().contains(&GuardKind::BreakerTripped), "the latch did not clear");
+    h.assert_verified();
+}
+
+#[test]
 fn breaker_timeline_snapshot() {
     let h = breaker_run();
     insta::assert_snapshot!("scenario1_breaker_timeline", timeline_jsonl(&h.replayed_timeline()));
@@ -595,9 +639,11 @@ fn sticky_view_is_append_only_between_edits_and_removals_only_grow() {
         assert!(c.view_tokens <= 2_000);
     }
     eprintln!(
-        "scenario 9: {rewrites} rewriting calls of 40, removed {}, levels {:?}",
+        "scenario 9: {rewrites} rewriting calls of 40, removed {}, levels {:?}, tokens {:?}, guards {:?}",
         removed.len(),
-        h.calls.iter().map(|c| c.level).collect::<Vec<_>>()
+        h.calls.iter().map(|c| c.level).collect::<Vec<_>>(),
+        h.calls.iter().map(|c| c.view_tokens).collect::<Vec<_>>(),
+        h.guard_counts()
     );
     assert!(rewrites > 0 && rewrites < 40);
     h.assert_verified();
