@@ -21,7 +21,7 @@ use proptest::prelude::*;
 enum Op {
     Human { chars: usize, image: bool },
     Tools { results: Vec<usize>, served_unanswered: bool },
-    Call { gap_ms: u64 },
+    Call { gap_ms: u64, reported: Option<u32> },
     Prepare,
     Restore { pick: usize },
 }
@@ -31,7 +31,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (5usize..1_500, prop::bool::weighted(0.15)).prop_map(|(chars, image)| Op::Human { chars, image }),
         4 => (prop::collection::vec(10usize..6_000, 1..=3), prop::bool::weighted(0.2))
             .prop_map(|(results, served_unanswered)| Op::Tools { results, served_unanswered }),
-        4 => prop_oneof![0u64..60_000, 60_000u64..900_000].prop_map(|gap_ms| Op::Call { gap_ms }),
+        4 => (prop_oneof![0u64..60_000, 60_000u64..900_000], prop::option::weighted(0.3, 0u32..30_000))
+            .prop_map(|(gap_ms, reported)| Op::Call { gap_ms, reported }),
         1 => Just(Op::Prepare),
         1 => (0usize..1_000).prop_map(|pick| Op::Restore { pick }),
     ]
@@ -62,9 +63,18 @@ struct Run {
 }
 
 impl Run {
-    fn call(&mut self) {
+    fn call(&mut self, reported: Option<u32>) {
         let restored = std::mem::take(&mut self.restored_since_call);
-        let c = self.h.call().clone();
+        let c = self.h.call_reported(reported.map(u64::from)).clone();
+        // Over the budget only with an over_budget guard in force.
+        let served = self.h.session.state();
+        let metered = match c.events.last() {
+            Some(ctxlog::Event::RequestServed(s)) => s.metered_tokens,
+            _ => panic!("no RequestServed"),
+        };
+        if metered > self.h.session.config().budget {
+            assert!(served.raised().contains(&ctxlog::event::GuardKind::OverBudget), "call {}", c.call);
+        }
         // (b) on the rendered JSON, not through the engine's own check.
         let problems = rendered_pair_problems(&c.view, &self.answered);
         assert!(problems.is_empty(), "call {}: {problems:?}", c.call);
@@ -99,7 +109,7 @@ impl Run {
                 let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
                 self.h.append(vec![w.calls("let me look", &refs, "read_file")]);
                 if *served_unanswered {
-                    self.call();
+                    self.call(None);
                 }
                 let outputs: Vec<String> =
                     results.iter().map(|n| "output line\n".chars().cycle().take(*n).collect()).collect();
@@ -118,9 +128,9 @@ impl Run {
                 self.answered.extend(ids);
                 self.h.append(vec![w.assistant("done")]);
             }
-            Op::Call { gap_ms } => {
+            Op::Call { gap_ms, reported } => {
                 self.h.now += gap_ms;
-                self.call();
+                self.call(*reported);
             }
             Op::Prepare => {
                 self.h.prepare_extractive();
@@ -158,7 +168,7 @@ proptest! {
         for op in &ops {
             run.apply(op);
         }
-        run.call();
+        run.call(None);
         // The first human message is never removed or stubbed.
         let st = run.h.session.state();
         prop_assert!(st.entry(1).unwrap().edit.is_none());
