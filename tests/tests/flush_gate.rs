@@ -382,3 +382,32 @@ fn flush_keeps_system_pinned_and_first_human_verbatim_and_lists_elided_output_as
         h.assert_verified();
     }
 }
+
+#[test]
+fn flush_keeps_a_pinned_tool_result_with_its_call_and_its_siblings() {
+    // OpenAI answers parallel calls with one `tool` message each. Pinning one of them keeps it
+    // (and its call) through the flush; its sibling must stay too, or the call is left in the
+    // view without one of its results.
+    let mut h = Harness::new(WireFormat::OpenAi, gate_config(false));
+    let w = h.wire;
+    h.append(vec![w.system("sys"), w.user("PROJECT PATH IS ~/Desktop/ora"), w.calls("", &["a", "b"], "read_file")]);
+    h.append(vec![
+        ctxlog_tests::engine_fixtures::msg(serde_json::json!({
+            "role": "tool", "tool_call_id": "a", "content": "KEEP THIS", "pinned": true
+        })),
+        w.result("b", &"y".repeat(4_000)),
+        w.assistant("read both"),
+    ]);
+    for i in 0..10 {
+        append_turn(&mut h, i, 1_200);
+    }
+    h.call();
+    assert!(h.prepare_extractive());
+    assert!(h.session.state().compacted() > 5, "the span does not cover the parallel call");
+    let c = h.call().clone();
+    assert_eq!(flushes(&c.events).len(), 1);
+    let answered = ["a", "b"].iter().map(|s| s.to_string()).chain((0..10).map(|i| format!("call{i}"))).collect();
+    assert_eq!(rendered_pair_problems(&c.view, &answered), Vec::<String>::new());
+    assert!(c.view_text().contains("KEEP THIS"));
+    h.assert_verified();
+}
