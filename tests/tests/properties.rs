@@ -19,8 +19,8 @@ use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Human { chars: usize, image: bool },
-    Tools { results: Vec<usize>, served_unanswered: bool },
+    Human { chars: usize, image: bool, pinned: bool },
+    Tools { results: Vec<usize>, served_unanswered: bool, pin: Option<usize> },
     Call { gap_ms: u64, reported: Option<u32> },
     Prepare,
     Restore { pick: usize },
@@ -28,9 +28,14 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (5usize..1_500, prop::bool::weighted(0.15)).prop_map(|(chars, image)| Op::Human { chars, image }),
-        4 => (prop::collection::vec(10usize..6_000, 1..=3), prop::bool::weighted(0.2))
-            .prop_map(|(results, served_unanswered)| Op::Tools { results, served_unanswered }),
+        3 => (5usize..1_500, prop::bool::weighted(0.15), prop::bool::weighted(0.05))
+            .prop_map(|(chars, image, pinned)| Op::Human { chars, image, pinned }),
+        4 => (
+            prop::collection::vec(10usize..6_000, 1..=3),
+            prop::bool::weighted(0.2),
+            prop::option::weighted(0.08, 0usize..3),
+        )
+            .prop_map(|(results, served_unanswered, pin)| Op::Tools { results, served_unanswered, pin }),
         4 => (prop_oneof![0u64..60_000, 60_000u64..900_000], prop::option::weighted(0.3, 0u32..30_000))
             .prop_map(|(gap_ms, reported)| Op::Call { gap_ms, reported }),
         1 => Just(Op::Prepare),
@@ -98,12 +103,16 @@ impl Run {
     fn apply(&mut self, op: &Op) {
         let w = self.h.wire;
         match op {
-            Op::Human { chars, image } => {
+            Op::Human { chars, image, pinned } => {
                 let text: String = "human words ".chars().cycle().take(*chars).collect();
-                let m = if *image { w.user_with_image(&[&text]) } else { w.user(&text) };
+                let m = match (image, pinned) {
+                    (true, _) => w.user_with_image(&[&text]),
+                    (false, true) => w.pinned_user(&text),
+                    (false, false) => w.user(&text),
+                };
                 self.h.append(vec![m]);
             }
-            Op::Tools { results, served_unanswered } => {
+            Op::Tools { results, served_unanswered, pin } => {
                 let ids: Vec<String> = (0..results.len()).map(|i| format!("id{}_{i}", self.next_id)).collect();
                 self.next_id += 1;
                 let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
@@ -113,7 +122,7 @@ impl Run {
                 }
                 let outputs: Vec<String> =
                     results.iter().map(|n| "output line\n".chars().cycle().take(*n).collect()).collect();
-                let msgs = match w.0 {
+                let mut msgs = match w.0 {
                     WireFormat::Anthropic => {
                         let blocks: Vec<serde_json::Value> = ids
                             .iter()
@@ -124,6 +133,11 @@ impl Run {
                     }
                     WireFormat::OpenAi => ids.iter().zip(&outputs).map(|(id, o)| w.result(id, o)).collect(),
                 };
+                if let Some(k) = pin {
+                    // Pin one result message (meta field `pinned`, both formats).
+                    let i = k % msgs.len();
+                    msgs[i].meta.pinned = Some(true);
+                }
                 self.h.append(msgs);
                 self.answered.extend(ids);
                 self.h.append(vec![w.assistant("done")]);
