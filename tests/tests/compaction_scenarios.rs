@@ -539,6 +539,32 @@ fn protected_tool_result_keeps_its_call_and_its_siblings() {
     }
 }
 
+#[test]
+fn pinned_tool_result_is_never_truncated() {
+    // Regression (found by the property tests): the truncation waves skipped only the last N
+    // results, so a pinned result in the oldest quarter was truncated and the fold rejected the
+    // plan with EditProtected on every call.
+    for format in [ANTHROPIC, OPENAI] {
+        let cfg = Config {
+            truncate_chars: 20,
+            protected_tool_results: 0,
+            protected_recent_ratio: 0.0,
+            ..config(1_000, 0.3, 0.06)
+        };
+        let mut h = Harness::new(format, cfg);
+        let w = h.wire;
+        let mut pinned = w.result("p", &"P".repeat(76));
+        pinned.meta.pinned = Some(true);
+        h.append(vec![w.calls("", &["p"], "read_file"), pinned, w.assistant("done")]);
+        h.append(vec![w.calls("", &["q"], "read_file"), w.result("q", &"Q".repeat(2_000)), w.assistant("done")]);
+        let c = h.call().clone();
+        assert!(!c.edits().is_empty(), "{format:?}: the ladder did not run");
+        assert!(c.edits().iter().all(|(s, _)| *s != 1 && *s != 0), "{format:?}: {:?}", c.edits());
+        assert!(c.view_text().contains(&"P".repeat(76)));
+        h.assert_verified();
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scenario 8: irreducible floor, no event storm.
 

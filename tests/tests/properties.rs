@@ -6,7 +6,8 @@
 //!     previous view plus the new messages, byte for byte, and `prefix_reused` says exactly
 //!     whether the bytes were reused;
 //! (b) the rendered JSON has no orphan tool result and no answered call without its result;
-//! (c) at the end `replay::verify` passes and the replayed timeline equals the live one.
+//! (c) at the end `replay::verify` passes (snapshots taken at random points included), the
+//!     replayed timeline equals the live one, and reopening the session gives the live state.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, missing_docs)]
 
@@ -24,6 +25,8 @@ enum Op {
     Call { gap_ms: u64, reported: Option<u32> },
     Prepare,
     Restore { pick: usize },
+    Snapshot,
+    System,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -40,6 +43,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(gap_ms, reported)| Op::Call { gap_ms, reported }),
         1 => Just(Op::Prepare),
         1 => (0usize..1_000).prop_map(|pick| Op::Restore { pick }),
+        1 => Just(Op::Snapshot),
+        1 => Just(Op::System),
     ]
 }
 
@@ -149,6 +154,8 @@ impl Run {
             Op::Prepare => {
                 self.h.prepare_extractive();
             }
+            Op::Snapshot => self.h.session.snapshot().unwrap(),
+            Op::System => self.h.append(vec![w.system("Mid-session system note: keep answers short.")]),
             Op::Restore { pick } => {
                 let st = self.h.session.state();
                 let candidates: Vec<u64> = (0..st.message_count())
@@ -186,7 +193,9 @@ proptest! {
         // The first human message is never removed or stubbed.
         let st = run.h.session.state();
         prop_assert!(st.entry(1).unwrap().edit.is_none());
-        // (c) verify and replay.
+        // (c) verify and replay; reopening (snapshot + tail) gives the live state.
         run.h.assert_verified();
+        let reopened = ctxlog::Session::open(std::sync::Arc::clone(&run.h.store), run.h.session.id()).unwrap();
+        prop_assert_eq!(reopened.state(), run.h.session.state());
     }
 }
