@@ -27,6 +27,8 @@ enum Op {
     Restore { pick: usize },
     Snapshot,
     System,
+    Abandoned,
+    Abort { gap_ms: u64 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -45,6 +47,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..1_000).prop_map(|pick| Op::Restore { pick }),
         1 => Just(Op::Snapshot),
         1 => Just(Op::System),
+        1 => Just(Op::Abandoned),
+        1 => (0u64..900_000).prop_map(|gap_ms| Op::Abort { gap_ms }),
     ]
 }
 
@@ -132,7 +136,18 @@ impl Run {
                         let blocks: Vec<serde_json::Value> = ids
                             .iter()
                             .zip(&outputs)
-                            .map(|(id, o)| serde_json::json!({"type": "tool_result", "tool_use_id": id, "content": o}))
+                            .map(|(id, o)| {
+                                if o.len() % 5 == 0 {
+                                    // Some results carry a screenshot next to their text.
+                                    let image = serde_json::json!({"type": "image", "source": {
+                                        "type": "base64", "media_type": "image/png",
+                                        "data": ctxlog_tests::engine_fixtures::PNG_1X1}});
+                                    let content = serde_json::json!([{"type": "text", "text": o}, image]);
+                                    serde_json::json!({"type": "tool_result", "tool_use_id": id, "content": content})
+                                } else {
+                                    serde_json::json!({"type": "tool_result", "tool_use_id": id, "content": o})
+                                }
+                            })
                             .collect();
                         vec![ctxlog_tests::engine_fixtures::msg(serde_json::json!({"role": "user", "content": blocks}))]
                     }
@@ -155,6 +170,21 @@ impl Run {
                 self.h.prepare_extractive();
             }
             Op::Snapshot => self.h.session.snapshot().unwrap(),
+            Op::Abandoned => {
+                // A call that is never answered (the host gave up on it).
+                let id = format!("lost{}", self.next_id);
+                self.next_id += 1;
+                self.h.append(vec![w.calls("trying", &[&id], "flaky_tool")]);
+            }
+            Op::Abort { gap_ms } => {
+                // A planned call whose dispatch failed: nothing is written, nothing changes.
+                let before = self.h.log_bytes();
+                let state = self.h.session.state().clone();
+                let plan = self.h.session.plan(self.h.now + gap_ms).unwrap();
+                self.h.session.abort(plan);
+                assert_eq!(self.h.log_bytes(), before);
+                assert_eq!(self.h.session.state(), &state);
+            }
             Op::System => self.h.append(vec![w.system("Mid-session system note: keep answers short.")]),
             Op::Restore { pick } => {
                 let st = self.h.session.state();
@@ -173,7 +203,7 @@ impl Run {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn random_sessions_keep_the_cache_contract_tool_pairs_and_replay(
