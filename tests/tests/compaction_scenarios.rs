@@ -303,6 +303,26 @@ fn removal_clamp_one_huge_protected_tool_result_does_not_collapse_the_view() {
     h.assert_verified();
 }
 
+#[test]
+fn removal_clamp_still_removes_and_fits_a_long_session_at_200k() {
+    // 120 long turns on a 200,000 budget (300 × `turn i`, ~600 tokens a message with our
+    // estimator, so the session crosses the 100,000 trigger): the clamp must not stop the ladder
+    // from removing what it needs to fit.
+    let cfg = Config { protected_recent_ratio: 0.30, protected_tool_results: 5, ..config(200_000, 0.5, 0.5) };
+    let mut h = Harness::new(OPENAI, cfg);
+    let w = h.wire;
+    h.append(vec![w.system("You are helpful."), w.user(PROJECT_PATH)]);
+    for i in 0..120 {
+        h.append(vec![w.user(&format!("turn {i} ").repeat(300)), w.assistant(&format!("reply {i} ").repeat(300))]);
+    }
+    let c = h.call().clone();
+    eprintln!("scenario 3 at 200k: removed {}, view {} tokens, level {}", c.removed().len(), c.view_tokens, c.level);
+    assert!(!c.removed().is_empty());
+    assert!(c.view_tokens <= 200_000);
+    assert!(c.view_text().contains(PROJECT_PATH));
+    h.assert_verified();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scenario 5: unit consistency.
 
@@ -418,12 +438,17 @@ fn stub_by_cost_keeps_the_image_and_leaves_short_messages_alone() {
         h.append(vec![w.user("start"), w.assistant("ok")]);
         h.append(vec![w.user_with_image(&[&long, " and one more note"]), w.assistant("seen")]);
         h.append(vec![w.user_with_image(&["look"]), w.assistant("a cat")]);
+        h.append(vec![w.user(&"S".repeat(2_000)), w.assistant("read it")]);
         h.append(vec![w.user("thanks")]);
         let c = h.call().clone();
         assert_eq!(c.level, 8, "{format:?}");
         let stubbed: Vec<u64> =
             c.edits().into_iter().filter(|(_, k)| matches!(k, EditKind::Stubbed { .. })).map(|(s, _)| s).collect();
-        assert_eq!(stubbed, vec![2], "{format:?}");
+        assert_eq!(stubbed, vec![2, 6], "{format:?}");
+        let plain: serde_json::Value =
+            serde_json::from_slice(&c.view[h.session.state().view_position(6).unwrap()]).unwrap();
+        let preview = "S".repeat(STUB_PREVIEW_CHARS as usize);
+        assert_eq!(plain["content"], format!("[User message compacted - original: \"{preview}...\"]"));
         let st = h.session.state();
         let pos = st.view_position(2).unwrap();
         let rendered: serde_json::Value = serde_json::from_slice(&c.view[pos]).unwrap();
@@ -439,7 +464,7 @@ fn stub_by_cost_keeps_the_image_and_leaves_short_messages_alone() {
         assert_eq!(c.view[look], original);
         assert!(st.entry(4).unwrap().edit.is_none());
         // First and last human are never stubbed.
-        assert!(!h.stubbed_set().contains(&0) && !h.stubbed_set().contains(&6));
+        assert!(!h.stubbed_set().contains(&0) && !h.stubbed_set().contains(&8));
         h.assert_verified();
     }
 }
