@@ -89,6 +89,17 @@ impl Run {
         if metered > self.h.session.config().budget {
             assert!(served.raised().contains(&ctxlog::event::GuardKind::OverBudget), "call {}", c.call);
         }
+        // Unit consistency: every item (messages, edited messages, summaries) costs exactly a
+        // fresh estimate of what it shows, and the view costs exactly their sum.
+        let est = self.h.session.config().estimator();
+        let mut sum = 0u64;
+        for it in served.view() {
+            let fresh = est.message(&ctxlog::view::item_message(served, it.item).unwrap());
+            assert_eq!(it.tokens, fresh, "call {}: item {:?}", c.call, it.item);
+            sum += u64::from(fresh);
+        }
+        assert_eq!(sum, served.view_tokens(), "call {}", c.call);
+        assert_eq!(sum, c.view_tokens, "call {}", c.call);
         // (b) on the rendered JSON, not through the engine's own check.
         let problems = rendered_pair_problems(&c.view, &self.answered);
         assert!(problems.is_empty(), "call {}: {problems:?}", c.call);
