@@ -29,6 +29,7 @@ enum Op {
     System,
     Abandoned,
     Abort { gap_ms: u64 },
+    LatePrepare,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -49,6 +50,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::System),
         1 => Just(Op::Abandoned),
         1 => (0u64..900_000).prop_map(|gap_ms| Op::Abort { gap_ms }),
+        1 => Just(Op::LatePrepare),
     ]
 }
 
@@ -181,6 +183,21 @@ impl Run {
                 self.h.prepare_extractive();
             }
             Op::Snapshot => self.h.session.snapshot().unwrap(),
+            Op::LatePrepare => {
+                // The host runs the summarizer while a call is served: the summary comes back
+                // after the call, perhaps stale. It is written or discarded, never an error.
+                if let Some(job) = self.h.session.summary_job() {
+                    let text = ctxlog::summary::extractive(self.h.session.state(), &job);
+                    self.call(None);
+                    let produced = ctxlog::session::Produced::extractive();
+                    match self.h.session.prepare(&job, text, produced).unwrap() {
+                        ctxlog::session::Prepared::Written(_) => {
+                            assert_eq!(self.h.session.state().compacted(), job.to);
+                        }
+                        ctxlog::session::Prepared::Discarded(why) => assert!(!why.is_empty()),
+                    }
+                }
+            }
             Op::Abandoned => {
                 // A call that is never answered (the host gave up on it).
                 let id = format!("lost{}", self.next_id);
