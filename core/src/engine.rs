@@ -134,8 +134,11 @@ fn escalate(b: &mut Builder<'_>, config: &Config, call: u64, metered: u64) -> Re
     if let Some(detail) = &outcome.clamped {
         b.raise(call, GuardKind::TargetClamped, detail.clone(), "--target, --protected-recent, --protected-tools")?;
     }
+    // A pass that found nothing to edit serves the same view: it reached no level. Reporting
+    // the level it walked up to (8) would make every no-op call look like a full escalation.
+    let level = if outcome.edits.is_empty() { 0 } else { outcome.level };
     for Edited { seq, kind, reason } in outcome.edits {
         b.push(Event::Edited(Edited { seq, kind, reason }))?;
     }
-    Ok(outcome.level)
+    Ok(level)
 }

@@ -312,15 +312,39 @@ impl State {
     }
 
     /// System, pinned and the first human message stay verbatim through a flush, together with
-    /// the tool partners of a pinned message (so no pair is split).
+    /// the whole tool group of a pinned message (its call and every result of that call, so no
+    /// pair is split: a pinned result of a parallel call keeps its siblings too).
     pub fn kept_through_flush(&self, seq: u64) -> bool {
         let Some(e) = self.entry(seq) else { return false };
         let m = &e.message;
         if m.role.is_system() || m.is_pinned() || Some(seq) == self.first_human {
             return true;
         }
-        let pinned = |s: Option<u64>| s.and_then(|s| self.entry(s)).is_some_and(|p| p.message.is_pinned());
-        m.call_ids().any(|id| pinned(self.result_seq(id))) || m.result_ids().any(|id| pinned(self.call_seq(id)))
+        if m.call_ids().next().is_none() && m.result_ids().next().is_none() {
+            return false;
+        }
+        // Walk the tool group: calls to their results, results to their calls.
+        let mut group = vec![seq];
+        let mut i = 0;
+        while let Some(&s) = group.get(i) {
+            i += 1;
+            let Some(e) = self.entry(s) else { continue };
+            if e.message.is_pinned() {
+                return true;
+            }
+            let links: Vec<u64> = e
+                .message
+                .call_ids()
+                .filter_map(|id| self.result_seq(id))
+                .chain(e.message.result_ids().filter_map(|id| self.call_seq(id)))
+                .collect();
+            for p in links {
+                if !group.contains(&p) {
+                    group.push(p);
+                }
+            }
+        }
+        false
     }
 
     /// Call ids of `seq` that have no result in the log yet.

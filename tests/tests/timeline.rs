@@ -1,5 +1,5 @@
 //! Timeline snapshots: the bundled demo transcript and a small hand-written one, imported through
-//! the CLI into `mem:` and SQLite. The per-call records must be identical across backends and
+//! the CLI into every backend (`mem:`, SQLite, fs, sled). The per-call records must be identical across backends and
 //! equal to `replay`, and they are pinned with insta so any behaviour change shows up as a
 //! reviewable diff (re-accept with `cargo insta test --accept` when the change is intended).
 
@@ -11,8 +11,8 @@ use ctxlog_tests::scenario::cli;
 const DEMO_SESSION: &str = "00000000-0000-0000-0000-00000000d3e0";
 const SMALL_SESSION: &str = "00000000-0000-0000-0000-0000000005a1";
 
-/// Imports `transcript` into `mem:` and into a fresh SQLite store with `extra` flags; asserts
-/// both timelines and the SQLite replay are identical; returns the JSONL.
+/// Imports `transcript` into `mem:` and into fresh SQLite, fs and sled stores with `extra`
+/// flags; asserts every timeline and every replay are identical; returns the JSONL.
 fn timeline(transcript: &str, session: &str, extra: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.jsonl");
@@ -27,20 +27,25 @@ fn timeline(transcript: &str, session: &str, extra: &[&str]) -> String {
         out
     };
     let mem = import("mem:");
-    let sql = import(&sqlite);
-    assert_eq!(mem, sql, "mem: and sqlite: timelines differ");
-    let (code, replayed, err) = cli(&["replay", "--json", "--store", &sqlite]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(replayed, sql, "replay differs from import");
-    let (code, out, err) = cli(&["verify", "--store", &sqlite]);
-    assert_eq!(code, 0, "verify: {out}{err}");
     assert!(!mem.is_empty());
+    let fs = format!("fs:{}", dir.path().join("fs").display());
+    let sled = format!("sled:{}", dir.path().join("sled").display());
+    for store in [&sqlite, &fs, &sled] {
+        assert_eq!(import(store), mem, "mem: and {store} timelines differ");
+        let (code, replayed, err) = cli(&["replay", "--json", "--store", store]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(replayed, mem, "replay of {store} differs from import");
+        let (code, out, err) = cli(&["verify", "--store", store]);
+        assert_eq!(code, 0, "verify {store}: {out}{err}");
+    }
     mem
 }
 
 #[test]
 fn demo_transcript_timeline() {
-    let jsonl = timeline(&demo_transcript(), DEMO_SESSION, &[]);
+    // The demo's own budget, so the snapshot pins flushes, ladder edits and guards.
+    let budget = ctxlog_cli::DEMO_BUDGET.to_string();
+    let jsonl = timeline(&demo_transcript(), DEMO_SESSION, &["--budget", &budget]);
     for (i, line) in jsonl.lines().enumerate() {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(r["call"], serde_json::Value::from(i as u64));

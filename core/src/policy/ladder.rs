@@ -198,7 +198,8 @@ impl<'a> Ladder<'a> {
                 return;
             }
             let Some(s) = self.slots.get(i).copied() else { continue };
-            if s.truncated || self.tools.contains(&s.seq) {
+            // Pinned results are never edited (the fold rejects it), like the protected last N.
+            if s.truncated || self.tools.contains(&s.seq) || always_protected(self.state, s.seq) {
                 continue;
             }
             let Some(new) = self.truncated_tokens(s.seq).filter(|&t| t < s.tokens) else { continue };
