@@ -24,8 +24,10 @@ use crate::wire::{self, BlobSource, Media, RenderOpts, WireError, WireFormat};
 
 /// Records read per store round trip during replay.
 pub const READ_CHUNK: usize = 1024;
-/// Layout of a snapshot body; bump on any change to [`State`]'s fields.
-pub const SNAPSHOT_LAYOUT: u32 = 1;
+/// Layout of a snapshot body; bump on any change to [`State`]'s fields *or* to what the fold
+/// computes from an event (a snapshot is only valid for the fold that wrote it).
+/// 2: the target guards re-arm after a call that needs no compaction.
+pub const SNAPSHOT_LAYOUT: u32 = 2;
 
 /// Everything a session command can fail with.
 #[derive(Debug, thiserror::Error)]

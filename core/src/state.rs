@@ -726,6 +726,12 @@ impl State {
                 if e.metered_tokens <= budget {
                     self.raised.remove(&GuardKind::OverBudget);
                 }
+                // A call that needed no compaction ends the episode: the target guards may
+                // speak again the next time the view comes under pressure.
+                if !e.needed {
+                    self.raised.remove(&GuardKind::TargetUnreachable);
+                    self.raised.remove(&GuardKind::TargetClamped);
+                }
             }
             Event::GuardRaised(e) => {
                 self.raised.insert(e.kind.clone());

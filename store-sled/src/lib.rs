@@ -21,6 +21,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 use ctxlog::store::{
     check_expected, BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version,
@@ -89,18 +90,36 @@ fn chunk_count(len: usize) -> Result<u32, String> {
     u32::try_from(len.div_ceil(CHUNK)).map_err(|_| format!("value of {len} bytes has too many chunks"))
 }
 
+/// How long `open` waits for a directory lock held by a store that is being dropped.
+const LOCK_WAIT: Duration = Duration::from_millis(500);
+const LOCK_POLL: Duration = Duration::from_millis(10);
+
 impl SledStore {
     /// Opens (creating if needed) the sled database in directory `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<SledStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         let location = path.display().to_string();
-        let db = sled::Config::new().path(&path).cache_capacity(CACHE_CAPACITY).open().map_err(|e| match e {
-            // sled reports its directory lock as a plain io error; give it our typed variant.
-            sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
-                StoreError::Locked { backend: BACKEND, location: location.clone(), detail: io.to_string() }
+        // No background flusher: every append flushes itself, and the flusher thread would keep
+        // the database (and its directory lock) alive for up to `flush_every_ms` after the
+        // store is dropped, so an immediate reopen would find it locked.
+        let config = sled::Config::new().path(&path).cache_capacity(CACHE_CAPACITY).flush_every_ms(None);
+        // sled's IO threads may still hold a just-dropped database for a few milliseconds, so a
+        // lock conflict is retried briefly before it is reported as `Locked`.
+        let mut waited = Duration::ZERO;
+        let db = loop {
+            match config.open() {
+                Ok(db) => break db,
+                // sled reports its directory lock as a plain io error; give it our typed variant.
+                Err(sled::Error::Io(io)) if io.to_string().contains("could not acquire lock") => {
+                    if waited >= LOCK_WAIT {
+                        return Err(StoreError::Locked { backend: BACKEND, location, detail: io.to_string() });
+                    }
+                    std::thread::sleep(LOCK_POLL);
+                    waited += LOCK_POLL;
+                }
+                Err(e) => return Err(StoreError::backend(BACKEND, format!("{location}: open"), e)),
             }
-            e => StoreError::backend(BACKEND, format!("{location}: open"), e),
-        })?;
+        };
         let tree = |name: &str| {
             db.open_tree(name).map_err(|e| StoreError::backend(BACKEND, format!("{location}: open tree {name}"), e))
         };

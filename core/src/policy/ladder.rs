@@ -25,7 +25,7 @@ pub struct Outcome {
     pub level: u8,
     /// Predicted meter reading after the edits.
     pub tokens: u64,
-    /// The target aimed at (the budget when the configured target was out of reach).
+    /// The target aimed at (raised towards the budget when the configured one was out of reach).
     pub target: u64,
     /// Set when the target was clamped to the budget: the guard's sentence.
     pub clamped: Option<String>,
@@ -151,8 +151,11 @@ impl<'a> Ladder<'a> {
     }
 
     /// "Aim at what is achievable": if removing, truncating and stubbing everything the ladder
-    /// may touch still leaves the view over the target, aim at the budget instead of deleting
-    /// the whole conversation chasing a number that cannot be reached.
+    /// may touch still leaves the view over the target, do not delete the whole conversation
+    /// chasing a number that cannot be reached. Aim halfway between that floor and the budget:
+    /// aiming at the budget itself (the peers' clamp) leaves no headroom, so every later call
+    /// would trim a message or two and break the prompt cache each time; halfway keeps most of
+    /// the conversation and gives it room to grow before the next pass.
     fn clamp_target(&mut self) {
         let live = self.slots.len();
         let tightest = live - ratio_of(live as u64, self.config.protected_recent_ratio * 0.3) as usize;
@@ -177,12 +180,17 @@ impl<'a> Ladder<'a> {
         }
         let floor = floor.saturating_add_signed(self.offset);
         if floor > self.target && self.config.budget > self.target {
+            let budget = self.config.budget;
+            let aim = if floor >= budget { budget } else { floor + (budget - floor) / 2 };
             self.guard = Some(format!(
-                "target clamped to the budget: the achievable floor is {} tokens against a target of {}",
+                "target clamped: the achievable floor is {} tokens against a target of {}; aiming at {}, \
+                 halfway between the floor and the budget of {}",
                 thousands(floor),
-                thousands(self.target)
+                thousands(self.target),
+                thousands(aim),
+                thousands(budget)
             ));
-            self.target = self.config.budget;
+            self.target = aim;
         }
     }
 
