@@ -160,14 +160,16 @@ pub struct Replayed {
     pub violations: Vec<Violation>,
 }
 
-/// Reads every record of `stream` up to `until`, calling `f` with each decoded event.
+/// Reads the records of `stream` from version `from` up to `until`, calling `f` with each
+/// decoded event.
 pub fn for_each_event<S: Store + ?Sized>(
     store: &S,
     stream: StreamId,
+    from: Version,
     until: Option<Version>,
     mut f: impl FnMut(Version, Event) -> Result<(), SessionError>,
 ) -> Result<(), SessionError> {
-    let mut from = 1;
+    let mut from = from.max(1);
     loop {
         let batch = store.read(stream, from, READ_CHUNK)?;
         let Some(last) = batch.last().map(|r| r.version) else { return Ok(()) };
@@ -196,7 +198,7 @@ pub fn replay<S: Store + ?Sized>(
     let mut timeline = Timeline::new();
     let mut out = Vec::new();
     let mut violations = Vec::new();
-    for_each_event(store, stream, until, |version, ev| {
+    for_each_event(store, stream, 1, until, |version, ev| {
         match mode {
             Mode::Strict => {
                 state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?
@@ -246,7 +248,7 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
     let mut cache = ViewCache::new();
     let mut snap_state = None;
     let mut blobs = std::collections::BTreeSet::new();
-    let result = for_each_event(store, stream, None, |version, ev| {
+    let result = for_each_event(store, stream, 1, None, |version, ev| {
         report.events += 1;
         if let Event::RequestServed(s) = &ev {
             // The view this call served is the state right before its RequestServed.

@@ -202,16 +202,10 @@ impl<S: Store> Session<S> {
 
     /// Folds records written since the state's version (by this or another writer).
     pub fn catch_up(&mut self) -> Result<(), SessionError> {
-        loop {
-            let batch = self.store.read(self.stream, self.state.version() + 1, READ_CHUNK)?;
-            if batch.is_empty() {
-                return Ok(());
-            }
-            for rec in batch {
-                let ev = codec::decode(self.stream, rec.version, &rec.record)?;
-                self.state.apply(rec.version, &ev).map_err(|violation| self.invariant(violation))?;
-            }
-        }
+        let (stream, state) = (self.stream, &mut self.state);
+        crate::replay::for_each_event(&self.store, stream, state.version() + 1, None, |version, ev| {
+            state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })
+        })
     }
 
     fn invariant(&self, violation: Violation) -> SessionError {

@@ -123,7 +123,7 @@ fn golden_logs_of_format_1_keep_decoding_to_the_same_timeline_on_every_backend()
         );
         let report = verify(store.as_ref(), id).unwrap();
         assert!(report.ok(), "{backend}: {:?}", report.problems);
-        ctxlog::replay::for_each_event(store.as_ref(), id, None, |_, ev| {
+        ctxlog::replay::for_each_event(store.as_ref(), id, 1, None, |_, ev| {
             kinds.insert(ev.name());
             Ok(())
         })
