@@ -242,6 +242,10 @@ pub struct InspectArgs {
     /// Inspect the state at this stream version (default: the head).
     #[arg(long)]
     pub version: Option<u64>,
+    /// Print the view at that version instead: one JSON message per line, exactly as it
+    /// would be sent (media as blob references).
+    #[arg(long)]
+    pub view: bool,
 }
 
 /// `verify`.

@@ -110,7 +110,16 @@ fn status(st: &State, seq: u64) -> (&'static str, Option<String>) {
 /// `inspect`
 pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let (store, id) = open_selected(&args.session)?;
+    if args.version == Some(0) {
+        return Err(CliError::Usage("--version counts from 1 (the SessionStarted event)".into()));
+    }
     let st = replay::replay(store.as_ref(), id, Mode::Strict, args.version)?.state;
+    if args.view {
+        for it in st.view() {
+            out.raw(&ctxlog::view::render_item(&st, it.item))?;
+        }
+        return Ok(());
+    }
     let rows: Vec<_> = (0..st.message_count())
         .filter_map(|seq| {
             let e = st.entry(seq)?;

@@ -55,6 +55,8 @@ pub fn run_with_progress(
     let mut out = Out { stdout, stderr, progress };
     match dispatch(cli.command, &mut out) {
         Ok(()) => 0,
+        // The reader went away (`ctxlog replay | head`): not an error of ours.
+        Err(CliError::Output { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(e) => {
             let _ = out.err(&format!("error: {e}"));
             e.exit_code()
