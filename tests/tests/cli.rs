@@ -620,3 +620,27 @@ fn import_of_deeply_nested_tool_results_is_refused_not_a_stack_overflow() {
     );
     rejected("nested.jsonl", t.as_bytes(), &[":2:", "field `content[0].content[0].content", "nested"]);
 }
+
+#[test]
+fn inspect_view_at_a_call_version_prints_exactly_the_view_that_call_served() {
+    // With a budget small enough to compact, the view at a call's version must be the bytes
+    // that `--views` recorded for that call (edits, flushes and summaries included).
+    let env = Env::new();
+    let file = env.file("t.jsonl", conversation(30));
+    let store = format!("sqlite:{}", env.path("x.db").display());
+    let views = env.path("views.jsonl");
+    let (code, out, err) =
+        cli(&["import", &file, "--json", "--store", &store, "--budget", "1500", "--views", views.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let timeline = json_lines(&out);
+    let recorded = json_lines(&std::fs::read_to_string(&views).unwrap());
+    let compacted = timeline.iter().filter(|r| r["level"] != Value::from(0) || !r["flush"].is_null()).count();
+    assert!(compacted > 0, "the fixture must exercise compaction");
+    for (r, v) in timeline.iter().zip(&recorded) {
+        let version = r["version"].as_u64().unwrap().to_string();
+        let (code, view, err) = cli(&["inspect", "--store", &store, "--version", &version, "--view"]);
+        assert_eq!(code, 0, "{err}");
+        let printed: Vec<Value> = json_lines(&view);
+        assert_eq!(Value::from(printed), v["messages"], "call {}", r["call"]);
+    }
+}
