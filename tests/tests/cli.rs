@@ -634,7 +634,7 @@ fn inspect_view_at_a_call_version_prints_exactly_the_view_that_call_served() {
     assert_eq!(code, 0, "{err}");
     let timeline = json_lines(&out);
     let recorded = json_lines(&std::fs::read_to_string(&views).unwrap());
-    let compacted = timeline.iter().filter(|r| r["level"] != Value::from(0) || !r["flush"].is_null()).count();
+    let compacted = timeline.iter().filter(|r| r["level"] != 0 || !r["flush"].is_null()).count();
     assert!(compacted > 0, "the fixture must exercise compaction");
     for (r, v) in timeline.iter().zip(&recorded) {
         let version = r["version"].as_u64().unwrap().to_string();
