@@ -80,7 +80,12 @@ pub fn run(state: &State, config: &Config, metered: u64) -> Outcome {
         l.level = level;
         step(&mut l);
     }
-    Outcome { edits: l.edits, level: l.level, tokens: l.total, target: l.target, clamped: l.guard }
+    // A message truncated at an early level and removed at a later one needs only the removal:
+    // the view is the same and the log stays free of edits nobody ever saw.
+    let removed: BTreeSet<u64> = l.edits.iter().filter(|e| e.kind == EditKind::Removed).map(|e| e.seq).collect();
+    let mut edits = l.edits;
+    edits.retain(|e| e.kind == EditKind::Removed || !removed.contains(&e.seq));
+    Outcome { edits, level: l.level, tokens: l.total, target: l.target, clamped: l.guard }
 }
 
 impl<'a> Ladder<'a> {
@@ -181,14 +186,17 @@ impl<'a> Ladder<'a> {
         let floor = floor.saturating_add_signed(self.offset);
         if floor > self.target && self.config.budget > self.target {
             let budget = self.config.budget;
-            let aim = if floor >= budget { budget } else { floor + (budget - floor) / 2 };
+            let (aim, why) = if floor >= budget {
+                (budget, "the budget itself, as the floor is over it".to_owned())
+            } else {
+                let aim = floor + (budget - floor) / 2;
+                (aim, format!("halfway between the floor and the budget of {}", thousands(budget)))
+            };
             self.guard = Some(format!(
-                "target clamped: the achievable floor is {} tokens against a target of {}; aiming at {}, \
-                 halfway between the floor and the budget of {}",
+                "target clamped: the achievable floor is {} tokens against a target of {}; aiming at {}, {why}",
                 thousands(floor),
                 thousands(self.target),
                 thousands(aim),
-                thousands(budget)
             ));
             self.target = aim;
         }
