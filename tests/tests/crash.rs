@@ -1,14 +1,15 @@
 //! Kill -9 crash test for the durable backends (sled's `tests/test_crash_recovery.rs` idea).
 //!
-//! The binary re-executes itself as a writer child (env `CTXLOG_CRASH_CHILD=<backend>:<dir>`),
-//! which opens the store, prints `ready`, appends batches of 1–5 records and prints
-//! `ack <batch> <head>` after each `Ok`
-//! (and `blob <batch> <id>` after each acknowledged blob). The parent SIGKILLs it a random
-//! 5–80 ms after `ready` (every fourth time: after spawn, so some kills hit `open`), reopens the store and checks: every acknowledged batch and blob is there, no partial
-//! batch is visible, the batches form a gap-free sequence, and every record verifies.
-//! Each backend gets ITERATIONS kills on the same directory, so recovery runs on top of
-//! recovery. For fs and sled, the parent also tries to open the store while the child holds
-//! it, which must fail with `Locked`. Set `CTXLOG_CRASH_SEED` to replay a run. Prints `N passed, M failed` last.
+//! The binary re-executes itself as a writer child (env `CTXLOG_CRASH_CHILD=<backend>:<dir>`).
+//! The child opens the store, prints `ready`, then appends batches of 1–5 records, printing
+//! `ack <batch> <head>` after each `Ok` (and `blob <batch> <id>` after each acknowledged blob).
+//! The parent SIGKILLs it a random 5–80 ms after `ready` (one time in four: after spawn, so
+//! some kills hit `open` and its recovery), reopens the store and checks that every
+//! acknowledged batch and blob is there, no partial batch is visible, the batches form a
+//! gap-free sequence and every record verifies. Each backend gets ITERATIONS kills on the same
+//! directory, so recovery runs on top of recovery. For fs and sled the parent also opens the
+//! store while the child holds it, which must fail with `Locked`.
+//! `CTXLOG_CRASH_SEED` replays a run. The last line printed is `N passed, M failed`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
