@@ -276,7 +276,8 @@ fn main() {
             match result {
                 Ok((lines, head)) => {
                     passed += 1;
-                    println!("  {backend} kill {iteration:2}: ok ({lines} acks this run, log head {head}, {} batches acked in total)", acked.len());
+                    let total = acked.len();
+                    println!("  {backend} kill {iteration:2}: ok ({lines} lines this run, head {head}, {total} batches acked)");
                 }
                 Err(e) => {
                     failed += 1;

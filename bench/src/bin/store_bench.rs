@@ -127,7 +127,8 @@ impl RawSqlite {
         assert_eq!(mode, "wal");
         conn.pragma_update(None, "synchronous", "FULL").unwrap();
         conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS events(stream BLOB, version INTEGER, bytes BLOB, PRIMARY KEY(stream, version)) WITHOUT ROWID",
+            "CREATE TABLE IF NOT EXISTS events(stream BLOB, version INTEGER, bytes BLOB,
+             PRIMARY KEY(stream, version)) WITHOUT ROWID",
         )
         .unwrap();
         conn
@@ -397,7 +398,10 @@ fn main() {
     println!("store_bench: {} B records, median of {} runs, dir {}", p.size, p.runs, p.dir.display());
     println!("machine: {}", machine());
     println!();
-    println!("| backend | workload | ctxlog records/s | spread | raw records/s | spread | ctxlog / raw | open before replay (ctxlog / raw) |");
+    println!(
+        "| backend | workload | ctxlog records/s | spread | raw records/s | spread | ctxlog / raw \
+         | open before replay (ctxlog / raw) |"
+    );
     println!("|---|---|---:|---:|---:|---:|---:|---|");
     for kind in ["sqlite", "fs", "sled"] {
         if !p.only.iter().any(|o| o == kind) {
