@@ -535,6 +535,9 @@ impl Store for FsStore {
             }
             buf.clear();
             let n = end - first.offset;
+            // Exact capacity up front: read_to_end then fills it in one read instead of
+            // growing (and copying) from a few bytes.
+            buf.reserve_exact(usize::try_from(n).unwrap_or(0));
             (&mut file).take(n).read_to_end(&mut buf).map_err(|e| {
                 io_err(path, &format!("stream {stream}: read frames at offsets {}..{end}", first.offset), e)
             })?;
