@@ -21,6 +21,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use ctxlog::store::{
     check_expected, BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version,
@@ -51,6 +52,32 @@ pub struct SledStore {
     location: String,
     path: PathBuf,
     gate: RwLock<()>,
+    // Declared last so it is dropped after the sled handles above (fields drop in order).
+    _release: LockRelease,
+}
+
+/// Waits, on drop, until sled has really let go of its directory lock. sled's IO threadpool
+/// jobs hold the database file (and its `flock`) for a moment after the last handle is
+/// dropped, so an immediate reopen in the same process could otherwise fail with `Locked`.
+struct LockRelease {
+    lock_file: PathBuf,
+}
+
+impl Drop for LockRelease {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let Ok(file) = std::fs::File::open(&self.lock_file) else { return };
+            match file.try_lock() {
+                // Released (our probe lock goes away with `file`).
+                Ok(()) => return,
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(_) => return,
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for SledStore {
@@ -122,7 +149,9 @@ impl SledStore {
             }
             None => return Err(StoreError::Schema { backend: BACKEND, location, found: 0, supported: SCHEMA_VERSION }),
         }
-        Ok(SledStore { db, records, heads, blobs, snapshots, location, path, gate: RwLock::new(()) })
+        // sled locks `<dir>/db` (sled 0.34.7 `Config::db_path`).
+        let _release = LockRelease { lock_file: path.join("db") };
+        Ok(SledStore { db, records, heads, blobs, snapshots, location, path, gate: RwLock::new(()), _release })
     }
 
     /// The database directory.
