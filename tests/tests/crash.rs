@@ -277,7 +277,8 @@ fn main() {
                 Ok((lines, head)) => {
                     passed += 1;
                     let total = acked.len();
-                    println!("  {backend} kill {iteration:2}: ok ({lines} lines this run, head {head}, {total} batches acked)");
+                    let summary = format!("{lines} lines this run, head {head}, {total} batches acked");
+                    println!("  {backend} kill {iteration:2}: ok ({summary})");
                 }
                 Err(e) => {
                     failed += 1;
