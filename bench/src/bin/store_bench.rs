@@ -13,6 +13,8 @@
 //! * fs-raw: one file kept open, `len | crc32c | payload` frame per append, `write` +
 //!   `sync_data`; replay = 1 MiB BufReader, crc32c checked per frame.
 //! * sled-raw: `insert` (or `Batch`) + `flush()`; replay = prefix scan.
+//! * sled-fsync: `SledStore` with `Durability::FlushAndFsync` against sled-raw that also
+//!   fdatasyncs `<dir>/db` after each flush.
 //!
 //! Every replay, raw or not, materialises owned records in chunks of 10,000 (what
 //! `Store::read` returns), so the comparison is of the same output.
@@ -21,7 +23,7 @@
 //! fsync latency hits both alike; "ctxlog / raw" is the median of the per-run ratios.
 //!
 //! Usage: `store_bench [--runs 3] [--durable-n 2000] [--batch-appends 300] [--replay-n 200000]
-//! [--size 300] [--dir DIR] [--only sqlite,fs,sled]`
+//! [--size 300] [--dir DIR] [--only sqlite,fs,sled,sled-fsync]`
 
 // A benchmark binary: failing loudly on a setup error is the right behaviour.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
@@ -88,6 +90,9 @@ fn open_ours(kind: &str, path: &Path) -> Box<dyn Store> {
         "sqlite" => Box::new(ctxlog_store_sqlite::SqliteStore::open(path.join("ctxlog.db")).unwrap()),
         "fs" => Box::new(ctxlog_store_fs::FsStore::open(path).unwrap()),
         "sled" => Box::new(ctxlog_store_sled::SledStore::open(path).unwrap()),
+        "sled-fsync" => Box::new(
+            ctxlog_store_sled::SledStore::open_with(path, ctxlog_store_sled::Durability::FlushAndFsync).unwrap(),
+        ),
         other => panic!("unknown backend {other}"),
     }
 }
@@ -239,11 +244,24 @@ struct RawSled {
     db: Option<(sled::Db, sled::Tree)>,
     stream: [u8; 16],
     version: u64,
+    /// `Some` for sled-fsync: sled's log file, fdatasynced after each flush.
+    fsync: Option<File>,
 }
 
 impl RawSled {
     fn open(path: &Path) -> (sled::Db, sled::Tree) {
-        let db = sled::Config::new().path(path).cache_capacity(ctxlog_store_sled::CACHE_CAPACITY).open().unwrap();
+        // sled's IO threads may hold the lock for a moment after a drop (see SledStore's Drop).
+        let mut tries = 0;
+        let db = loop {
+            match sled::Config::new().path(path).cache_capacity(ctxlog_store_sled::CACHE_CAPACITY).open() {
+                Ok(db) => break db,
+                Err(_) if tries < 5000 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         let tree = db.open_tree("events").unwrap();
         (db, tree)
     }
@@ -265,6 +283,9 @@ impl Target for RawSled {
         let (db, tree) = self.db.as_ref().unwrap();
         tree.apply_batch(batch).unwrap();
         db.flush().unwrap();
+        if let Some(f) = &self.fsync {
+            f.sync_data().unwrap();
+        }
     }
     fn replay(&mut self) -> usize {
         let (_, tree) = self.db.as_ref().unwrap();
@@ -305,9 +326,11 @@ fn make(kind: &str, raw: bool, dir: &Path) -> Box<dyn Target> {
             let file = OpenOptions::new().create(true).append(true).open(&path).unwrap();
             Box::new(RawFile { path, file: Some(file) })
         }
-        ("sled", true) => {
+        (k @ ("sled" | "sled-fsync"), true) => {
             let path = dir.join("raw.sled");
-            Box::new(RawSled { db: Some(RawSled::open(&path)), path, stream: *stream.0.as_bytes(), version: 0 })
+            let db = RawSled::open(&path);
+            let fsync = (k == "sled-fsync").then(|| File::open(path.join("db")).unwrap());
+            Box::new(RawSled { db: Some(db), path, stream: *stream.0.as_bytes(), version: 0, fsync })
         }
         (other, _) => panic!("unknown backend {other}"),
     }
@@ -411,7 +434,7 @@ fn main() {
         replay_n: arg(&args, "--replay-n", 200_000),
         size: arg(&args, "--size", 300),
         dir: PathBuf::from(arg(&args, "--dir", std::env::temp_dir().display().to_string())),
-        only: arg(&args, "--only", "sqlite,fs,sled".to_owned()).split(',').map(str::to_owned).collect(),
+        only: arg(&args, "--only", "sqlite,fs,sled,sled-fsync".to_owned()).split(',').map(str::to_owned).collect(),
     };
     println!("store_bench: {} B records, median of {} runs, dir {}", p.size, p.runs, p.dir.display());
     println!("machine: {}", machine());
@@ -421,7 +444,7 @@ fn main() {
          | open before replay (ctxlog / raw) |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---|");
-    for kind in ["sqlite", "fs", "sled"] {
+    for kind in ["sqlite", "fs", "sled", "sled-fsync"] {
         if !p.only.iter().any(|o| o == kind) {
             continue;
         }
