@@ -17,6 +17,10 @@
 //! check and the insert see the same snapshot) and the primary key turns any duplicate version
 //! into [`StoreError::Conflict`] as a backstop.
 
+// No unchecked indexing in code that parses what it reads from disk (kept here even though
+// the workspace lint table no longer lists it).
+#![warn(clippy::indexing_slicing)]
+
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use ctxlog::store::{BlobId, MemoryStore, Store, StreamId, Version};
 use ctxlog_store_fs::FsStore;
-use ctxlog_store_sled::SledStore;
+use ctxlog_store_sled::{Durability, SledStore};
 use ctxlog_store_sqlite::SqliteStore;
 use tempfile::TempDir;
 
@@ -159,13 +159,24 @@ impl Fixture for Fs {
 /// an exclusive lock on its directory, so nothing else can open it meanwhile).
 pub struct Sled {
     store: Option<SledStore>,
+    durability: Durability,
     dir: TempDir,
 }
 
-/// A fresh sled store in a temp dir.
-pub fn sled() -> Box<dyn Fixture> {
+fn sled_with(durability: Durability) -> Box<dyn Fixture> {
     let dir = tempfile::tempdir().unwrap();
-    Box::new(Sled { store: Some(SledStore::open(dir.path().join("db")).unwrap()), dir })
+    let store = SledStore::open_with(dir.path().join("db"), durability).unwrap();
+    Box::new(Sled { store: Some(store), durability, dir })
+}
+
+/// A fresh sled store in a temp dir ([`Durability::Flush`]).
+pub fn sled() -> Box<dyn Fixture> {
+    sled_with(Durability::Flush)
+}
+
+/// A fresh sled store that also fdatasyncs its log after each flush.
+pub fn sled_fsync() -> Box<dyn Fixture> {
+    sled_with(Durability::FlushAndFsync)
 }
 
 impl Fixture for Sled {
@@ -174,7 +185,7 @@ impl Fixture for Sled {
     }
     fn reopen(&mut self) {
         drop(self.store.take());
-        self.store = Some(SledStore::open(self.dir.path().join("db")).unwrap());
+        self.store = Some(SledStore::open_with(self.dir.path().join("db"), self.durability).unwrap());
     }
     fn flip_record_bit(&mut self, stream: StreamId, version: Version) -> bool {
         self.store

@@ -27,6 +27,7 @@ store_tests!(memory, fixtures::memory);
 store_tests!(sqlite, fixtures::sqlite);
 store_tests!(fs, fixtures::fs);
 store_tests!(sled, fixtures::sled);
+store_tests!(sled_fsync, fixtures::sled_fsync);
 
 /// Two connections to one SQLite file (as two processes would have) racing with `Exact`:
 /// `BEGIN IMMEDIATE` + the primary key make every loser a `Conflict`, never a duplicate.

@@ -1,12 +1,15 @@
 //! Kill -9 crash test for the durable backends (sled's `tests/test_crash_recovery.rs` idea).
 //!
-//! The binary re-executes itself as a writer child (env `CTXLOG_CRASH_CHILD=<backend>:<dir>`),
-//! which appends batches of 1–5 records and prints `ack <batch> <head>` after each `Ok`
-//! (and `blob <batch> <id>` after each acknowledged blob). The parent SIGKILLs it after a random
-//! 5–80 ms, reopens the store and checks: every acknowledged batch and blob is there, no partial
-//! batch is visible, the batches form a gap-free sequence, and every record verifies.
-//! Each backend gets ITERATIONS kills on the same directory, so recovery runs on top of
-//! recovery. Set `CTXLOG_CRASH_SEED` to replay a run. Prints `N passed, M failed` last.
+//! The binary re-executes itself as a writer child (env `CTXLOG_CRASH_CHILD=<backend>:<dir>`).
+//! The child opens the store, prints `ready`, then appends batches of 1–5 records, printing
+//! `ack <batch> <head>` after each `Ok` (and `blob <batch> <id>` after each acknowledged blob).
+//! The parent SIGKILLs it a random 5–80 ms after `ready` (one time in four: after spawn, so
+//! some kills hit `open` and its recovery), reopens the store and checks that every
+//! acknowledged batch and blob is there, no partial batch is visible, the batches form a
+//! gap-free sequence and every record verifies. Each backend gets ITERATIONS kills on the same
+//! directory, so recovery runs on top of recovery. For fs and sled the parent also opens the
+//! store while the child holds it, which must fail with `Locked`.
+//! `CTXLOG_CRASH_SEED` replays a run. The last line printed is `N passed, M failed`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -14,9 +17,11 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use ctxlog::store::{BlobId, ExpectedVersion, Record, Store, StreamId};
+use ctxlog::store::{BlobId, ExpectedVersion, Record, Store, StoreError, StreamId};
 
 const CHILD_ENV: &str = "CTXLOG_CRASH_CHILD";
 const TEST_NAME: &str = "crash_kill9_all_backends";
@@ -91,6 +96,8 @@ fn child(spec: &str) {
     };
     let mut rng = Rng(u64::from(std::process::id()) | 1);
     let mut out = std::io::stdout().lock();
+    writeln!(out, "ready").unwrap();
+    out.flush().unwrap();
     loop {
         let count = rng.range(1, 5);
         let records: Vec<Record> = (0..count).map(|i| Record::seal(body(batch, i, count))).collect();
@@ -107,7 +114,7 @@ fn child(spec: &str) {
 }
 
 /// Runs one child, kills it, and returns the acknowledged lines.
-fn run_child(backend: &str, dir: &Path, rng: &mut Rng) -> Result<Vec<String>, String> {
+fn run_child(backend: &str, dir: &Path, rng: &mut Rng, locked_checks: &mut usize) -> Result<Vec<String>, String> {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .env(CHILD_ENV, format!("{backend}:{}", dir.display()))
@@ -117,6 +124,8 @@ fn run_child(backend: &str, dir: &Path, rng: &mut Rng) -> Result<Vec<String>, St
         .spawn()
         .map_err(|e| format!("spawn: {e}"))?;
     let stdout = child.stdout.take().unwrap();
+    let acks = Arc::new(AtomicUsize::new(0));
+    let acks_seen = Arc::clone(&acks);
     // Read concurrently so the child never blocks on a full pipe.
     let reader = std::thread::spawn(move || {
         let mut lines = Vec::new();
@@ -126,14 +135,36 @@ fn run_child(backend: &str, dir: &Path, rng: &mut Rng) -> Result<Vec<String>, St
             // A line cut by the kill has no newline: it was not acknowledged to anyone.
             if buf.ends_with(b"\n") {
                 lines.push(String::from_utf8_lossy(&buf).trim_end().to_owned());
+                acks_seen.fetch_add(1, Ordering::SeqCst);
             }
             buf.clear();
         }
         lines
     });
+    // Most kills land while the writer appends (the delay starts once the store is open, which
+    // can take a while for sled or a debug build); every fourth lands anywhere, open included.
+    if rng.range(0, 3) != 0 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while acks.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     std::thread::sleep(Duration::from_millis(rng.range(5, 80)));
     if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
         return Err(format!("writer exited on its own before the kill: {status}"));
+    }
+    // A single-writer backend must refuse a second process while the child holds it.
+    if backend != "sqlite" && acks.load(Ordering::SeqCst) > 0 {
+        // (The first line is "ready", printed once the child holds the store.)
+        let second = match backend {
+            "fs" => ctxlog_store_fs::FsStore::open(dir).map(|_| ()),
+            _ => ctxlog_store_sled::SledStore::open(dir.join("sled")).map(|_| ()),
+        };
+        if !matches!(second, Err(StoreError::Locked { .. })) {
+            let _ = child.kill();
+            return Err(format!("a second process opened the {backend} store while the writer held it: {second:?}"));
+        }
+        *locked_checks += 1;
     }
     child.kill().map_err(|e| format!("kill: {e}"))?; // SIGKILL on Unix
     child.wait().map_err(|e| format!("wait: {e}"))?;
@@ -224,14 +255,16 @@ fn main() {
         let mut acked: BTreeMap<u64, u64> = BTreeMap::new();
         let mut blobs: BTreeMap<u64, BlobId> = BTreeMap::new();
         let mut backend_failed = false;
+        let mut locked_checks = 0;
         for iteration in 1..=iterations {
-            let result = run_child(backend, dir.path(), &mut rng).and_then(|lines| {
+            let result = run_child(backend, dir.path(), &mut rng, &mut locked_checks).and_then(|lines| {
                 for line in &lines {
                     let parts: Vec<&str> = line.split(' ').collect();
                     match parts.as_slice() {
                         ["ack", b, h] => {
                             acked.insert(b.parse().unwrap(), h.parse().unwrap());
                         }
+                        ["ready"] => {}
                         ["blob", b, id] => {
                             blobs.insert(b.parse().unwrap(), BlobId::parse(id).unwrap());
                         }
@@ -243,7 +276,9 @@ fn main() {
             match result {
                 Ok((lines, head)) => {
                     passed += 1;
-                    println!("  {backend} kill {iteration:2}: ok ({lines} acks this run, log head {head}, {} batches acked in total)", acked.len());
+                    let total = acked.len();
+                    let summary = format!("{lines} lines this run, head {head}, {total} batches acked");
+                    println!("  {backend} kill {iteration:2}: ok ({summary})");
                 }
                 Err(e) => {
                     failed += 1;
@@ -252,6 +287,9 @@ fn main() {
                     break;
                 }
             }
+        }
+        if backend != "sqlite" {
+            println!("  {backend}: {locked_checks} opens from this process while the writer ran got Locked");
         }
         if !backend_failed && acked.is_empty() {
             failed += 1;

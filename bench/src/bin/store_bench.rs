@@ -13,12 +13,17 @@
 //! * fs-raw: one file kept open, `len | crc32c | payload` frame per append, `write` +
 //!   `sync_data`; replay = 1 MiB BufReader, crc32c checked per frame.
 //! * sled-raw: `insert` (or `Batch`) + `flush()`; replay = prefix scan.
+//! * sled-fsync: `SledStore` with `Durability::FlushAndFsync` against sled-raw that also
+//!   fdatasyncs `<dir>/db` after each flush.
 //!
 //! Every replay, raw or not, materialises owned records in chunks of 10,000 (what
 //! `Store::read` returns), so the comparison is of the same output.
 //!
+//! Both sides run in lockstep (append by append, pass by pass) so that drift in the machine's
+//! fsync latency hits both alike; "ctxlog / raw" is the median of the per-run ratios.
+//!
 //! Usage: `store_bench [--runs 3] [--durable-n 2000] [--batch-appends 300] [--replay-n 200000]
-//! [--size 300] [--dir DIR] [--only sqlite,fs,sled]`
+//! [--size 300] [--dir DIR] [--only sqlite,fs,sled,sled-fsync]`
 
 // A benchmark binary: failing loudly on a setup error is the right behaviour.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
@@ -85,6 +90,9 @@ fn open_ours(kind: &str, path: &Path) -> Box<dyn Store> {
         "sqlite" => Box::new(ctxlog_store_sqlite::SqliteStore::open(path.join("ctxlog.db")).unwrap()),
         "fs" => Box::new(ctxlog_store_fs::FsStore::open(path).unwrap()),
         "sled" => Box::new(ctxlog_store_sled::SledStore::open(path).unwrap()),
+        "sled-fsync" => Box::new(
+            ctxlog_store_sled::SledStore::open_with(path, ctxlog_store_sled::Durability::FlushAndFsync).unwrap(),
+        ),
         other => panic!("unknown backend {other}"),
     }
 }
@@ -127,7 +135,8 @@ impl RawSqlite {
         assert_eq!(mode, "wal");
         conn.pragma_update(None, "synchronous", "FULL").unwrap();
         conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS events(stream BLOB, version INTEGER, bytes BLOB, PRIMARY KEY(stream, version)) WITHOUT ROWID",
+            "CREATE TABLE IF NOT EXISTS events(stream BLOB, version INTEGER, bytes BLOB,
+             PRIMARY KEY(stream, version)) WITHOUT ROWID",
         )
         .unwrap();
         conn
@@ -235,11 +244,24 @@ struct RawSled {
     db: Option<(sled::Db, sled::Tree)>,
     stream: [u8; 16],
     version: u64,
+    /// `Some` for sled-fsync: sled's log file, fdatasynced after each flush.
+    fsync: Option<File>,
 }
 
 impl RawSled {
     fn open(path: &Path) -> (sled::Db, sled::Tree) {
-        let db = sled::Config::new().path(path).cache_capacity(ctxlog_store_sled::CACHE_CAPACITY).open().unwrap();
+        // sled's IO threads may hold the lock for a moment after a drop (see SledStore's Drop).
+        let mut tries = 0;
+        let db = loop {
+            match sled::Config::new().path(path).cache_capacity(ctxlog_store_sled::CACHE_CAPACITY).open() {
+                Ok(db) => break db,
+                Err(_) if tries < 5000 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         let tree = db.open_tree("events").unwrap();
         (db, tree)
     }
@@ -261,6 +283,9 @@ impl Target for RawSled {
         let (db, tree) = self.db.as_ref().unwrap();
         tree.apply_batch(batch).unwrap();
         db.flush().unwrap();
+        if let Some(f) = &self.fsync {
+            f.sync_data().unwrap();
+        }
     }
     fn replay(&mut self) -> usize {
         let (_, tree) = self.db.as_ref().unwrap();
@@ -301,9 +326,11 @@ fn make(kind: &str, raw: bool, dir: &Path) -> Box<dyn Target> {
             let file = OpenOptions::new().create(true).append(true).open(&path).unwrap();
             Box::new(RawFile { path, file: Some(file) })
         }
-        ("sled", true) => {
+        (k @ ("sled" | "sled-fsync"), true) => {
             let path = dir.join("raw.sled");
-            Box::new(RawSled { db: Some(RawSled::open(&path)), path, stream: *stream.0.as_bytes(), version: 0 })
+            let db = RawSled::open(&path);
+            let fsync = (k == "sled-fsync").then(|| File::open(path.join("db")).unwrap());
+            Box::new(RawSled { db: Some(db), path, stream: *stream.0.as_bytes(), version: 0, fsync })
         }
         (other, _) => panic!("unknown backend {other}"),
     }
@@ -321,21 +348,28 @@ fn record(i: u64, size: usize) -> Record {
     Record::seal(body)
 }
 
-/// One measurement: events per second (and the open time for replays).
-fn measure(kind: &str, raw: bool, w: Workload, p: &Params) -> (f64, f64) {
-    let dir = tempfile::Builder::new().prefix("store_bench").tempdir_in(&p.dir).unwrap();
-    let mut t = make(kind, raw, dir.path());
-    match w {
+/// One run of a workload on both sides in lockstep: the ctxlog side and the raw side take
+/// turns append by append (or pass by pass for replay), so a change in the machine's fsync
+/// latency or load mid-run hits both alike. Returns records/s and open seconds, ours then raw.
+fn measure_pair(kind: &str, w: Workload, p: &Params) -> [(f64, f64); 2] {
+    let dirs: Vec<tempfile::TempDir> =
+        (0..2).map(|_| tempfile::Builder::new().prefix("store_bench").tempdir_in(&p.dir).unwrap()).collect();
+    let mut ts: Vec<Box<dyn Target>> = vec![make(kind, false, dirs[0].path()), make(kind, true, dirs[1].path())];
+    let mut secs = [0f64; 2];
+    let mut open = [0f64; 2];
+    let n = match w {
         Workload::Durable | Workload::Batched => {
             let (appends, per) =
                 if w == Workload::Durable { (p.durable_n, 1) } else { (p.batch_appends, p.batch_size) };
-            let batches: Vec<Vec<Record>> =
-                (0..appends).map(|a| (0..per).map(|i| record((a * per + i) as u64, p.size)).collect()).collect();
-            let start = Instant::now();
-            for b in &batches {
-                t.append(b);
+            for a in 0..appends {
+                let batch: Vec<Record> = (0..per).map(|i| record((a * per + i) as u64, p.size)).collect();
+                for (side, t) in ts.iter_mut().enumerate() {
+                    let start = Instant::now();
+                    t.append(&batch);
+                    secs[side] += start.elapsed().as_secs_f64();
+                }
             }
-            ((appends * per) as f64 / start.elapsed().as_secs_f64(), 0.0)
+            appends * per
         }
         Workload::Replay => {
             let chunk = 1000;
@@ -343,18 +377,26 @@ fn measure(kind: &str, raw: bool, w: Workload, p: &Params) -> (f64, f64) {
             while i < p.replay_n {
                 let n = chunk.min(p.replay_n - i);
                 let b: Vec<Record> = (0..n).map(|k| record((i + k) as u64, p.size)).collect();
-                t.append(&b);
+                for t in ts.iter_mut() {
+                    t.append(&b);
+                }
                 i += n;
             }
-            let open = Instant::now();
-            t.reopen();
-            let open_s = open.elapsed().as_secs_f64();
-            let start = Instant::now();
-            let n = t.replay();
-            assert_eq!(n, p.replay_n);
-            (n as f64 / start.elapsed().as_secs_f64(), open_s)
+            for (side, t) in ts.iter_mut().enumerate() {
+                let start = Instant::now();
+                t.reopen();
+                open[side] = start.elapsed().as_secs_f64();
+            }
+            for (side, t) in ts.iter_mut().enumerate() {
+                let start = Instant::now();
+                let n = t.replay();
+                secs[side] = start.elapsed().as_secs_f64();
+                assert_eq!(n, p.replay_n);
+            }
+            p.replay_n
         }
-    }
+    };
+    [(n as f64 / secs[0], open[0]), (n as f64 / secs[1], open[1])]
 }
 
 fn median(mut v: Vec<f64>) -> (f64, f64) {
@@ -392,29 +434,32 @@ fn main() {
         replay_n: arg(&args, "--replay-n", 200_000),
         size: arg(&args, "--size", 300),
         dir: PathBuf::from(arg(&args, "--dir", std::env::temp_dir().display().to_string())),
-        only: arg(&args, "--only", "sqlite,fs,sled".to_owned()).split(',').map(str::to_owned).collect(),
+        only: arg(&args, "--only", "sqlite,fs,sled,sled-fsync".to_owned()).split(',').map(str::to_owned).collect(),
     };
     println!("store_bench: {} B records, median of {} runs, dir {}", p.size, p.runs, p.dir.display());
     println!("machine: {}", machine());
     println!();
-    println!("| backend | workload | ctxlog records/s | spread | raw records/s | spread | ctxlog / raw | open before replay (ctxlog / raw) |");
+    println!(
+        "| backend | workload | ctxlog records/s | spread | raw records/s | spread | ctxlog / raw \
+         | open before replay (ctxlog / raw) |"
+    );
     println!("|---|---|---:|---:|---:|---:|---:|---|");
-    for kind in ["sqlite", "fs", "sled"] {
+    for kind in ["sqlite", "fs", "sled", "sled-fsync"] {
         if !p.only.iter().any(|o| o == kind) {
             continue;
         }
         for w in [Workload::Durable, Workload::Batched, Workload::Replay] {
-            let (mut ours, mut raw, mut open_ours, mut open_raw) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            // Alternate the two sides so drift (page cache, disk) hits both alike.
+            let (mut ours, mut raw, mut ratio, mut open_ours, mut open_raw) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..p.runs {
-                let (r, o) = measure(kind, false, w, &p);
-                ours.push(r);
-                open_ours.push(o);
-                let (r, o) = measure(kind, true, w, &p);
+                let [(o, oo), (r, ro)] = measure_pair(kind, w, &p);
+                ours.push(o);
                 raw.push(r);
-                open_raw.push(o);
+                ratio.push(o / r);
+                open_ours.push(oo);
+                open_raw.push(ro);
             }
-            let ((o, os), (r, rs)) = (median(ours), median(raw));
+            let ((o, os), (r, rs), (q, _)) = (median(ours), median(raw), median(ratio));
             let open = if w == Workload::Replay {
                 format!("{:.3} s / {:.3} s", median(open_ours).0, median(open_raw).0)
             } else {
@@ -425,7 +470,7 @@ fn main() {
                 w.name(&p),
                 os * 100.0,
                 rs * 100.0,
-                o / r * 100.0
+                q * 100.0
             );
         }
     }
