@@ -1136,13 +1136,19 @@ fn make_png(rng: &mut Rng, w: u32, h: u32) -> Vec<u8> {
         }
     }
 
+    encode_png(w, h, &raw)
+}
+
+/// A valid 8-bit RGB PNG of `w × h` pixels from `raw`: for each row a filter byte (0) then
+/// `3 × w` bytes of RGB. Also used by the tests to make real images.
+pub fn encode_png(w: u32, h: u32, raw: &[u8]) -> Vec<u8> {
     let mut png = vec![0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
     let mut ihdr = Vec::with_capacity(13);
     ihdr.extend_from_slice(&w.to_be_bytes());
     ihdr.extend_from_slice(&h.to_be_bytes());
     ihdr.extend_from_slice(&[8, 2, 0, 0, 0]); // 8-bit RGB, deflate, no filter, no interlace
     push_chunk(&mut png, b"IHDR", &ihdr);
-    push_chunk(&mut png, b"IDAT", &zlib(&raw));
+    push_chunk(&mut png, b"IDAT", &zlib(raw));
     push_chunk(&mut png, b"IEND", &[]);
     png
 }

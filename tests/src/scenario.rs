@@ -283,54 +283,15 @@ pub fn conversation_then(extra: Vec<Event>) -> Vec<Event> {
 
 // ---- Fixtures shared by the wire, CLI and timeline tests ---------------------------------------
 
-/// A real PNG of `width × height` grey pixels (signature, IHDR, one stored-deflate IDAT, IEND,
-/// all CRCs and the Adler-32 correct), so header parsing is tested on what encoders write.
+/// A real PNG of `width × height` pixels (signature, IHDR, zlib IDAT, IEND, all CRCs correct;
+/// the demo's encoder), so header parsing is tested on what encoders write.
 pub fn png(width: u32, height: u32) -> Vec<u8> {
-    fn crc32(bytes: &[u8]) -> u32 {
-        let mut c = !0u32;
-        for &b in bytes {
-            c ^= u32::from(b);
-            for _ in 0..8 {
-                c = if c & 1 == 1 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
-            }
-        }
-        !c
-    }
-    fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
-        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        let mut body = kind.to_vec();
-        body.extend_from_slice(data);
-        out.extend_from_slice(&body);
-        out.extend_from_slice(&crc32(&body).to_be_bytes());
-    }
     let mut raw = Vec::new();
     for y in 0..height {
         raw.push(0); // filter: none
-        raw.extend((0..width).map(|x| ((x + y) % 256) as u8));
+        raw.extend((0..width).flat_map(|x| [((x + y) % 256) as u8, (x % 256) as u8, (y % 256) as u8]));
     }
-    let mut zlib = vec![0x78, 0x01];
-    let mut blocks = raw.chunks(65_535).peekable();
-    while let Some(block) = blocks.next() {
-        zlib.push(u8::from(blocks.peek().is_none()));
-        let len = block.len() as u16;
-        zlib.extend_from_slice(&len.to_le_bytes());
-        zlib.extend_from_slice(&(!len).to_le_bytes());
-        zlib.extend_from_slice(block);
-    }
-    let (mut a, mut b) = (1u32, 0u32);
-    for &byte in &raw {
-        a = (a + u32::from(byte)) % 65_521;
-        b = (b + a) % 65_521;
-    }
-    zlib.extend_from_slice(&((b << 16) | a).to_be_bytes());
-    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
-    let mut ihdr = width.to_be_bytes().to_vec();
-    ihdr.extend_from_slice(&height.to_be_bytes());
-    ihdr.extend_from_slice(&[8, 0, 0, 0, 0]); // 8-bit greyscale
-    chunk(&mut out, b"IHDR", &ihdr);
-    chunk(&mut out, b"IDAT", &zlib);
-    chunk(&mut out, b"IEND", &[]);
-    out
+    ctxlog_cli::demo_transcript::encode_png(width, height, &raw)
 }
 
 /// Standard base64.
