@@ -1,6 +1,5 @@
 //! The commands other than `import`/`demo`.
 
-use ctxlog::event::EditKind;
 use ctxlog::replay::{self, Mode};
 use ctxlog::state::State;
 use ctxlog::transfer::copy_session;
@@ -94,16 +93,7 @@ fn status(st: &State, seq: u64) -> (&'static str, Option<String>) {
     }
     match &e.edit {
         None => ("live", None),
-        Some(edit) => {
-            let r = &edit.reason;
-            let reason = format!("level {}: {}; target {} tokens", r.level, r.rule, r.target_tokens);
-            let kind = match edit.kind {
-                EditKind::Removed => "removed",
-                EditKind::Truncated { .. } => "truncated",
-                EditKind::Stubbed { .. } => "stubbed",
-            };
-            (kind, Some(reason))
-        }
+        Some(edit) => (edit.kind.as_str(), Some(edit.reason.describe())),
     }
 }
 

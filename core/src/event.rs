@@ -185,6 +185,18 @@ pub struct EditReason {
     pub guard: Option<String>,
 }
 
+impl EditReason {
+    /// One sentence: `level L: rule; target T tokens[; guard]`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("level {}: {}; target {} tokens", self.level, self.rule, self.target_tokens);
+        if let Some(g) = &self.guard {
+            s.push_str("; ");
+            s.push_str(g);
+        }
+        s
+    }
+}
+
 /// `Edited`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Edited {

@@ -101,13 +101,7 @@ impl Timeline {
         match ev {
             Event::Flushed(f) => self.flush = Some(FlushRecord { reason: f.reason.as_str(), from: f.from, to: f.to }),
             Event::Edited(e) => {
-                let r = &e.reason;
-                let mut reason = format!("level {}: {}; target {} tokens", r.level, r.rule, r.target_tokens);
-                if let Some(g) = &r.guard {
-                    reason.push_str("; ");
-                    reason.push_str(g);
-                }
-                self.edits.push(EditRecord { seq: e.seq, kind: e.kind.as_str(), reason });
+                self.edits.push(EditRecord { seq: e.seq, kind: e.kind.as_str(), reason: e.reason.describe() })
             }
             Event::GuardRaised(GuardRaised { call: Some(_), kind, detail, knob }) => {
                 self.guards.push(GuardRecord { kind: kind.name(), detail: format!("{detail} (knob: {knob})") })
