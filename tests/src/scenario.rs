@@ -1,6 +1,9 @@
 //! Given/when/then for the fold (cqrs-es style), plus small event constructors.
 //!
-//! ```ignore
+//! ```
+//! use ctxlog::state::Invariant;
+//! use ctxlog_tests::scenario::{removed, started, user, Scenario};
+//!
 //! Scenario::given(vec![started(), user(0, "hi")]).when(removed(0)).then_violates(Invariant::LastUserRemoved);
 //! ```
 //! `given` is folded with versions `1..=n` (and must be valid: a broken `given` fails the test
