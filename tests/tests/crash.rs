@@ -9,6 +9,12 @@
 //! gap-free sequence and every record verifies. Each backend gets ITERATIONS kills on the same
 //! directory, so recovery runs on top of recovery. For fs and sled the parent also opens the
 //! store while the child holds it, which must fail with `Locked`.
+//! Beside the raw records, the child also drives a real engine session on a second stream
+//! (append a tool call, its result and a user turn, plan, commit, prepare), printing
+//! `call <n> <version>` after each committed call; after every kill the parent runs the full
+//! `ctxlog verify` check on that session (invariants, re-rendered view digests, blobs) and checks
+//! that every acknowledged call is in the log. The child reopens the session each time, so the
+//! engine's own recovery (snapshot or replay) runs after every kill too.
 //! `CTXLOG_CRASH_SEED` replays a run. The last line printed is `N passed, M failed`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
@@ -27,8 +33,46 @@ const CHILD_ENV: &str = "CTXLOG_CRASH_CHILD";
 const TEST_NAME: &str = "crash_kill9_all_backends";
 const ITERATIONS: usize = 10; // override with CTXLOG_CRASH_ITERATIONS
 const BACKENDS: [&str; 3] = ["sqlite", "fs", "sled"];
-/// The one stream the child writes.
+/// The stream of raw records the child writes.
 const STREAM: &str = "6c1b2a8e-9f51-4c55-9a57-1c2d3e4f5a6b";
+/// The engine session the child drives.
+const SESSION: &str = "6c1b2a8e-9f51-4c55-9a57-00000000c0de";
+
+/// Opens (or creates) the engine session on `store`.
+fn engine_session(store: &dyn Store) -> ctxlog::Session<&dyn Store> {
+    let id: StreamId = SESSION.parse().unwrap();
+    if store.head(id).unwrap().is_some() {
+        return ctxlog::Session::open(store, id).unwrap();
+    }
+    // A small budget so calls flush, edit and raise guards while the child is being killed.
+    let config = ctxlog::Config { budget: 2_000, ..ctxlog::Config::default() };
+    ctxlog::Session::create(store, id, ctxlog::WireFormat::Anthropic, config, 0).unwrap()
+}
+
+/// One engine step: a tool call, its result and a user turn, then a committed call and a
+/// prepared summary if the engine asks for one. Returns `(call, version)` once durable.
+fn engine_step(session: &mut ctxlog::Session<&dyn Store>) -> (u64, u64) {
+    use ctxlog::wire::parse_message;
+    let v = session.state().version();
+    let now = session.state().last_request_at().unwrap_or(0) + 30_000;
+    let call = format!(
+        r#"{{"role":"assistant","content":[{{"type":"tool_use","id":"t{v}","name":"read_file","input":{{"path":"f{v}.rs"}}}}]}}"#
+    );
+    let result = format!(
+        r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t{v}","content":"{}"}}]}}"#,
+        "fn x() {} ".repeat(60)
+    );
+    let turn = format!(r#"{{"role":"user","content":"step {v}: {}"}}"#, "keep going ".repeat(12));
+    let messages = [call, result, turn].iter().map(|j| parse_message(j).unwrap()).collect();
+    session.append(messages).unwrap();
+    let plan = session.plan(now).unwrap();
+    let committed = session.commit(plan, now, None).unwrap();
+    if let Some(job) = session.summary_job() {
+        let text = ctxlog::summary::extractive(session.state(), &job);
+        session.prepare(&job, text, ctxlog::session::Produced::extractive()).unwrap();
+    }
+    (session.state().calls() - 1, committed.version)
+}
 
 fn open(backend: &str, dir: &Path, report: bool) -> Box<dyn Store> {
     match backend {
@@ -95,6 +139,7 @@ fn child(spec: &str) {
         None => 0,
     };
     let mut rng = Rng(u64::from(std::process::id()) | 1);
+    let mut session = engine_session(store.as_ref());
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready").unwrap();
     out.flush().unwrap();
@@ -109,6 +154,9 @@ fn child(spec: &str) {
             writeln!(out, "blob {batch} {id}").unwrap();
             out.flush().unwrap();
         }
+        let (call, version) = engine_step(&mut session);
+        writeln!(out, "call {call} {version}").unwrap();
+        out.flush().unwrap();
         batch += 1;
     }
 }
@@ -172,7 +220,13 @@ fn run_child(backend: &str, dir: &Path, rng: &mut Rng, locked_checks: &mut usize
 }
 
 /// Reopens the store and checks it against everything ever acknowledged.
-fn verify(backend: &str, dir: &Path, acked: &BTreeMap<u64, u64>, blobs: &BTreeMap<u64, BlobId>) -> Result<u64, String> {
+fn verify(
+    backend: &str,
+    dir: &Path,
+    acked: &BTreeMap<u64, u64>,
+    blobs: &BTreeMap<u64, BlobId>,
+    calls: &BTreeMap<u64, u64>,
+) -> Result<u64, String> {
     let store = open(backend, dir, true);
     let stream: StreamId = STREAM.parse().unwrap();
     let records = store.read(stream, 1, usize::MAX).map_err(|e| format!("read: {e}"))?;
@@ -215,7 +269,31 @@ fn verify(backend: &str, dir: &Path, acked: &BTreeMap<u64, u64>, blobs: &BTreeMa
             other => return Err(format!("acknowledged blob of batch {batch} ({id}): {other:?}")),
         }
     }
+    verify_session(store.as_ref(), calls)?;
     Ok(head)
+}
+
+/// The engine session must pass `ctxlog verify` and hold every acknowledged call.
+fn verify_session(store: &dyn Store, calls: &BTreeMap<u64, u64>) -> Result<(), String> {
+    let id: StreamId = SESSION.parse().unwrap();
+    if store.head(id).map_err(|e| e.to_string())?.is_none() {
+        return match calls.is_empty() {
+            true => Ok(()),
+            false => Err(format!("{} calls were acknowledged but the session is gone", calls.len())),
+        };
+    }
+    let report = ctxlog::replay::verify(store, id).map_err(|e| format!("verify: {e}"))?;
+    if !report.ok() {
+        return Err(format!("verify of the engine session: {:?}", report.problems));
+    }
+    let replayed = ctxlog::replay::replay(store, id, ctxlog::replay::Mode::Strict, None).map_err(|e| e.to_string())?;
+    for (call, version) in calls {
+        match replayed.timeline.get(*call as usize) {
+            Some(r) if r.version == *version => {}
+            other => return Err(format!("acknowledged call {call} at version {version}: found {other:?}")),
+        }
+    }
+    Ok(())
 }
 
 fn main() {
@@ -254,6 +332,7 @@ fn main() {
         let dir = tempfile::tempdir().unwrap();
         let mut acked: BTreeMap<u64, u64> = BTreeMap::new();
         let mut blobs: BTreeMap<u64, BlobId> = BTreeMap::new();
+        let mut calls: BTreeMap<u64, u64> = BTreeMap::new();
         let mut backend_failed = false;
         let mut locked_checks = 0;
         for iteration in 1..=iterations {
@@ -268,16 +347,20 @@ fn main() {
                         ["blob", b, id] => {
                             blobs.insert(b.parse().unwrap(), BlobId::parse(id).unwrap());
                         }
+                        ["call", c, v] => {
+                            calls.insert(c.parse().unwrap(), v.parse().unwrap());
+                        }
                         _ => return Err(format!("unexpected child output {line:?}")),
                     }
                 }
-                verify(backend, dir.path(), &acked, &blobs).map(|head| (lines.len(), head))
+                verify(backend, dir.path(), &acked, &blobs, &calls).map(|head| (lines.len(), head))
             });
             match result {
                 Ok((lines, head)) => {
                     passed += 1;
-                    let total = acked.len();
-                    let summary = format!("{lines} lines this run, head {head}, {total} batches acked");
+                    let (total, engine) = (acked.len(), calls.len());
+                    let summary =
+                        format!("{lines} lines this run, head {head}, {total} batches and {engine} engine calls acked");
                     println!("  {backend} kill {iteration:2}: ok ({summary})");
                 }
                 Err(e) => {
@@ -291,9 +374,9 @@ fn main() {
         if backend != "sqlite" {
             println!("  {backend}: {locked_checks} opens from this process while the writer ran got Locked");
         }
-        if !backend_failed && acked.is_empty() {
+        if !backend_failed && (acked.is_empty() || calls.is_empty()) {
             failed += 1;
-            println!("  {backend}: FAILED: no append was ever acknowledged, the test proved nothing");
+            println!("  {backend}: FAILED: no append or no engine call was ever acknowledged, the test proved nothing");
         }
     }
     println!("crash test took {:.1} s", started.elapsed().as_secs_f64());
