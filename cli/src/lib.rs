@@ -115,7 +115,14 @@ fn run_import(
 ) -> Result<(), CliError> {
     let (config, session) = config_of(config_args, base)?;
     let store = open_store(&store_args.store)?;
-    let mut views_file = match views {
+    // The views go to `<path>.partial` and are renamed only once the session is stored, so a
+    // failed import leaves no views file that describes a session that does not exist.
+    let partial = views.map(|p| {
+        let mut name = p.as_os_str().to_owned();
+        name.push(".partial");
+        std::path::PathBuf::from(name)
+    });
+    let mut views_file = match &partial {
         Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(out_err(&p.display().to_string()))?)),
         None => None,
     };
@@ -138,10 +145,20 @@ fn run_import(
         }
         out.line(&row(r))?;
         details(r).iter().try_for_each(|d| out.line(d))
-    })?;
+    });
     out.progress_done()?;
-    if let Some(mut w) = views_file {
+    let done = match done {
+        Ok(done) => done,
+        Err(e) => {
+            if let Some(p) = &partial {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(e);
+        }
+    };
+    if let (Some(mut w), Some(tmp), Some(path)) = (views_file, &partial, views) {
         w.flush().map_err(out_err("the views file"))?;
+        std::fs::rename(tmp, path).map_err(out_err(&path.display().to_string()))?;
     }
     if !json {
         for l in summary(&done.timeline) {

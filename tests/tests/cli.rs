@@ -644,3 +644,23 @@ fn inspect_view_at_a_call_version_prints_exactly_the_view_that_call_served() {
         assert_eq!(Value::from(printed), v["messages"], "call {}", r["call"]);
     }
 }
+
+#[test]
+fn a_failed_import_leaves_no_views_file_behind() {
+    let env = Env::new();
+    let file = env.file("t.jsonl", conversation(3));
+    let store = format!("sqlite:{}", env.path("x.db").display());
+    let views = env.path("views.jsonl");
+    let session = "00000000-0000-0000-0000-0000000000aa";
+    let args = ["import", &file, "--store", &store, "--session", session, "--views", views.to_str().unwrap()];
+    let (code, _, err) = cli(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(views.exists(), "a successful import writes its views");
+    std::fs::remove_file(&views).unwrap();
+    // The same session id again: the import is refused.
+    let (code, _, err) = cli(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("already exists"), "{err}");
+    assert!(!views.exists(), "views of a session that was not stored");
+    assert!(!env.path("views.jsonl.partial").exists(), "the partial views file is cleaned up");
+}
