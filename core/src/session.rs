@@ -308,8 +308,10 @@ impl<S: Store> Session<S> {
         let decision = engine::decide(&self.state, now).map_err(|v| self.invariant(v))?;
         self.cache.sync(&self.state);
         let (cache, view_state) = match &decision.scratch {
+            // The scratch view differs from the cached one (new generation), so it is rendered
+            // afresh; copying the cache first would only be thrown away.
             Some(scratch) => {
-                let mut c = self.cache.clone();
+                let mut c = ViewCache::new();
                 c.sync(scratch);
                 (Some(c), scratch)
             }
