@@ -282,6 +282,19 @@ pub enum StoreError {
         /// Supported schema version.
         supported: u64,
     },
+    /// A networked store cannot be reached right now: the server is down, restarting, or the
+    /// connection broke. Transient: wait and retry. An `append` that fails this way wrote
+    /// nothing *or* its batch landed before the connection broke (the store could not tell),
+    /// so a writer catches up ([`crate::Session::catch_up`]) before deciding again.
+    #[error("{backend} store {location} is unavailable: {detail}")]
+    Unavailable {
+        /// Backend name.
+        backend: &'static str,
+        /// Where the store is (a URL without its password).
+        location: String,
+        /// What failed.
+        detail: String,
+    },
     /// An error of the underlying library or the OS.
     #[error("{backend}: {context}: {source}")]
     Backend {

@@ -10,4 +10,5 @@
 pub mod conformance;
 pub mod conformance_fixtures;
 pub mod engine_fixtures;
+pub mod postgres;
 pub mod scenario;

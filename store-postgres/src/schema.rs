@@ -1,0 +1,87 @@
+//! The tables, their version (like SQLite's `user_version`, kept in `ctxlog_meta`) and the
+//! migrations that bring an older schema up to this build's.
+//!
+//! Tables are created in the first schema of the connection's `search_path`, so one database
+//! can hold several independent logs (`?options=-c%20search_path%3Dother`).
+
+use ctxlog::store::StoreError;
+use postgres::{Client, GenericClient};
+
+use crate::error::{backend, store_error, PgError, BACKEND};
+
+/// The schema this build reads and writes.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// `MIGRATIONS[i]` takes a schema at version `i` to version `i + 1`. A released step is never
+/// edited: a change is a new step.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    // 1: the log, the blob area and the snapshots.
+    "CREATE TABLE ctxlog_meta (key text PRIMARY KEY, value bigint NOT NULL);
+     CREATE TABLE ctxlog_records (
+         stream uuid NOT NULL,
+         version bigint NOT NULL CHECK (version > 0),
+         bytes bytea NOT NULL,
+         PRIMARY KEY (stream, version)
+     );
+     CREATE TABLE ctxlog_blobs (id text PRIMARY KEY, bytes bytea NOT NULL);
+     -- Media is already compressed: store it out of line without a second compression pass.
+     ALTER TABLE ctxlog_blobs ALTER COLUMN bytes SET STORAGE EXTERNAL;
+     CREATE TABLE ctxlog_snapshots (stream uuid PRIMARY KEY, version bigint NOT NULL, bytes bytea NOT NULL);",
+];
+
+/// Serialises schema changes of concurrent opens (any schema of the database): "ctxlog" in ASCII.
+const MIGRATION_LOCK: i64 = 0x6374_786c_6f67;
+
+/// The schema version found, `None` if there is no ctxlog schema.
+fn found_version(client: &mut impl GenericClient) -> Result<Option<u64>, postgres::Error> {
+    let present: bool = client.query_one("SELECT to_regclass('ctxlog_meta') IS NOT NULL", &[])?.try_get(0)?;
+    if !present {
+        return Ok(None);
+    }
+    let row = client.query_opt("SELECT value FROM ctxlog_meta WHERE key = 'schema_version'", &[])?;
+    let value: i64 = match row {
+        Some(r) => r.try_get(0)?,
+        None => 0,
+    };
+    Ok(Some(u64::try_from(value).unwrap_or(0)))
+}
+
+/// Checks the schema; a writer's open creates or migrates it, a read-only open only checks.
+pub(crate) fn prepare(client: &mut Client, location: &str, read_only: bool) -> Result<(), StoreError> {
+    let err = |what: &str, e| store_error(location, what, e);
+    let schema_error = |found| StoreError::Schema {
+        backend: BACKEND,
+        location: location.to_owned(),
+        found,
+        supported: SCHEMA_VERSION,
+    };
+    match found_version(client).map_err(|e| err("read the schema version", e))? {
+        Some(SCHEMA_VERSION) => return Ok(()),
+        Some(found) if found > SCHEMA_VERSION || read_only => return Err(schema_error(found)),
+        None if read_only => return Err(backend(location, "open read-only", PgError::NoSchema)),
+        _ => {}
+    }
+    let mut tx = client.transaction().map_err(|e| err("begin the schema migration", e))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).map_err(|e| err("lock the schema", e))?;
+    // Another open may have migrated while we waited for the lock.
+    let found = found_version(&mut tx).map_err(|e| err("read the schema version", e))?.unwrap_or(0);
+    if found > SCHEMA_VERSION {
+        return Err(schema_error(found));
+    }
+    for (step, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.batch_execute(sql).map_err(|e| err(&format!("migrate the schema to version {}", step + 1), e))?;
+    }
+    tx.execute(
+        "INSERT INTO ctxlog_meta (key, value) VALUES ('schema_version', $1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        &[&(SCHEMA_VERSION as i64)],
+    )
+    .map_err(|e| err("record the schema version", e))?;
+    tx.commit().map_err(|e| err("commit the schema migration", e))
+}
+
+/// Test hook: sets the recorded schema version (to simulate a newer or older ctxlog).
+#[cfg(feature = "test-support")]
+pub fn set_schema_version(client: &mut Client, version: i64) -> Result<(), postgres::Error> {
+    client.execute("UPDATE ctxlog_meta SET value = $1 WHERE key = 'schema_version'", &[&version]).map(|_| ())
+}
