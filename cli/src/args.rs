@@ -40,12 +40,14 @@ pub enum Command {
     Restore(RestoreArgs),
     /// Copy sessions between stores, losslessly.
     Copy(CopyArgs),
+    /// Print a session's calls as they are committed (`--follow`), like `tail -f`.
+    Tail(TailArgs),
 }
 
 /// `--store` and `--json`.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    /// Store URL: `sqlite:PATH`, `sled:PATH`, `fs:PATH` or `mem:`.
+    /// Store URL: `sqlite:PATH`, `sled:PATH`, `fs:PATH`, `postgres://USER@HOST/DB` or `mem:`.
     #[arg(long, default_value = DEFAULT_STORE)]
     pub store: String,
     /// Machine-readable output.
@@ -299,4 +301,25 @@ pub struct CopyArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `tail`.
+#[derive(Debug, Args)]
+pub struct TailArgs {
+    /// Session selection.
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Keep printing calls as they are committed (LISTEN/NOTIFY on PostgreSQL, polling on
+    /// other stores); waits for the session if it does not exist yet.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// How many of the calls already in the log to print first.
+    #[arg(long, short = 'n', default_value_t = 10)]
+    pub lines: usize,
+    /// Exit after printing this many calls.
+    #[arg(long)]
+    pub max_calls: Option<u64>,
+    /// Seconds between re-reads of the log (PostgreSQL: a fallback behind its notifications).
+    #[arg(long, default_value_t = 1.0)]
+    pub poll: f64,
 }

@@ -7,6 +7,7 @@ pub mod error;
 pub mod import;
 pub mod output;
 pub mod stores;
+pub mod tail;
 pub mod transcript;
 
 use std::ffi::OsString;
@@ -75,6 +76,7 @@ fn dispatch(command: Command, out: &mut Out<'_>) -> Result<(), CliError> {
         Command::Export(a) => commands::export(&a, out),
         Command::Restore(a) => commands::restore(&a, out),
         Command::Copy(a) => commands::copy(&a, out),
+        Command::Tail(a) => tail::tail(&a, out),
     }
 }
 

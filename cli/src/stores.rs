@@ -1,7 +1,8 @@
-//! Store URLs: `sqlite:PATH`, `sled:PATH`, `fs:PATH`, `mem:`.
+//! Store URLs: `sqlite:PATH`, `sled:PATH`, `fs:PATH`, `postgres://…` (or `postgresql://…`), `mem:`.
 
 use ctxlog::{MemoryStore, Store};
 use ctxlog_store_fs::FsStore;
+use ctxlog_store_postgres::PgStore;
 use ctxlog_store_sled::SledStore;
 use ctxlog_store_sqlite::SqliteStore;
 
@@ -15,10 +16,13 @@ pub fn open_store(url: &str) -> Result<Box<dyn Store>, CliError> {
         ("sqlite", path) if !path.is_empty() => Ok(Box::new(SqliteStore::open(path)?)),
         ("sled", path) if !path.is_empty() => Ok(Box::new(SledStore::open(path)?)),
         ("fs", path) if !path.is_empty() => Ok(Box::new(FsStore::open(path)?)),
+        ("postgres" | "postgresql", rest) if rest.starts_with("//") => Ok(Box::new(PgStore::open(url)?)),
         _ => Err(bad(url)),
     }
 }
 
 fn bad(url: &str) -> CliError {
-    CliError::Usage(format!("store URL {url:?} is not one of sqlite:PATH, sled:PATH, fs:PATH, mem:"))
+    CliError::Usage(format!(
+        "store URL {url:?} is not one of sqlite:PATH, sled:PATH, fs:PATH, postgres://USER@HOST/DB, mem:"
+    ))
 }

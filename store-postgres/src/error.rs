@@ -92,7 +92,7 @@ pub(crate) fn classify(e: &postgres::Error) -> Class {
         return Class::Connection;
     }
     // The client's own "password missing" (the server asked for one, the URL has none).
-    if e.to_string().contains("password missing") {
+    if full_message(e).contains("password missing") {
         return Class::Auth;
     }
     Class::Other

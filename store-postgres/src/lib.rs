@@ -342,8 +342,7 @@ impl Store for PgStore {
                 .collect::<Result<Vec<_>, postgres::Error>>()
         })?;
         let mut out = Vec::with_capacity(rows.len());
-        let mut want = from;
-        for (version, bytes) in rows {
+        for (want, (version, bytes)) in (from..).zip(rows) {
             // Versions are dense by construction; a hole means rows were deleted behind our back.
             if u64::try_from(version).ok() != Some(want) {
                 return Err(StoreError::Corrupt {
@@ -353,7 +352,6 @@ impl Store for PgStore {
                 });
             }
             out.push(StoredRecord { version: want, record: Record::from_stored(stream, want, bytes)? });
-            want += 1;
         }
         Ok(out)
     }

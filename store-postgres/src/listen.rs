@@ -9,6 +9,7 @@ use postgres::{Client, NoTls};
 
 use crate::channel;
 use crate::error::{store_error, unavailable};
+use crate::options::{client_config, PgOptions};
 
 /// A connection listening on one stream's channel. Created by [`crate::PgStore::listen`].
 pub struct Listener {
@@ -25,6 +26,13 @@ impl std::fmt::Debug for Listener {
 }
 
 impl Listener {
+    /// Connects to `url` (read-only) and listens for appends to `stream`.
+    pub fn open(url: &str, stream: StreamId) -> Result<Listener, StoreError> {
+        let opts = PgOptions { read_only: true, ..PgOptions::default() };
+        let (config, location) = client_config(url, &opts)?;
+        Self::new(config, location, stream)
+    }
+
     pub(crate) fn new(config: postgres::Config, location: String, stream: StreamId) -> Result<Listener, StoreError> {
         let mut listener = Listener { config, location, channel: channel(stream), client: None };
         listener.connect()?;

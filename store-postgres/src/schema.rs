@@ -61,23 +61,37 @@ pub(crate) fn prepare(client: &mut Client, location: &str, read_only: bool) -> R
         None if read_only => return Err(backend(location, "open read-only", PgError::NoSchema)),
         _ => {}
     }
-    let mut tx = client.transaction().map_err(|e| err("begin the schema migration", e))?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).map_err(|e| err("lock the schema", e))?;
-    // Another open may have migrated while we waited for the lock.
-    let found = found_version(&mut tx).map_err(|e| err("read the schema version", e))?.unwrap_or(0);
+    // A session-level lock taken in its own transaction: the migration transaction then
+    // starts after it, so its catalog lookups see tables another open created meanwhile
+    // (a transaction-level lock taken inside would leave them invisible to `to_regclass`).
+    client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).map_err(|e| err("lock the schema", e))?;
+    let migrated = migrate(client).map_err(|(what, e)| err(what, e));
+    let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]);
+    match migrated? {
+        Some(found) => return Err(schema_error(found)),
+        None => unlocked.map_err(|e| err("unlock the schema", e))?,
+    };
+    Ok(())
+}
+
+/// Brings the schema up to [`SCHEMA_VERSION`] in one transaction; `Some(found)` if it is newer.
+fn migrate(client: &mut Client) -> Result<Option<u64>, (&'static str, postgres::Error)> {
+    let mut tx = client.transaction().map_err(|e| ("begin the schema migration", e))?;
+    let found = found_version(&mut tx).map_err(|e| ("read the schema version", e))?.unwrap_or(0);
     if found > SCHEMA_VERSION {
-        return Err(schema_error(found));
+        return Ok(Some(found));
     }
-    for (step, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
-        tx.batch_execute(sql).map_err(|e| err(&format!("migrate the schema to version {}", step + 1), e))?;
+    for sql in MIGRATIONS.iter().skip(found as usize) {
+        tx.batch_execute(sql).map_err(|e| ("migrate the schema", e))?;
     }
     tx.execute(
         "INSERT INTO ctxlog_meta (key, value) VALUES ('schema_version', $1)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         &[&(SCHEMA_VERSION as i64)],
     )
-    .map_err(|e| err("record the schema version", e))?;
-    tx.commit().map_err(|e| err("commit the schema migration", e))
+    .map_err(|e| ("record the schema version", e))?;
+    tx.commit().map_err(|e| ("commit the schema migration", e))?;
+    Ok(None)
 }
 
 /// Test hook: sets the recorded schema version (to simulate a newer or older ctxlog).
