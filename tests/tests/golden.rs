@@ -129,6 +129,19 @@ fn golden_logs_of_format_1_keep_decoding_to_the_same_timeline_on_every_backend()
         })
         .unwrap();
     }
+    // PostgreSQL has no files to commit: the golden session goes in through `ctxlog copy` and
+    // must replay to the same timeline there too.
+    if let Some(db) = ctxlog_tests::postgres::database("golden logs on postgres") {
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("v1-sqlite.db");
+        copy_out(&store_path(&golden(), "sqlite"), &copy);
+        let from = format!("sqlite:{}", copy.display());
+        run(&["ctxlog", "copy", "--from", &from, "--to", db.url()]);
+        let store = ctxlog_store_postgres::PgStore::open_read_only(db.url()).unwrap();
+        assert_eq!(timeline(&store), expected, "postgres: the golden log no longer replays to the same timeline");
+        let report = verify(&store, id).unwrap();
+        assert!(report.ok(), "postgres: {:?}", report.problems);
+    }
     // The golden set covers every event kind of the format, so no layout goes untested.
     let all = [
         "SessionStarted",

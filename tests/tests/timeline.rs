@@ -1,5 +1,5 @@
 //! Timeline snapshots: the bundled demo transcript and a small hand-written one, imported through
-//! the CLI into every backend (`mem:`, SQLite, fs, sled). The per-call records must be identical across backends and
+//! the CLI into every backend (`mem:`, SQLite, fs, sled, PostgreSQL). The per-call records must be identical across backends and
 //! equal to `replay`, and they are pinned with insta so any behaviour change shows up as a
 //! reviewable diff (re-accept with `cargo insta test --accept` when the change is intended).
 
@@ -11,7 +11,7 @@ use ctxlog_tests::scenario::cli;
 const DEMO_SESSION: &str = "00000000-0000-0000-0000-00000000d3e0";
 const SMALL_SESSION: &str = "00000000-0000-0000-0000-0000000005a1";
 
-/// Imports `transcript` into `mem:` and into fresh SQLite, fs and sled stores with `extra`
+/// Imports `transcript` into `mem:` and into fresh SQLite, fs, sled and PostgreSQL stores with `extra`
 /// flags; asserts every timeline and every replay are identical; returns the JSONL.
 fn timeline(transcript: &str, session: &str, extra: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
@@ -30,7 +30,9 @@ fn timeline(transcript: &str, session: &str, extra: &[&str]) -> String {
     assert!(!mem.is_empty());
     let fs = format!("fs:{}", dir.path().join("fs").display());
     let sled = format!("sled:{}", dir.path().join("sled").display());
-    for store in [&sqlite, &fs, &sled] {
+    let pg = ctxlog_tests::postgres::database("timeline on postgres"); // None: skipped (message printed)
+    let pg = pg.as_ref().map(|db| db.url().to_owned());
+    for store in [Some(&sqlite), Some(&fs), Some(&sled), pg.as_ref()].into_iter().flatten() {
         assert_eq!(import(store), mem, "mem: and {store} timelines differ");
         let (code, replayed, err) = cli(&["replay", "--json", "--store", store]);
         assert_eq!(code, 0, "{err}");
