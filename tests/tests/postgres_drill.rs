@@ -105,7 +105,7 @@ fn worker(url: &str) {
         let w: Vec<&str> = line.split_whitespace().collect();
         let (job, id, at): (u64, StreamId, u64) = (w[1].parse().unwrap(), w[2].parse().unwrap(), w[3].parse().unwrap());
         // Said at once, so a worker killed while it rides out an outage still reports it.
-        let mut retry = |e: &dyn std::fmt::Display| {
+        let retry = |e: &dyn std::fmt::Display| {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "retry {job} {e}");
             let _ = out.flush();
