@@ -237,12 +237,9 @@ impl Row {
 
 fn main() {
     let p = params();
-    let mut cluster = Cluster::start_with(ClusterOptions {
-        fsync: true,
-        max_connections: 200,
-        shared_buffers: "128MB".into(),
-    })
-    .unwrap();
+    let mut cluster =
+        Cluster::start_with(ClusterOptions { fsync: true, max_connections: 200, shared_buffers: "128MB".into() })
+            .unwrap();
     let url = cluster.url();
     let mut admin = Client::connect(&url, NoTls).unwrap();
     admin
@@ -259,7 +256,8 @@ fn main() {
     );
     let max_w = p.writers.iter().copied().max().unwrap_or(1);
     let store = PgStore::open_with(&url, PgOptions { pool_size: max_w, ..PgOptions::default() }).unwrap();
-    let quiet = PgStore::open_with(&url, PgOptions { pool_size: max_w, notify: false, ..PgOptions::default() }).unwrap();
+    let quiet =
+        PgStore::open_with(&url, PgOptions { pool_size: max_w, notify: false, ..PgOptions::default() }).unwrap();
 
     let mut rows = Vec::new();
     for &w in &p.writers {
