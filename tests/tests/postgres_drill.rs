@@ -465,6 +465,7 @@ fn main() {
         Err(e) => {
             println!("{TEST_NAME}: FAILED (seed {seed}): {e}");
             println!("0 passed, 1 failed");
+            drop(cluster); // `exit` runs no destructors: stop the server first.
             std::process::exit(1);
         }
     }
