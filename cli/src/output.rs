@@ -173,7 +173,7 @@ pub fn summary(records: &[CallRecord]) -> Vec<String> {
         ),
         format!("prefix reused on {reused} of {} calls ({share:.1}%)", calls.saturating_sub(1)),
         format!("flushes: {flushes}; edits: {edits}; guards raised: {guards}; highest ladder level: {max_level}"),
-        format!("calls served over budget: {over}; calls deferred by a warm cache: {deferred}"),
-        format!("largest share of summaries in a view: {} tokens", thousands(max_summary)),
+        format!("calls served over budget: {over}; calls deferred by the cache-aware gate: {deferred}"),
+        format!("most summary tokens in a view: {}", thousands(max_summary)),
     ]
 }
