@@ -175,6 +175,7 @@ pub struct State {
     view: Vec<ViewItem>,
     view_tokens: u64,
     view_summary_tokens: u64,
+    pinned_tool_messages: u64,
 }
 
 fn violation(version: Version, ev: &Event, invariant: Invariant, detail: impl Into<String>) -> Violation {
@@ -352,7 +353,9 @@ impl State {
         if m.role.is_system() || m.is_pinned() || Some(seq) == self.first_human {
             return true;
         }
-        if m.call_ids().next().is_none() && m.result_ids().next().is_none() {
+        // Only a pinned call or result keeps a tool group: without one, skip the walk (a flush
+        // rebuilds the view over the whole session).
+        if self.pinned_tool_messages == 0 || (m.call_ids().next().is_none() && m.result_ids().next().is_none()) {
             return false;
         }
         // Walk the tool group: calls to their results, results to their calls.
@@ -702,6 +705,9 @@ impl State {
                 if m.is_human() {
                     self.first_human.get_or_insert(seq);
                     self.last_human = Some(seq);
+                }
+                if m.is_pinned() && (m.call_ids().next().is_some() || m.result_ids().next().is_some()) {
+                    self.pinned_tool_messages += 1;
                 }
                 self.entries.push(Entry {
                     message: Arc::new(m.clone()),
