@@ -331,3 +331,28 @@ fn the_new_knobs_are_validated_and_read_from_flags_and_config_files() {
     assert_eq!((c.summary_share, c.hard_limit_ratio, c.clear_at_least, c.budget), (0.1, 0.9, 500, 20_000));
     assert!(c.cache_aware);
 }
+
+#[test]
+fn condensed_summaries_are_bounded_and_keep_the_newest_requests() {
+    // Each condensed summary fits its limit (a quarter of the share) however much it covers,
+    // is much smaller than the summaries it replaces, and keeps the user's latest requests.
+    let lines = session_lines(8, 600);
+    let cfg = Config { budget: 20_000, ..Config::default() };
+    let cap = cfg.summary_cap_tokens();
+    let h = drive(&lines, cfg, Host::Condenses);
+    let st = h.session.state();
+    let condensed: Vec<_> = st.summaries().iter().filter(|s| s.is_condensed()).collect();
+    assert!(condensed.len() >= 3, "only {} condensed summaries", condensed.len());
+    for s in &condensed {
+        assert!(u64::from(s.tokens) <= cap / 4, "{} tokens over {}", s.tokens, cap / 4);
+        assert!(u64::from(s.tokens) * 2 <= s.replaced_tokens, "{} of {}", s.tokens, s.replaced_tokens);
+        assert!(s.text.starts_with("Condensed summary of messages"), "{}", s.text);
+    }
+    // The last condensed summary covers most of the session and names its newest request.
+    let last = condensed.last().unwrap();
+    let newest = (last.from..last.to)
+        .rev()
+        .find(|&seq| st.entry(seq).unwrap().message.is_human() && Some(seq) != st.first_human())
+        .unwrap();
+    assert!(last.text.contains(&format!("- [{newest}] user:")), "request {newest} missing:\n{}", last.text);
+}
