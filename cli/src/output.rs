@@ -50,7 +50,7 @@ impl Out<'_> {
 /// The table header.
 pub fn header() -> String {
     format!(
-        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6} {:<14}",
+        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6} {}",
         "call", "version", "time", "msgs", "view", "tokens", "level", "flush", "edits", "guards", "reused", "deferred"
     )
 }
@@ -72,7 +72,7 @@ pub fn row(r: &CallRecord) -> String {
         r.guards.iter().map(|g| g.kind.as_str()).collect::<Vec<_>>().join(",")
     };
     format!(
-        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6} {:<14}",
+        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6} {}",
         r.call,
         r.version,
         clock,
