@@ -109,6 +109,18 @@ pub struct ConfigArgs {
     /// Flat token cost of an image (default 1600).
     #[arg(long)]
     pub image_tokens: Option<u32>,
+    /// Share of the target that summaries may take in a view; past it the oldest are condensed
+    /// into one (default 0.25).
+    #[arg(long)]
+    pub summary_share: Option<f64>,
+    /// With --cache-aware: while the cache is warm, nothing rewrites the view until it is over
+    /// this fraction of the budget (between --trigger and 1; default 1, the budget).
+    #[arg(long)]
+    pub hard_limit: Option<f64>,
+    /// With --cache-aware: a rewrite of a warm prefix within the budget must free at least this
+    /// many tokens, or it waits (default 0).
+    #[arg(long)]
+    pub clear_at_least: Option<u64>,
     /// Choose the session id.
     #[arg(long)]
     #[serde(skip)]
@@ -177,6 +189,15 @@ impl ConfigArgs {
         }
         if let Some(v) = self.image_tokens {
             c.image_tokens = v;
+        }
+        if let Some(v) = self.summary_share {
+            c.summary_share = v;
+        }
+        if let Some(v) = self.hard_limit {
+            c.hard_limit_ratio = v;
+        }
+        if let Some(v) = self.clear_at_least {
+            c.clear_at_least = v;
         }
         c
     }

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use ctxlog::config::Config;
 use ctxlog::replay::{CallRecord, Timeline};
-use ctxlog::session::{encode_snapshot, new_session_id, Produced};
+use ctxlog::session::{encode_snapshot, new_session_id, Prepared, Produced};
 use ctxlog::time::Millis;
 use ctxlog::transfer::copy_session;
 use ctxlog::wire::parse_timestamp_ms;
@@ -89,10 +89,18 @@ pub fn import(
                     records.push(rec);
                 }
             }
-            // Prepare runs between calls, as a host would run its summarizer in the background.
-            if let Some(job) = session.summary_job() {
-                let text = ctxlog::summary::extractive(session.state(), &job);
-                session.prepare(&job, text, Produced::extractive())?;
+            // Prepare runs between calls, as a host would run its summarizer in the background:
+            // every job the engine has (a span of messages, condensing summaries), until none is
+            // left or one is discarded (asking again would only repeat it).
+            while let Some(job) = session.summary_job() {
+                let text = if job.is_condense() {
+                    ctxlog::summary::condense(session.state(), &job)
+                } else {
+                    ctxlog::summary::extractive(session.state(), &job)
+                };
+                if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive())? {
+                    break;
+                }
             }
         }
         pending.push(m.clone());

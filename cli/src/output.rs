@@ -50,8 +50,8 @@ impl Out<'_> {
 /// The table header.
 pub fn header() -> String {
     format!(
-        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6}",
-        "call", "version", "time", "msgs", "view", "tokens", "level", "flush", "edits", "guards", "reused"
+        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6} {}",
+        "call", "version", "time", "msgs", "view", "tokens", "level", "flush", "edits", "guards", "reused", "deferred"
     )
 }
 
@@ -59,14 +59,20 @@ pub fn header() -> String {
 pub fn row(r: &CallRecord) -> String {
     let time = ctxlog::time::format_rfc3339((r.at * 1000.0).round() as u64);
     let clock = time.get(11..19).unwrap_or(&time);
-    let flush = r.flush.as_ref().map_or_else(|| "-".to_owned(), |f| format!("{} {}→{}", f.reason, f.from, f.to));
+    let flush = r.flush.as_ref().map_or_else(
+        || "-".to_owned(),
+        |f| match f.condensed {
+            0 => format!("{} {}→{}", f.reason, f.from, f.to),
+            n => format!("{} {}→{} +{n}c", f.reason, f.from, f.to),
+        },
+    );
     let guards = if r.guards.is_empty() {
         "-".to_owned()
     } else {
         r.guards.iter().map(|g| g.kind.as_str()).collect::<Vec<_>>().join(",")
     };
     format!(
-        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6}",
+        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6} {}",
         r.call,
         r.version,
         clock,
@@ -77,7 +83,8 @@ pub fn row(r: &CallRecord) -> String {
         flush,
         r.edits.len(),
         guards,
-        if r.prefix_reused { "yes" } else { "no" }
+        if r.prefix_reused { "yes" } else { "no" },
+        r.deferred.as_ref().map_or("-", |d| d.reason)
     )
 }
 
@@ -86,7 +93,23 @@ pub fn row(r: &CallRecord) -> String {
 pub fn details(r: &CallRecord) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(f) = &r.flush {
-        out.push(format!("      flush {}: view switched to the summaries of messages {}..{}", f.reason, f.from, f.to));
+        if f.to > f.from {
+            out.push(format!(
+                "      flush {}: view switched to the summaries of messages {}..{}",
+                f.reason, f.from, f.to
+            ));
+        }
+        if f.condensed > 0 {
+            out.push(format!(
+                "      flush {}: {} condensed summar{} replaced the oldest summaries",
+                f.reason,
+                f.condensed,
+                if f.condensed == 1 { "y" } else { "ies" }
+            ));
+        }
+    }
+    if let Some(d) = &r.deferred {
+        out.push(format!("      deferred ({}): {}", d.reason, d.detail));
     }
     let mut groups: Vec<(&str, &str, usize)> = Vec::new();
     for e in &r.edits {
@@ -136,6 +159,8 @@ pub fn summary(records: &[CallRecord]) -> Vec<String> {
     let guards: usize = records.iter().map(|r| r.guards.len()).sum();
     let max_level = records.iter().map(|r| r.level).max().unwrap_or(0);
     let over = records.iter().filter(|r| r.view_tokens > r.budget).count();
+    let deferred = records.iter().filter(|r| r.deferred.is_some()).count();
+    let max_summary = records.iter().map(|r| r.summary_tokens).max().unwrap_or(0);
     let last = records.last();
     let share = if calls > 1 { 100.0 * reused as f64 / (calls - 1) as f64 } else { 0.0 };
     vec![
@@ -148,6 +173,7 @@ pub fn summary(records: &[CallRecord]) -> Vec<String> {
         ),
         format!("prefix reused on {reused} of {} calls ({share:.1}%)", calls.saturating_sub(1)),
         format!("flushes: {flushes}; edits: {edits}; guards raised: {guards}; highest ladder level: {max_level}"),
-        format!("calls served over budget: {over}"),
+        format!("calls served over budget: {over}; calls deferred by the cache-aware gate: {deferred}"),
+        format!("most summary tokens in a view: {}", thousands(max_summary)),
     ]
 }

@@ -28,9 +28,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         session.commit(plan, now, Some(1_200 + turn * 50))?; // durable first, then applied
         session.append(vec![parse_message(&format!(r#"{{"role":"assistant","content":"step {turn} done"}}"#))?])?;
         session.append(vec![parse_message(r#"{"role":"user","content":"continue"}"#)?])?;
-        // Between calls, summarize what the engine asks for (here: the built-in summarizer).
+        // Between calls, summarize what the engine asks for (here: the built-in summarizer):
+        // spans of messages, and condensing the oldest summaries once they fill their share.
         if let Some(job) = session.summary_job() {
-            let text = ctxlog::summary::extractive(session.state(), &job);
+            let text = if job.is_condense() {
+                ctxlog::summary::condense(session.state(), &job)
+            } else {
+                ctxlog::summary::extractive(session.state(), &job)
+            };
             session.prepare(&job, text, Produced::extractive())?;
         }
     }

@@ -11,6 +11,8 @@ use serde::Serialize;
 use crate::event::Event;
 use crate::store::{Record, StreamId, Version};
 
+pub mod legacy;
+
 /// Envelope format written by this build.
 pub const FORMAT_VERSION: u8 = 1;
 /// Largest payload a record may decode to; bounds allocation on garbage input.
@@ -32,19 +34,38 @@ pub struct DecodeError {
     pub detail: String,
 }
 
-/// Kind numbers of format 1. Never reuse or renumber.
-mod kind {
-    pub const SESSION_STARTED: u8 = 1;
+/// Kind numbers of format 1. Never reuse or renumber. A kind replaced by a later one is only
+/// read (through its frozen struct in [`legacy`]), never written again.
+pub mod kind {
+    /// `SessionStarted` with the first twelve knobs (read only; see [`SESSION_STARTED`]).
+    pub const SESSION_STARTED_V1: u8 = 1;
+    /// `MessageAppended`.
     pub const MESSAGE_APPENDED: u8 = 2;
-    pub const SUMMARY_PREPARED: u8 = 3;
-    pub const FLUSHED: u8 = 4;
+    /// `SummaryPrepared` without `merged` (read only; see [`SUMMARY_PREPARED`]).
+    pub const SUMMARY_PREPARED_V1: u8 = 3;
+    /// `Flushed` without `condensed` (read only; see [`FLUSHED`]).
+    pub const FLUSHED_V1: u8 = 4;
+    /// `Edited`.
     pub const EDITED: u8 = 5;
+    /// `Restored`.
     pub const RESTORED: u8 = 6;
-    pub const REQUEST_SERVED: u8 = 7;
+    /// `RequestServed` without `deferred` (read only; see [`REQUEST_SERVED`]).
+    pub const REQUEST_SERVED_V1: u8 = 7;
+    /// `GuardRaised`.
     pub const GUARD_RAISED: u8 = 8;
+    /// `SessionStarted` whose config has `summary_share`, `hard_limit_ratio`, `clear_at_least`.
+    pub const SESSION_STARTED: u8 = 9;
+    /// `SummaryPrepared` with `merged` (condensed summaries).
+    pub const SUMMARY_PREPARED: u8 = 10;
+    /// `RequestServed` with `deferred`.
+    pub const REQUEST_SERVED: u8 = 11;
+    /// `SummaryRetired`.
+    pub const SUMMARY_RETIRED: u8 = 12;
+    /// `Flushed` with `condensed`.
+    pub const FLUSHED: u8 = 13;
 }
 
-fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
+pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
     let mut body = vec![FORMAT_VERSION, k];
     bincode::serde::encode_into_std_write(value, &mut body, config()).map_err(|e| e.to_string())?;
     Ok(Record::seal(body))
@@ -58,6 +79,7 @@ pub fn encode(event: &Event) -> Result<Record, String> {
         Event::SummaryPrepared(e) => payload(kind::SUMMARY_PREPARED, e),
         Event::Flushed(e) => payload(kind::FLUSHED, e),
         Event::Edited(e) => payload(kind::EDITED, e),
+        Event::SummaryRetired(e) => payload(kind::SUMMARY_RETIRED, e),
         Event::Restored(e) => payload(kind::RESTORED, e),
         Event::RequestServed(e) => payload(kind::REQUEST_SERVED, e),
         Event::GuardRaised(e) => payload(kind::GUARD_RAISED, e),
@@ -83,14 +105,19 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         return Err(fail(format!("unknown envelope format {format} (this build reads format {FORMAT_VERSION})")));
     }
     let event = match k {
-        kind::SESSION_STARTED => body(rest).map(Event::SessionStarted),
+        kind::SESSION_STARTED_V1 => body::<legacy::SessionStartedV1>(rest).map(|e| Event::SessionStarted(e.into())),
         kind::MESSAGE_APPENDED => body(rest).map(Event::MessageAppended),
-        kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
-        kind::FLUSHED => body(rest).map(Event::Flushed),
+        kind::SUMMARY_PREPARED_V1 => body::<legacy::SummaryPreparedV1>(rest).map(|e| Event::SummaryPrepared(e.into())),
+        kind::FLUSHED_V1 => body::<legacy::FlushedV1>(rest).map(|e| Event::Flushed(e.into())),
         kind::EDITED => body(rest).map(Event::Edited),
         kind::RESTORED => body(rest).map(Event::Restored),
-        kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),
+        kind::REQUEST_SERVED_V1 => body::<legacy::RequestServedV1>(rest).map(|e| Event::RequestServed(e.into())),
         kind::GUARD_RAISED => body(rest).map(Event::GuardRaised),
+        kind::SESSION_STARTED => body(rest).map(Event::SessionStarted),
+        kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
+        kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),
+        kind::SUMMARY_RETIRED => body(rest).map(Event::SummaryRetired),
+        kind::FLUSHED => body(rest).map(Event::Flushed),
         other => return Err(fail(format!("unknown event kind {other} in format {format}"))),
     };
     event.map_err(|e| fail(format!("kind {k}: {e}")))

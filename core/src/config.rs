@@ -41,6 +41,15 @@ pub struct Config {
     pub image_tokens: u32,
     /// Characters of a tool result kept when it is truncated.
     pub truncate_chars: u32,
+    /// Summaries in the view may take at most this share of the target; past it the oldest
+    /// are condensed into one (or, failing that, retired oldest first).
+    pub summary_share: f64,
+    /// Cache-aware only: while the cache is warm, nothing rewrites the view until it is over
+    /// `hard_limit_ratio × budget` (between the trigger and the budget).
+    pub hard_limit_ratio: f64,
+    /// Cache-aware only: a rewrite of a warm prefix that frees fewer tokens than this is not
+    /// made unless the view is over the budget (0 = any rewrite is worth it).
+    pub clear_at_least: u64,
 }
 
 impl Default for Config {
@@ -58,6 +67,9 @@ impl Default for Config {
             breaker_passes: 10,
             image_tokens: DEFAULT_IMAGE_TOKENS,
             truncate_chars: 250,
+            summary_share: 0.25,
+            hard_limit_ratio: 1.0,
+            clear_at_least: 0,
         }
     }
 }
@@ -88,6 +100,17 @@ impl Config {
         ratio_of(self.budget, self.prepare_ratio)
     }
 
+    /// `hard_limit_ratio × budget`, floored: while the cache is warm (cache-aware), the view
+    /// may grow up to here before anything rewrites it.
+    pub fn hard_limit_tokens(&self) -> u64 {
+        ratio_of(self.budget, self.hard_limit_ratio)
+    }
+
+    /// `summary_share × target`, floored: the most tokens summaries may take in a view.
+    pub fn summary_cap_tokens(&self) -> u64 {
+        ratio_of(self.target_tokens(), self.summary_share)
+    }
+
     /// The estimator these knobs imply.
     pub fn estimator(&self) -> Estimator {
         Estimator { image_tokens: self.image_tokens }
@@ -112,6 +135,18 @@ impl Config {
         }
         if !(self.protected_recent_ratio.is_finite() && (0.0..=1.0).contains(&self.protected_recent_ratio)) {
             return e("protected-recent", format!("{} is not a ratio in [0, 1]", self.protected_recent_ratio));
+        }
+        if !(self.hard_limit_ratio.is_finite()
+            && self.hard_limit_ratio >= self.trigger_ratio
+            && self.hard_limit_ratio <= 1.0)
+        {
+            return e(
+                "hard-limit",
+                format!("{} is not a ratio between the trigger {} and 1", self.hard_limit_ratio, self.trigger_ratio),
+            );
+        }
+        if !unit(self.summary_share) {
+            return e("summary-share", format!("{} is not a ratio in (0, 1]", self.summary_share));
         }
         if self.breaker_passes == 0 {
             return e("breaker", "must be at least 1".into());

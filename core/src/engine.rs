@@ -2,13 +2,19 @@
 //! commit and what view it would serve. Nothing here writes; [`crate::session::Session`]
 //! persists the batch and only then applies it (decide → persist → advance).
 //!
-//! Order (DESIGN §8): gate (flush?), then the ladder if the view is still at the trigger, with
-//! the guards deciding whether the ladder may run at all.
+//! Order (DESIGN §8): gate (flush?), summaries over their share (retire), then the ladder if
+//! the view is still at the trigger, with the guards deciding whether the ladder may run at all.
+//! With `cache_aware`, a warm cache holds everything back while the view is within the hard
+//! limit, and a warm rewrite within the budget must free at least `clear_at_least` tokens.
+//!
+//! When guards disagree, the budget wins: whenever the floor fits the budget, no call is served
+//! over it (the deferral stops at the hard limit, `clear_at_least` yields over the budget, and a
+//! tripped breaker lets the ladder run as soon as the floor fits).
 
 use crate::config::Config;
-use crate::event::{Edited, Event, Flushed, GuardKind};
+use crate::event::{Deferral, Edited, Event, Flushed, GuardKind, SummaryRetired};
 use crate::policy::{gate, guards, ladder};
-use crate::state::{State, Violation};
+use crate::state::{Item, State, Violation};
 use crate::time::Millis;
 use crate::view::{flush_stubs, thousands};
 
@@ -25,6 +31,8 @@ pub struct Decision {
     pub needed: bool,
     /// The meter reading of the view this call serves.
     pub metered_tokens: u64,
+    /// Work the cache-aware gate held back, and why.
+    pub deferred: Option<Deferral>,
 }
 
 struct Builder<'a> {
@@ -59,10 +67,25 @@ impl<'a> Builder<'a> {
 pub fn decide(state: &State, now: Millis) -> Result<Decision, Violation> {
     let config = state.info().map(|i| i.config.clone()).unwrap_or_default();
     let call = state.calls();
-    let mut b = Builder { base: state, scratch: None, events: Vec::new() };
-
-    // 1. Gate.
     let metered_before = state.metered_tokens(state.view_tokens());
+    let warm = gate::holds_prefix(state, &config, now);
+    let cache_age_ms = gate::cache_age(state, now).unwrap_or(0);
+
+    // 0. Cache-aware and warm, within the hard limit: nothing rewrites the cached prefix.
+    if warm && metered_before <= config.hard_limit_tokens() {
+        let flush_pending = state.flush_pending();
+        let ladder_due = metered_before >= config.trigger_tokens();
+        let deferred = (flush_pending || ladder_due).then_some(Deferral::WarmCache {
+            cache_age_ms,
+            hard_limit_tokens: config.hard_limit_tokens(),
+            flush_pending,
+            ladder_due,
+        });
+        return Ok(unchanged(ladder_due, metered_before, deferred));
+    }
+
+    let mut b = Builder { base: state, scratch: None, events: Vec::new() };
+    // 1. Gate.
     if let Some(g) = gate::decide(state, &config, now, metered_before) {
         let (from, to) = (state.flushed(), state.compacted());
         let stubbed = flush_stubs(state, from, to);
@@ -75,6 +98,7 @@ pub fn decide(state: &State, now: Millis) -> Result<Decision, Violation> {
             tokens_before,
             tokens_after: 0,
             stubbed,
+            condensed: state.summary_ledger().condensed_pending(to),
         }))?;
         // The fold ignores `tokens_after`; fill it in from the re-rendered view (second pass).
         let after = b.current().view_tokens();
@@ -82,17 +106,28 @@ pub fn decide(state: &State, now: Millis) -> Result<Decision, Violation> {
             f.tokens_after = after;
         }
     }
+    // 2. Summaries over their share with nothing condensed to replace them: the oldest go.
+    retire_summaries(&mut b, &config)?;
     let metered = meter(&b);
     let needed = metered >= config.trigger_tokens();
 
-    // 2. Ladder, if the guards let it run.
+    // 3. Ladder, if the guards let it run.
     let mut level = 0;
     if needed {
         level = escalate(&mut b, &config, call, metered)?;
     }
 
-    // 3. Served view over the budget: say so once.
+    // 4. A warm rewrite that is not forced by the budget must be worth the cache it throws away.
     let metered = meter(&b);
+    let rewrites =
+        b.events.iter().any(|e| matches!(e, Event::Flushed(_) | Event::Edited(_) | Event::SummaryRetired(_)));
+    let freed_tokens = metered_before.saturating_sub(metered);
+    if warm && rewrites && metered_before <= config.budget && freed_tokens < config.clear_at_least {
+        let deferred = Deferral::TooLittleFreed { cache_age_ms, freed_tokens, clear_at_least: config.clear_at_least };
+        return Ok(unchanged(metered_before >= config.trigger_tokens(), metered_before, Some(deferred)));
+    }
+
+    // 5. Served view over the budget: say so once.
     if metered > config.budget {
         let detail = format!(
             "the served view is {} tokens, over the budget of {} (ladder level {level})",
@@ -101,7 +136,40 @@ pub fn decide(state: &State, now: Millis) -> Result<Decision, Violation> {
         );
         b.raise(call, GuardKind::OverBudget, detail, "--budget, or the size of protected content")?;
     }
-    Ok(Decision { events: b.events, scratch: b.scratch, level, needed, metered_tokens: metered })
+    Ok(Decision { events: b.events, scratch: b.scratch, level, needed, metered_tokens: metered, deferred: None })
+}
+
+/// A call that serves the current view as it is.
+fn unchanged(needed: bool, metered_tokens: u64, deferred: Option<Deferral>) -> Decision {
+    Decision { events: Vec::new(), scratch: None, level: 0, needed, metered_tokens, deferred }
+}
+
+/// Retires the oldest summaries in the view while they take more than their share of the
+/// target. Condensing (prepared by the host, flushed by the gate) keeps them within it; this is
+/// the fallback when nothing was condensed (no summarizer for it, or its summary was refused),
+/// so the floor never grows with the session.
+fn retire_summaries(b: &mut Builder<'_>, config: &Config) -> Result<(), Violation> {
+    let cap = config.summary_cap_tokens();
+    loop {
+        let cur = b.current();
+        let total = cur.view_summary_tokens();
+        if total <= cap {
+            return Ok(());
+        }
+        let Some(oldest) = cur.oldest_summary_in_view() else { return Ok(()) };
+        let Some(s) = cur.summaries().get(oldest as usize) else { return Ok(()) };
+        let tokens = cur.view().iter().find(|it| it.item == Item::Summary(oldest)).map_or(0, |it| u64::from(it.tokens));
+        let reason = format!(
+            "summaries take {} tokens of the view, over their share of {} ({:.0}% of the target {}) with no \
+             condensed summary prepared; the oldest leaves the view (its messages stay in the log, restorable by seq)",
+            thousands(total),
+            thousands(cap),
+            config.summary_share * 100.0,
+            thousands(config.target_tokens())
+        );
+        let ev = SummaryRetired { summary: oldest, from: s.from, to: s.to, tokens, reason };
+        b.push(Event::SummaryRetired(ev))?;
+    }
 }
 
 /// The meter reading of the current tentative view.
@@ -112,17 +180,27 @@ fn meter(b: &Builder<'_>) -> u64 {
 
 fn escalate(b: &mut Builder<'_>, config: &Config, call: u64, metered: u64) -> Result<u8, Violation> {
     let cur = b.current();
-    // Breaker: after N consecutive passes that ended over the budget, stop escalating and
-    // serve the frozen sticky view (which keeps the cached prefix intact).
+    // Breaker: after N consecutive passes that ended over the budget, the floor itself cannot
+    // fit. Re-running the ladder every call would only churn the prefix, so the view is frozen
+    // until new content adds a whole pass worth of tokens (budget − target); it never grows
+    // without bound. As soon as the floor fits again the ladder runs and the call ends within
+    // the budget, which re-arms the breaker.
     if cur.breaker_count() >= config.breaker_passes {
-        let detail = format!(
-            "{} passes in a row ended over the budget of {}; escalation is frozen until a call fits. \
-             Check the system prompt size and pinned content against the token budget",
-            cur.breaker_count(),
-            thousands(config.budget)
-        );
-        b.raise(call, GuardKind::BreakerTripped, detail, "--budget, --breaker")?;
-        return Ok(0);
+        let floor = ladder::floor(cur, config, metered);
+        let pass = config.budget.saturating_sub(config.target_tokens()).max(1);
+        if floor > config.budget && metered < floor.saturating_add(pass) {
+            let detail = format!(
+                "{} passes in a row ended over the budget of {}: the floor the ladder can reach is {} tokens. \
+                 The view is frozen until new content adds {} tokens, then compacted back to the floor. \
+                 Check the system prompt size and pinned content against the token budget",
+                cur.breaker_count(),
+                thousands(config.budget),
+                thousands(floor),
+                thousands(pass)
+            );
+            b.raise(call, GuardKind::BreakerTripped, detail, "--budget, --breaker")?;
+            return Ok(0);
+        }
     }
     // Infeasible target: the floor alone is over the target while the view fits the budget.
     let floor = guards::unremovable_floor(cur, config);

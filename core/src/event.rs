@@ -23,6 +23,8 @@ pub enum Event {
     Flushed(Flushed),
     /// A call's ladder edited a message in the view.
     Edited(Edited),
+    /// A call took a summary out of the view (summaries over their share, none condensed).
+    SummaryRetired(SummaryRetired),
     /// An edit (or a flush) of a message was undone.
     Restored(Restored),
     /// A model call was served with a view.
@@ -40,6 +42,7 @@ impl Event {
             Event::SummaryPrepared(_) => "SummaryPrepared",
             Event::Flushed(_) => "Flushed",
             Event::Edited(_) => "Edited",
+            Event::SummaryRetired(_) => "SummaryRetired",
             Event::Restored(_) => "Restored",
             Event::RequestServed(_) => "RequestServed",
             Event::GuardRaised(_) => "GuardRaised",
@@ -82,12 +85,15 @@ pub enum SummaryMode {
     Extractive,
 }
 
-/// `SummaryPrepared`.
+/// `SummaryPrepared`: a summary of a span of messages, or (`merged` not empty) a condensed
+/// summary of earlier summaries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SummaryPrepared {
-    /// First covered seq (= the previous `compacted_prefix_messages`).
+    /// First covered seq: the previous `compacted_prefix_messages`, or for a condensed summary
+    /// the first seq of the oldest summary it replaces.
     pub from: u64,
-    /// One past the last covered seq (= the new `compacted_prefix_messages`).
+    /// One past the last covered seq: the new `compacted_prefix_messages`, or for a condensed
+    /// summary the end of the last summary it replaces.
     pub to: u64,
     /// The summary text.
     pub text: String,
@@ -101,6 +107,16 @@ pub struct SummaryPrepared {
     pub mode_used: SummaryMode,
     /// Why the requested mode was refused, if it was.
     pub refusal: Option<String>,
+    /// Indices (in prepare order) of the earlier summaries this one condenses; empty for a
+    /// summary of messages. Added in record kind 10 (kind 3 upcasts to empty).
+    pub merged: Vec<u32>,
+}
+
+impl SummaryPrepared {
+    /// Does this summary condense earlier summaries (rather than summarize messages)?
+    pub fn is_condensed(&self) -> bool {
+        !self.merged.is_empty()
+    }
 }
 
 /// Why a flush happened.
@@ -142,6 +158,9 @@ pub struct Flushed {
     pub tokens_after: u64,
     /// Tool outputs and media in the flushed range that are now only references.
     pub stubbed: Vec<u64>,
+    /// Condensed summaries this flush brings into the view (indices in prepare order); the
+    /// summaries they condense leave it. Added in record kind 13 (kind 4 upcasts to empty).
+    pub condensed: Vec<u32>,
 }
 
 /// What an edit does to a message in the view.
@@ -208,6 +227,22 @@ pub struct Edited {
     pub reason: EditReason,
 }
 
+/// `SummaryRetired`: a summary left the view without a condensed summary to stand for it.
+/// What it covered stays in the log and can be restored message by message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummaryRetired {
+    /// Index of the summary (in prepare order).
+    pub summary: u32,
+    /// First seq it covered.
+    pub from: u64,
+    /// One past the last seq it covered.
+    pub to: u64,
+    /// Its tokens in the view.
+    pub tokens: u64,
+    /// Why, with the numbers.
+    pub reason: String,
+}
+
 /// `Restored`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Restored {
@@ -244,6 +279,71 @@ pub struct RequestServed {
     pub needed: bool,
     /// This view is the previous view plus new messages, byte for byte.
     pub prefix_reused: bool,
+    /// Work the cache-aware gate held back on this call, and why. Added in record kind 11
+    /// (kind 7 upcasts to `None`).
+    pub deferred: Option<Deferral>,
+}
+
+/// Why a call served its view unchanged although something was pending or due.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Deferral {
+    /// The cache was warm and the view within the hard limit: the prepared flush and/or the
+    /// ladder wait for a cold cache.
+    WarmCache {
+        /// Time since the last served call.
+        cache_age_ms: u64,
+        /// The hard limit the view was within.
+        hard_limit_tokens: u64,
+        /// Prepared summaries were waiting to be flushed.
+        flush_pending: bool,
+        /// The view was at or over the trigger (the ladder was due).
+        ladder_due: bool,
+    },
+    /// The rewrite the call would have made frees fewer than `clear_at_least` tokens, and the
+    /// view fits the budget without it.
+    TooLittleFreed {
+        /// Time since the last served call.
+        cache_age_ms: u64,
+        /// Tokens the rewrite would have freed.
+        freed_tokens: u64,
+        /// The knob.
+        clear_at_least: u64,
+    },
+}
+
+impl Deferral {
+    /// Snake-case name of the reason.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Deferral::WarmCache { .. } => "warm_cache",
+            Deferral::TooLittleFreed { .. } => "clear_at_least",
+        }
+    }
+
+    /// One sentence with the numbers.
+    pub fn describe(&self) -> String {
+        let secs = |ms: u64| ms as f64 / 1000.0;
+        match self {
+            Deferral::WarmCache { cache_age_ms, hard_limit_tokens, flush_pending, ladder_due } => {
+                let what = match (flush_pending, ladder_due) {
+                    (true, true) => "the flush and the ladder wait",
+                    (true, false) => "the flush waits",
+                    _ => "the ladder waits",
+                };
+                format!(
+                    "cache warm ({:.0} s old); {what} for a cold cache while the view is within the hard limit of {} tokens",
+                    secs(*cache_age_ms),
+                    crate::view::thousands(*hard_limit_tokens)
+                )
+            }
+            Deferral::TooLittleFreed { cache_age_ms, freed_tokens, clear_at_least } => format!(
+                "cache warm ({:.0} s old); the rewrite would free only {} tokens, less than clear_at_least {}",
+                secs(*cache_age_ms),
+                crate::view::thousands(*freed_tokens),
+                crate::view::thousands(*clear_at_least)
+            ),
+        }
+    }
 }
 
 /// What a guard saw.

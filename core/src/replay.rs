@@ -48,6 +48,19 @@ pub struct CallRecord {
     pub guards: Vec<GuardRecord>,
     /// The view was the previous view plus new messages, byte for byte.
     pub prefix_reused: bool,
+    /// Tokens of the summaries in the served view.
+    pub summary_tokens: u64,
+    /// Work the cache-aware gate held back on this call, and why (`null` when nothing was).
+    pub deferred: Option<DeferRecord>,
+}
+
+/// A deferral in the timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeferRecord {
+    /// `warm_cache` | `clear_at_least`.
+    pub reason: &'static str,
+    /// The sentence with the numbers.
+    pub detail: String,
 }
 
 /// A flush in the timeline.
@@ -59,6 +72,8 @@ pub struct FlushRecord {
     pub from: u64,
     /// New watermark.
     pub to: u64,
+    /// Condensed summaries brought into the view.
+    pub condensed: usize,
 }
 
 /// An edit in the timeline.
@@ -66,7 +81,8 @@ pub struct FlushRecord {
 pub struct EditRecord {
     /// The message.
     pub seq: u64,
-    /// `removed` | `truncated` | `stubbed`.
+    /// `removed` | `truncated` | `stubbed` | `summary_retired` (then `seq` is the first seq the
+    /// summary covered).
     pub kind: &'static str,
     /// Level, rule, target and guard.
     pub reason: String,
@@ -99,7 +115,17 @@ impl Timeline {
     /// Feeds one event (after it was applied to `state`); returns a record at `RequestServed`.
     pub fn feed(&mut self, version: Version, ev: &Event, state: &State) -> Option<CallRecord> {
         match ev {
-            Event::Flushed(f) => self.flush = Some(FlushRecord { reason: f.reason.as_str(), from: f.from, to: f.to }),
+            Event::Flushed(f) => {
+                self.flush = Some(FlushRecord {
+                    reason: f.reason.as_str(),
+                    from: f.from,
+                    to: f.to,
+                    condensed: f.condensed.len(),
+                })
+            }
+            Event::SummaryRetired(r) => {
+                self.edits.push(EditRecord { seq: r.from, kind: "summary_retired", reason: r.reason.clone() })
+            }
             Event::Edited(e) => {
                 self.edits.push(EditRecord { seq: e.seq, kind: e.kind.as_str(), reason: e.reason.describe() })
             }
@@ -126,6 +152,8 @@ impl Timeline {
                     edits: std::mem::take(&mut self.edits),
                     guards: std::mem::take(&mut self.guards),
                     prefix_reused: s.prefix_reused,
+                    summary_tokens: state.view_summary_tokens(),
+                    deferred: s.deferred.as_ref().map(|d| DeferRecord { reason: d.as_str(), detail: d.describe() }),
                 });
             }
             _ => {}

@@ -27,7 +27,9 @@ pub const READ_CHUNK: usize = 1024;
 /// Layout of a snapshot body; bump on any change to [`State`]'s fields *or* to what the fold
 /// computes from an event (a snapshot is only valid for the fold that wrote it).
 /// 2: the target guards re-arm after a call that needs no compaction.
-pub const SNAPSHOT_LAYOUT: u32 = 2;
+/// 3: summaries carry their standing (pending, shown, condensed, retired); the view's summary
+/// tokens are kept.
+pub const SNAPSHOT_LAYOUT: u32 = 3;
 
 /// Everything a session command can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +111,11 @@ impl Plan {
     /// The call number.
     pub fn call(&self) -> u64 {
         self.call
+    }
+
+    /// Work the cache-aware gate held back on this call, and why.
+    pub fn deferred(&self) -> Option<&crate::event::Deferral> {
+        self.decision.deferred.as_ref()
     }
 }
 
@@ -372,6 +379,7 @@ impl<S: Store> Session<S> {
             level: decision.level,
             needed: decision.needed,
             prefix_reused,
+            deferred: decision.deferred,
         });
         let served_version = self.state.version() + decision.events.len() as u64 + 1;
         let mut events = decision.events;
@@ -433,25 +441,37 @@ impl<S: Store> Session<S> {
         out
     }
 
-    /// The next span the host should summarize (an effect), if the meter is over the soft
-    /// threshold. Pure: nothing is written until [`Session::prepare`].
+    /// The next summary the host should write (an effect): a span of messages when the meter is
+    /// over the soft threshold, or the oldest summaries to condense into one when summaries
+    /// take more than their share. Pure: nothing is written until [`Session::prepare`]. A host
+    /// may run jobs until this returns `None` (or a job is discarded); one that cannot condense
+    /// may skip those jobs, and the engine then retires the oldest summaries instead.
     pub fn summary_job(&self) -> Option<SummaryJob> {
         summary::next_job(&self.state)
     }
 
     /// Hands a summary back. It is written as `SummaryPrepared` unless the job went stale (the
-    /// span was edited meanwhile) or the summary is not smaller than what it replaces; a
+    /// span was edited meanwhile, or the summaries to condense changed), the summary is not
+    /// smaller than what it replaces, or a condensed summary is over the job's `max_tokens`; a
     /// discarded summary writes nothing and says why.
     pub fn prepare(&mut self, job: &SummaryJob, text: String, produced: Produced) -> Result<Prepared, SessionError> {
         if let Err(why) = summary::still_valid(&self.state, job) {
             return Ok(Prepared::Discarded(why));
         }
-        let replaced_tokens: u64 =
-            (job.from..job.to).filter_map(|s| self.state.entry(s)).map(|e| u64::from(e.tokens)).sum();
+        let replaced_tokens: u64 = if job.is_condense() {
+            job.span_tokens
+        } else {
+            (job.from..job.to).filter_map(|s| self.state.entry(s)).map(|e| u64::from(e.tokens)).sum()
+        };
         let tokens = text_tokens(&text);
         if u64::from(tokens) >= replaced_tokens {
             return Ok(Prepared::Discarded(format!(
                 "the summary ({tokens} tokens) is not smaller than the span it replaces ({replaced_tokens} tokens)"
+            )));
+        }
+        if let Some(max) = job.max_tokens.filter(|&max| tokens > max) {
+            return Ok(Prepared::Discarded(format!(
+                "the condensed summary ({tokens} tokens) is over its limit of {max} tokens"
             )));
         }
         let ev = Event::SummaryPrepared(SummaryPrepared {
@@ -463,6 +483,7 @@ impl<S: Store> Session<S> {
             mode_requested: produced.requested,
             mode_used: produced.used,
             refusal: produced.refusal,
+            merged: job.condense.clone(),
         });
         self.state.check_event(self.state.version() + 1, &ev).map_err(|v| self.invariant(v))?;
         let version = self.persist_then_apply(vec![ev.clone()])?;

@@ -18,6 +18,9 @@ use crate::time::Millis;
 use crate::view;
 use crate::wire::WireFormat;
 
+mod summaries;
+pub use summaries::{Standing, Summaries, SummaryState};
+
 /// Session-level facts from `SessionStarted`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionInfo {
@@ -122,6 +125,10 @@ pub enum Invariant {
     CallSequence,
     /// A restore targets an edited or flushed message.
     RestoreTarget,
+    /// A condensed summary covers exactly the oldest current summaries, within what is prepared.
+    CondensedSpan,
+    /// Only the oldest summary in the view is retired.
+    RetireTarget,
 }
 
 impl fmt::Display for Invariant {
@@ -150,7 +157,7 @@ pub struct State {
     info: Option<SessionInfo>,
     version: Version,
     entries: Vec<Entry>,
-    summaries: Vec<Arc<SummaryPrepared>>,
+    summaries: Summaries,
     compacted: u64,
     flushed: u64,
     calls: u64,
@@ -167,6 +174,8 @@ pub struct State {
     checked_generation: u64,
     view: Vec<ViewItem>,
     view_tokens: u64,
+    view_summary_tokens: u64,
+    pinned_tool_messages: u64,
 }
 
 fn violation(version: Version, ev: &Event, invariant: Invariant, detail: impl Into<String>) -> Violation {
@@ -206,7 +215,31 @@ impl State {
 
     /// Prepared summaries, in order.
     pub fn summaries(&self) -> &[Arc<SummaryPrepared>] {
+        self.summaries.prepared()
+    }
+
+    /// The summaries with their standing (pending, shown, condensed, retired).
+    pub fn summary_ledger(&self) -> &Summaries {
         &self.summaries
+    }
+
+    /// Tokens of the summaries in the current view.
+    pub fn view_summary_tokens(&self) -> u64 {
+        self.view_summary_tokens
+    }
+
+    /// The first summary in the view (a shown summary whose messages are all kept verbatim
+    /// takes no place in it).
+    pub fn oldest_summary_in_view(&self) -> Option<u32> {
+        self.view.iter().find_map(|it| match it.item {
+            Item::Summary(i) => Some(i),
+            Item::Message(_) => None,
+        })
+    }
+
+    /// Something prepared waits for a flush: a span of messages, or a condensed summary.
+    pub fn flush_pending(&self) -> bool {
+        self.compacted > self.flushed || !self.summaries.condensed_pending(self.compacted).is_empty()
     }
 
     /// `compacted_prefix_messages`.
@@ -320,7 +353,9 @@ impl State {
         if m.role.is_system() || m.is_pinned() || Some(seq) == self.first_human {
             return true;
         }
-        if m.call_ids().next().is_none() && m.result_ids().next().is_none() {
+        // Only a pinned call or result keeps a tool group: without one, skip the walk (a flush
+        // rebuilds the view over the whole session).
+        if self.pinned_tool_messages == 0 || (m.call_ids().next().is_none() && m.result_ids().next().is_none()) {
             return false;
         }
         // Walk the tool group: calls to their results, results to their calls.
@@ -417,6 +452,10 @@ impl State {
         match ev {
             Event::SessionStarted(_) | Event::GuardRaised(_) => Ok(()),
             Event::MessageAppended(e) => self.check_append(version, ev, e, self.count(), &|_| false, &|_| false),
+            Event::SummaryPrepared(e) if e.is_condensed() => self
+                .summaries
+                .check_condensed(e, self.compacted)
+                .map_err(|d| violation(version, ev, Invariant::CondensedSpan, d)),
             Event::SummaryPrepared(e) => {
                 if e.from != self.compacted {
                     return fail(
@@ -433,7 +472,9 @@ impl State {
                 self.span_pairs_ok(e.from, e.to).map_err(|d| violation(version, ev, Invariant::SpanSplitsToolPair, d))
             }
             Event::Flushed(e) => {
-                if e.from != self.flushed || e.to <= e.from {
+                // A flush moves the watermark, or (to == from) only brings in condensed summaries.
+                let advances = e.to > e.from || (e.to == e.from && !e.condensed.is_empty());
+                if e.from != self.flushed || !advances {
                     return fail(
                         Invariant::WatermarkBackwards,
                         format!("flush {} → {} with flushed_prefix_messages {}", e.from, e.to, self.flushed),
@@ -445,9 +486,15 @@ impl State {
                         format!("flush to {} beyond compacted_prefix_messages {}", e.to, self.compacted),
                     );
                 }
-                Ok(())
+                self.summaries
+                    .check_flush(e.to, &e.condensed)
+                    .map_err(|d| violation(version, ev, Invariant::CondensedSpan, d))
             }
             Event::Edited(e) => self.check_edit(e.seq, e.kind).map_err(|(inv, d)| violation(version, ev, inv, d)),
+            Event::SummaryRetired(e) => self
+                .summaries
+                .check_retire(e, self.oldest_summary_in_view())
+                .map_err(|d| violation(version, ev, Invariant::RetireTarget, d)),
             Event::Restored(e) => {
                 let Some(entry) = self.entry(e.seq) else {
                     return fail(Invariant::RestoreTarget, format!("seq {} does not exist", e.seq));
@@ -611,19 +658,22 @@ impl State {
                 Some(Event::MessageAppended(e))
             }
             (Event::SummaryPrepared(e), Invariant::WatermarkBackwards | Invariant::Watermarks)
-                if e.to > self.compacted =>
+                if e.to > self.compacted && !e.is_condensed() =>
             {
                 let mut e = e.clone();
                 e.from = self.compacted;
                 e.to = e.to.min(self.count());
                 (e.to > e.from).then_some(Event::SummaryPrepared(e))
             }
-            (Event::Flushed(e), Invariant::Watermarks | Invariant::WatermarkBackwards)
-                if self.compacted > self.flushed =>
+            (Event::Flushed(e), Invariant::Watermarks | Invariant::WatermarkBackwards | Invariant::CondensedSpan)
+                if self.flush_pending() =>
             {
                 let mut e = e.clone();
                 e.from = self.flushed;
-                e.to = e.to.clamp(self.flushed + 1, self.compacted);
+                let least = if self.compacted > self.flushed { self.flushed + 1 } else { self.flushed };
+                e.to = e.to.clamp(least, self.compacted);
+                let ready = self.summaries.condensed_pending(e.to);
+                e.condensed.retain(|i| ready.contains(i));
                 Some(Event::Flushed(e))
             }
             (Event::RequestServed(e), Invariant::TimeBackwards | Invariant::CallSequence) => {
@@ -656,6 +706,9 @@ impl State {
                     self.first_human.get_or_insert(seq);
                     self.last_human = Some(seq);
                 }
+                if m.is_pinned() && (m.call_ids().next().is_some() || m.result_ids().next().is_some()) {
+                    self.pinned_tool_messages += 1;
+                }
                 self.entries.push(Entry {
                     message: Arc::new(m.clone()),
                     tokens: e.tokens,
@@ -667,11 +720,18 @@ impl State {
                 self.view_tokens += u64::from(e.tokens);
             }
             Event::SummaryPrepared(e) => {
-                self.compacted = e.to;
-                self.summaries.push(Arc::new(e.clone()));
+                if !e.is_condensed() {
+                    self.compacted = e.to;
+                }
+                self.summaries.push(e);
             }
             Event::Flushed(e) => {
                 self.flushed = e.to;
+                self.summaries.flush(e.to, &e.condensed);
+                self.changed();
+            }
+            Event::SummaryRetired(e) => {
+                self.summaries.retire(e.summary);
                 self.changed();
             }
             Event::Edited(e) => {
@@ -785,19 +845,24 @@ impl State {
     fn rebuild_view(&mut self) {
         let estimator = self.config().estimator();
         let mut items = Vec::with_capacity(self.entries.len());
-        let mut next_summary = 0usize;
+        // The summaries in the view cover disjoint spans; walk them by position.
+        let shown = self.summaries.shown();
+        let prepared = self.summaries.prepared();
+        let mut next = 0usize;
         let mut placed = None;
         for seq in 0..self.count() {
             if self.hidden_by_flush(seq) {
-                // The summary covering this seq sits where its first hidden message was.
-                while self.summaries.get(next_summary).is_some_and(|s| s.to <= seq) {
-                    next_summary += 1;
+                // The summary covering this seq sits where its first hidden message was; a
+                // retired summary leaves its hidden messages with nothing in their place.
+                while shown.get(next).and_then(|&i| prepared.get(i as usize)).is_some_and(|s| s.to <= seq) {
+                    next += 1;
                 }
-                if let Some(s) = self.summaries.get(next_summary).filter(|s| s.from <= seq) {
-                    if placed != Some(next_summary) {
-                        placed = Some(next_summary);
+                let covering = shown.get(next).and_then(|&i| Some((i, prepared.get(i as usize)?)));
+                if let Some((i, s)) = covering.filter(|(_, s)| s.from <= seq) {
+                    if placed != Some(i) {
+                        placed = Some(i);
                         let tokens = estimator.message(&view::summary_message(self, s));
-                        items.push(ViewItem { seq, item: Item::Summary(next_summary as u32), tokens });
+                        items.push(ViewItem { seq, item: Item::Summary(i), tokens });
                     }
                 }
                 continue;
@@ -811,6 +876,8 @@ impl State {
             items.push(ViewItem { seq, item: Item::Message(seq), tokens });
         }
         self.view_tokens = items.iter().map(|i| u64::from(i.tokens)).sum();
+        self.view_summary_tokens =
+            items.iter().filter(|i| matches!(i.item, Item::Summary(_))).map(|i| u64::from(i.tokens)).sum();
         self.view = items;
     }
 }

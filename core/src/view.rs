@@ -189,6 +189,16 @@ pub fn summary_message(state: &State, s: &SummaryPrepared) -> Message {
         s.to.saturating_sub(1),
         s.text.trim_end()
     );
+    if s.is_condensed() {
+        // A condensed summary may cover most of a long session: one sentence instead of a
+        // line per elided output keeps it as small as its text.
+        text.push_str(&format!(
+            "\nTool outputs and media of messages {}-{} are elided; each is restorable by seq.",
+            s.from,
+            s.to.saturating_sub(1)
+        ));
+        return Message::text(Role::User, text);
+    }
     let stubs = flush_stubs(state, s.from, s.to);
     if !stubs.is_empty() {
         text.push_str("\nElided from this span, restorable by seq:");

@@ -174,9 +174,11 @@ impl Call {
             .collect()
     }
 
-    /// Did this call commit a `Flushed`, `Edited` or `Restored`?
+    /// Did this call commit a `Flushed`, `Edited`, `SummaryRetired` or `Restored`?
     pub fn rewrote(&self) -> bool {
-        self.events.iter().any(|e| matches!(e, Event::Flushed(_) | Event::Edited(_) | Event::Restored(_)))
+        self.events
+            .iter()
+            .any(|e| matches!(e, Event::Flushed(_) | Event::Edited(_) | Event::SummaryRetired(_) | Event::Restored(_)))
     }
 
     /// The served view as text (for `contains` checks).
@@ -270,11 +272,16 @@ impl Harness {
         self.calls.last().unwrap()
     }
 
-    /// Asks for a summary job and prepares it with the extractive summarizer. Returns whether a
-    /// `SummaryPrepared` was written.
+    /// Asks for a summary job and prepares it with the built-in summarizer (extractive for a
+    /// span of messages, condensed for earlier summaries). Returns whether a `SummaryPrepared`
+    /// was written.
     pub fn prepare_extractive(&mut self) -> bool {
         let Some(job) = self.session.summary_job() else { return false };
-        let text = ctxlog::summary::extractive(self.session.state(), &job);
+        let text = if job.is_condense() {
+            ctxlog::summary::condense(self.session.state(), &job)
+        } else {
+            ctxlog::summary::extractive(self.session.state(), &job)
+        };
         matches!(self.session.prepare(&job, text, Produced::extractive()).unwrap(), Prepared::Written(_))
     }
 

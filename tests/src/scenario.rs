@@ -202,6 +202,7 @@ pub fn summary_prepared(from: u64, to: u64) -> Event {
         mode_requested: SummaryMode::Extractive,
         mode_used: SummaryMode::Extractive,
         refusal: None,
+        merged: Vec::new(),
     })
 }
 
@@ -215,6 +216,7 @@ pub fn flushed(from: u64, to: u64) -> Event {
         tokens_before: 1000,
         tokens_after: 100,
         stubbed: Vec::new(),
+        condensed: Vec::new(),
     })
 }
 
@@ -260,6 +262,7 @@ pub fn request_served(call: u64, at_secs: u64) -> Event {
         level: 0,
         needed: false,
         prefix_reused: false,
+        deferred: None,
     })
 }
 

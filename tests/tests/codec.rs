@@ -5,7 +5,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ctxlog::codec::{self, DecodeError, FORMAT_VERSION};
-use ctxlog::event::{Event, FlushReason, Flushed, GuardKind, GuardRaised, RequestServed, SummaryMode, SummaryPrepared};
+use ctxlog::event::{
+    Deferral, Event, FlushReason, Flushed, GuardKind, GuardRaised, RequestServed, SummaryMode, SummaryPrepared,
+    SummaryRetired,
+};
 use ctxlog::replay::{self, Mode};
 use ctxlog::store::{ExpectedVersion, Record, Store, StoreError, StreamId};
 use ctxlog::{MemoryStore, SessionError};
@@ -35,6 +38,18 @@ fn build_every_kind() -> Vec<Event> {
             mode_requested: SummaryMode::Fork,
             mode_used: SummaryMode::Standalone,
             refusal: Some("prefix changed".into()),
+            merged: Vec::new(),
+        }),
+        Event::SummaryPrepared(SummaryPrepared {
+            from: 0,
+            to: 2,
+            text: "Condensed".into(),
+            tokens: 2,
+            replaced_tokens: 5,
+            mode_requested: SummaryMode::Extractive,
+            mode_used: SummaryMode::Extractive,
+            refusal: None,
+            merged: vec![0],
         }),
         Event::Flushed(Flushed {
             from: 0,
@@ -44,6 +59,14 @@ fn build_every_kind() -> Vec<Event> {
             tokens_before: 9_000,
             tokens_after: 1_000,
             stubbed: vec![0, 1],
+            condensed: vec![1],
+        }),
+        Event::SummaryRetired(SummaryRetired {
+            summary: 1,
+            from: 0,
+            to: 2,
+            tokens: 40,
+            reason: "summaries over their share".into(),
         }),
         removed(3),
         truncated(4),
@@ -60,6 +83,25 @@ fn build_every_kind() -> Vec<Event> {
             level: 4,
             needed: true,
             prefix_reused: true,
+            deferred: Some(Deferral::TooLittleFreed { cache_age_ms: 1_000, freed_tokens: 12, clear_at_least: 5_000 }),
+        }),
+        Event::RequestServed(RequestServed {
+            call: 4,
+            at: T0 + 2,
+            digest: "sha256:00ff".into(),
+            view_messages: 7,
+            view_tokens: 8_000,
+            metered_tokens: 8_000,
+            reported_tokens: None,
+            level: 0,
+            needed: true,
+            prefix_reused: true,
+            deferred: Some(Deferral::WarmCache {
+                cache_age_ms: 2_000,
+                hard_limit_tokens: 9_000,
+                flush_pending: true,
+                ladder_due: false,
+            }),
         }),
         Event::GuardRaised(GuardRaised {
             call: Some(3),
@@ -91,7 +133,61 @@ fn every_event_kind_round_trips_through_the_envelope() {
         // Encoding is deterministic (what golden logs rely on).
         assert_eq!(codec::encode(ev).unwrap(), rec);
     }
-    assert_eq!(kinds.len(), 8, "one kind byte per event type");
+    assert_eq!(kinds.len(), 9, "one kind byte per event type");
+}
+
+#[test]
+fn first_release_layouts_decode_and_upcast_to_the_current_events() {
+    // Events the first release could express, written in its layouts (kinds 1, 3, 4, 7), decode
+    // to the same current events: the new fields take their neutral values.
+    let mut old_kinds = std::collections::BTreeSet::new();
+    let mut legacy_count = 0;
+    for (i, ev) in every_kind().iter().enumerate() {
+        let version = i as u64 + 1;
+        let neutral = match ev {
+            Event::SessionStarted(_) | Event::MessageAppended(_) | Event::Edited(_) | Event::Restored(_) => true,
+            Event::GuardRaised(_) => true,
+            Event::SummaryPrepared(e) => e.merged.is_empty(),
+            Event::Flushed(e) => e.condensed.is_empty(),
+            Event::RequestServed(e) => e.deferred.is_none(),
+            Event::SummaryRetired(_) => false,
+        };
+        let Some(rec) = codec::legacy::encode(ev) else {
+            assert!(!neutral, "{} should have a first-release layout", ev.name());
+            continue;
+        };
+        let rec = rec.unwrap();
+        assert!(neutral, "{} has new fields but was written in an old layout", ev.name());
+        old_kinds.insert(rec.body()[1]);
+        legacy_count += 1;
+        assert_eq!(&codec::decode(STREAM, version, &rec).unwrap(), ev, "{}", ev.name());
+    }
+    assert!(legacy_count >= 8);
+    for k in [codec::kind::SESSION_STARTED_V1, codec::kind::SUMMARY_PREPARED_V1] {
+        assert!(old_kinds.contains(&k), "kind {k} not exercised");
+    }
+    // A flush without condensed summaries, in kind 4.
+    let flush = flushed(0, 2);
+    let rec = codec::legacy::encode(&flush).unwrap().unwrap();
+    assert_eq!(rec.body()[1], codec::kind::FLUSHED_V1);
+    assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), flush);
+    // A served call without a deferral, in kind 7.
+    let served = Event::RequestServed(RequestServed {
+        call: 0,
+        at: T0,
+        digest: String::new(),
+        view_messages: 1,
+        view_tokens: 2,
+        metered_tokens: 2,
+        reported_tokens: None,
+        level: 0,
+        needed: false,
+        prefix_reused: false,
+        deferred: None,
+    });
+    let rec = codec::legacy::encode(&served).unwrap().unwrap();
+    assert_eq!(rec.body()[1], codec::kind::REQUEST_SERVED_V1);
+    assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), served);
 }
 
 #[test]

@@ -125,12 +125,10 @@ fn breaker_rearms_after_a_call_that_fits() {
     h.assert_verified();
 }
 
-#[test]
-fn breaker_rearms_after_a_tripped_session_is_brought_back_within_budget_by_a_flush() {
-    // Five protected tool results of 10,000 chars keep every pass over the 10,000 budget; the
-    // ladder may not touch them, so the breaker trips. A prepared summary then covers them, the
-    // legacy gate flushes it (the gate runs before the frozen ladder), the call fits, and the
-    // breaker re-arms: its latch clears and it can trip again later.
+/// Five protected tool results of 10,000 chars keep every pass over the 10,000 budget; the
+/// ladder may not touch them, so the breaker trips after eleven calls. Then small turns push the
+/// big results out of the protected set and the recent window.
+fn tripped_then_unprotected() -> Harness {
     let cfg = Config {
         prepare_ratio: 0.5,
         summarizer: ctxlog::config::SummarizerKind::Extractive,
@@ -151,14 +149,35 @@ fn breaker_rearms_after_a_tripped_session_is_brought_back_within_budget_by_a_flu
     }
     assert_eq!(count_guard(&h, &GuardKind::BreakerTripped), 1);
     assert!(h.session.state().raised().contains(&GuardKind::BreakerTripped));
-    // Small turns push the big results out of the protected set and the recent window.
     for i in 0..12 {
         let id = format!("small{i}");
         h.append(vec![w.user(&format!("small {i}")), w.calls("", &[&id], "stat"), w.result(&id, "ok")]);
     }
     h.append(vec![w.user("and now?")]);
-    let frozen = h.call().clone();
-    assert!(frozen.edits().is_empty(), "the breaker let the ladder run: {:?}", frozen.edits());
+    h
+}
+
+#[test]
+fn breaker_rearms_as_soon_as_the_new_content_could_be_compacted() {
+    // Given a tripped breaker whose floor now fits the budget (the big results are no longer
+    // protected), when the next call comes, then the ladder runs at once, the call fits the
+    // budget and the breaker re-arms: a tripped breaker never keeps a view over a budget it
+    // could meet.
+    let mut h = tripped_then_unprotected();
+    let c = h.call().clone();
+    assert!(!c.edits().is_empty(), "the tripped breaker kept the ladder from running");
+    assert!(c.view_tokens <= 10_000, "served over the budget although the floor fits: {}", c.view_tokens);
+    assert_eq!(h.session.state().breaker_count(), 0);
+    assert!(!h.session.state().raised().contains(&GuardKind::BreakerTripped), "the latch did not clear");
+    h.assert_verified();
+}
+
+#[test]
+fn breaker_rearms_when_a_flush_brings_the_view_back_within_budget() {
+    // Given the same tripped session with a summary prepared for the big results, the legacy
+    // gate flushes it (the gate runs before the guards), the call fits, and the breaker re-arms:
+    // its latch clears and it can trip again later.
+    let mut h = tripped_then_unprotected();
     assert!(h.prepare_extractive(), "no summary job for the big results");
     let c = h.call().clone();
     let flushed = c.events.iter().any(|e| matches!(e, Event::Flushed(_)));
@@ -166,6 +185,35 @@ fn breaker_rearms_after_a_tripped_session_is_brought_back_within_budget_by_a_flu
     assert!(c.view_tokens <= 10_000, "still over the budget after the flush: {}", c.view_tokens);
     assert_eq!(h.session.state().breaker_count(), 0);
     assert!(!h.session.state().raised().contains(&GuardKind::BreakerTripped), "the latch did not clear");
+    h.assert_verified();
+}
+
+#[test]
+fn breaker_tripped_by_a_floor_over_the_budget_still_compacts_new_content() {
+    // Given the runaway-breaker scenario (a system prompt over the whole budget) tripped after
+    // ten passes, when 60 more turns arrive, then the view does not grow with them: it is frozen
+    // (pure appends) until new content adds a pass worth of tokens (budget − target = 20,000),
+    // then compacted back to the floor, so it stays within floor + 20,000 + one turn, and the
+    // breaker speaks once.
+    let mut h = breaker_run();
+    let w = h.wire;
+    let tripped = h.calls.iter().position(|c| c.guards().contains(&GuardKind::BreakerTripped)).unwrap();
+    let floor = h.calls[tripped - 1].view_tokens;
+    let mut passes = 0;
+    for i in 20..80 {
+        h.append(vec![w.user(&format!("turn {i} ").repeat(300)), w.assistant(&format!("reply {i} ").repeat(300))]);
+        let c = h.call().clone();
+        let turn = 2 * 600;
+        assert!(c.view_tokens <= floor + 20_000 + turn, "call {}: view grew to {}", c.call, c.view_tokens);
+        if c.edits().is_empty() {
+            assert!(c.prefix_reused && c.bytes_appended_only, "call {} rewrote a frozen view", c.call);
+        } else {
+            passes += 1;
+            assert!(c.view_tokens < floor + 2 * turn, "call {}: the pass left {}", c.call, c.view_tokens);
+        }
+    }
+    assert!((2..=6).contains(&passes), "{passes} compacting passes in 60 turns");
+    assert_eq!(count_guard(&h, &GuardKind::BreakerTripped), 1, "{:?}", h.guard_counts());
     h.assert_verified();
 }
 

@@ -85,8 +85,19 @@ struct Case {
     /// Age of the cache at the call; `None` = never served.
     age_ms: Option<u64>,
     pending: bool,
-    over_trigger: bool,
+    size: Size,
     expect: Option<FlushReason>,
+}
+
+/// Where the view is when the call is planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Size {
+    /// Under the trigger (8,000).
+    Small,
+    /// Over the trigger, within the hard limit (the budget, 10,000).
+    OverTrigger,
+    /// Over the hard limit.
+    OverHardLimit,
 }
 
 const CASES: &[Case] = &[
@@ -95,7 +106,7 @@ const CASES: &[Case] = &[
         cache_aware: false,
         age_ms: Some(WARM),
         pending: true,
-        over_trigger: false,
+        size: Size::Small,
         expect: Some(FlushReason::LegacyImmediate),
     },
     Case {
@@ -103,7 +114,7 @@ const CASES: &[Case] = &[
         cache_aware: false,
         age_ms: None,
         pending: true,
-        over_trigger: false,
+        size: Size::Small,
         expect: Some(FlushReason::LegacyImmediate),
     },
     Case {
@@ -111,7 +122,7 @@ const CASES: &[Case] = &[
         cache_aware: false,
         age_ms: Some(WARM),
         pending: false,
-        over_trigger: false,
+        size: Size::Small,
         expect: None,
     },
     Case {
@@ -119,7 +130,7 @@ const CASES: &[Case] = &[
         cache_aware: true,
         age_ms: Some(TTL),
         pending: true,
-        over_trigger: false,
+        size: Size::Small,
         expect: Some(FlushReason::ColdCache),
     },
     Case {
@@ -127,7 +138,7 @@ const CASES: &[Case] = &[
         cache_aware: true,
         age_ms: Some(2 * TTL),
         pending: true,
-        over_trigger: false,
+        size: Size::Small,
         expect: Some(FlushReason::ColdCache),
     },
     Case {
@@ -135,7 +146,7 @@ const CASES: &[Case] = &[
         cache_aware: true,
         age_ms: None,
         pending: true,
-        over_trigger: false,
+        size: Size::Small,
         expect: Some(FlushReason::ColdCache),
     },
     Case {
@@ -143,7 +154,7 @@ const CASES: &[Case] = &[
         cache_aware: true,
         age_ms: Some(TTL - 1),
         pending: true,
-        over_trigger: false,
+        size: Size::Small,
         expect: None,
     },
     Case {
@@ -151,23 +162,39 @@ const CASES: &[Case] = &[
         cache_aware: true,
         age_ms: Some(WARM),
         pending: true,
-        over_trigger: false,
+        size: Size::Small,
         expect: None,
     },
     Case {
-        name: "cache-aware warm + pending + over trigger",
+        name: "cache-aware warm + pending + over trigger, within the hard limit",
         cache_aware: true,
         age_ms: Some(WARM),
         pending: true,
-        over_trigger: true,
+        size: Size::OverTrigger,
+        expect: None,
+    },
+    Case {
+        name: "cache-aware warm + pending + over the hard limit",
+        cache_aware: true,
+        age_ms: Some(WARM),
+        pending: true,
+        size: Size::OverHardLimit,
         expect: Some(FlushReason::SizeThreshold),
+    },
+    Case {
+        name: "legacy + pending + over trigger",
+        cache_aware: false,
+        age_ms: Some(WARM),
+        pending: true,
+        size: Size::OverTrigger,
+        expect: Some(FlushReason::LegacyImmediate),
     },
     Case {
         name: "cache-aware warm + nothing pending",
         cache_aware: true,
         age_ms: Some(WARM),
         pending: false,
-        over_trigger: false,
+        size: Size::Small,
         expect: None,
     },
     Case {
@@ -175,7 +202,7 @@ const CASES: &[Case] = &[
         cache_aware: true,
         age_ms: Some(2 * TTL),
         pending: false,
-        over_trigger: false,
+        size: Size::Small,
         expect: None,
     },
 ];
@@ -193,9 +220,18 @@ fn flush_gate_decision_table() {
             if case.pending {
                 assert!(h.prepare_extractive(), "{}: no summary was prepared", case.name);
             }
-            if case.over_trigger {
-                // One more turn with a 32,000-char result puts the view over 8,000 tokens.
-                append_turn(&mut h, 99, 32_000);
+            match case.size {
+                Size::Small => {}
+                // One more turn with a large result puts the view between 8,000 and 10,000 tokens.
+                Size::OverTrigger => append_turn(&mut h, 99, 20_000),
+                // With a 32,000-char result it is over the 10,000 budget.
+                Size::OverHardLimit => append_turn(&mut h, 99, 32_000),
+            }
+            let tokens = h.session.state().view_tokens();
+            match case.size {
+                Size::Small => assert!(tokens < 8_000, "{}: {tokens}", case.name),
+                Size::OverTrigger => assert!((8_000..=10_000).contains(&tokens), "{}: {tokens}", case.name),
+                Size::OverHardLimit => assert!(tokens > 10_000, "{}: {tokens}", case.name),
             }
             assert_watermarks(&h);
             let compacted = h.session.state().compacted();
@@ -206,7 +242,11 @@ fn flush_gate_decision_table() {
                 None => {
                     assert!(f.is_empty(), "{format:?} {}: unexpected flush {f:?}", case.name);
                     assert_eq!(h.session.state().flushed(), 0, "{}", case.name);
-                    if let (Some(prev), false) = (&served, case.over_trigger) {
+                    if case.cache_aware && case.age_ms == Some(WARM) && case.pending {
+                        let d = h.live_timeline.last().unwrap().deferred.clone();
+                        assert_eq!(d.map(|d| d.reason), Some("warm_cache"), "{}: deferral not recorded", case.name);
+                    }
+                    if let (Some(prev), Size::Small) = (&served, case.size) {
                         // Deferred (or nothing to do): the view is the served one, byte for byte.
                         assert_eq!(&c.view, prev, "{format:?} {}: view changed", case.name);
                         assert_eq!(c.digest, h.calls[0].digest);
@@ -409,5 +449,148 @@ fn flush_keeps_a_pinned_tool_result_with_its_call_and_its_siblings() {
     let answered = ["a", "b"].iter().map(|s| s.to_string()).chain((0..10).map(|i| format!("call{i}"))).collect();
     assert_eq!(rendered_pair_problems(&c.view, &answered), Vec::<String>::new());
     assert!(c.view_text().contains("KEEP THIS"));
+    h.assert_verified();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cache-aware everywhere: the ladder waits for a cold cache too, up to the hard limit, and a
+// warm rewrite within the budget must free at least `clear_at_least` tokens.
+
+/// Budget 10,000, trigger 0.8, target 0.5, no summarizer (only the ladder shrinks the view).
+fn ladder_config(cache_aware: bool) -> Config {
+    Config { summarizer: SummarizerKind::None, target_ratio: 0.5, ..gate_config(cache_aware) }
+}
+
+/// Appends turns of ~530 tokens until the view is at least `tokens`.
+fn grow_to(h: &mut Harness, tokens: u64, next: &mut usize) {
+    while h.session.state().view_tokens() < tokens {
+        append_turn(h, *next, 2_000);
+        *next += 1;
+    }
+}
+
+fn ladder_session(config: Config) -> (Harness, usize) {
+    let mut h = Harness::new(WireFormat::Anthropic, config);
+    let w = h.wire;
+    h.append(vec![w.system("You are a careful coding assistant."), w.user("PROJECT PATH IS ~/Desktop/ora")]);
+    let mut next = 0;
+    grow_to(&mut h, 2_000, &mut next);
+    h.call();
+    (h, next)
+}
+
+#[test]
+fn warm_cache_holds_the_ladder_back_until_the_hard_limit() {
+    // Given a cache-aware session over the trigger (8,000) but within the budget, when calls
+    // come every 30 s (warm), then the ladder waits: no edit, the view is the previous one plus
+    // the new turn, and the timeline says why; when the view passes the hard limit (the
+    // budget), the ladder runs on that very call and the served view fits the budget.
+    let (mut h, mut next) = ladder_session(ladder_config(true));
+    grow_to(&mut h, 8_100, &mut next);
+    let mut deferred = 0;
+    loop {
+        let before = h.session.state().view_tokens();
+        let c = h.call().clone();
+        if before <= 10_000 {
+            assert!(c.edits().is_empty(), "call {}: the ladder ran on a warm cache at {before}", c.call);
+            assert!(c.prefix_reused && c.bytes_appended_only, "call {}", c.call);
+            let d = h.live_timeline.last().unwrap().deferred.clone().expect("deferral not recorded");
+            assert_eq!(d.reason, "warm_cache");
+            assert!(d.detail.contains("the ladder waits") && d.detail.contains("10,000"), "{}", d.detail);
+            deferred += 1;
+            append_turn(&mut h, next, 2_000);
+            next += 1;
+        } else {
+            assert!(!c.edits().is_empty(), "over the hard limit and nothing edited");
+            assert!(c.view_tokens <= 10_000, "{}", c.view_tokens);
+            assert!(h.live_timeline.last().unwrap().deferred.is_none());
+            break;
+        }
+    }
+    assert!(deferred >= 2, "{deferred}");
+    h.assert_verified();
+}
+
+#[test]
+fn cold_cache_runs_the_ladder_that_a_warm_cache_deferred() {
+    // Given the same view over the trigger, deferred once while warm, when the next call comes
+    // after the TTL, then the ladder runs (the prefix is lost anyway) down to the target.
+    let (mut h, mut next) = ladder_session(ladder_config(true));
+    grow_to(&mut h, 8_100, &mut next);
+    assert!(h.call().edits().is_empty());
+    h.now += TTL;
+    let c = h.call().clone();
+    assert!(!c.edits().is_empty(), "cold cache and over the trigger: the ladder must run");
+    assert!(c.view_tokens <= 5_000 + 600, "{}", c.view_tokens);
+    assert!(h.live_timeline.last().unwrap().deferred.is_none());
+    h.assert_verified();
+}
+
+#[test]
+fn legacy_gate_runs_the_ladder_at_the_trigger_whatever_the_cache() {
+    let (mut h, mut next) = ladder_session(ladder_config(false));
+    grow_to(&mut h, 8_100, &mut next);
+    let c = h.call().clone();
+    assert!(!c.edits().is_empty());
+    assert!(h.live_timeline.last().unwrap().deferred.is_none());
+}
+
+#[test]
+fn hard_limit_between_trigger_and_budget_ends_the_deferral_earlier() {
+    // --hard-limit 0.9: the warm deferral stops at 9,000 tokens.
+    let (mut h, mut next) = ladder_session(Config { hard_limit_ratio: 0.9, ..ladder_config(true) });
+    grow_to(&mut h, 8_100, &mut next);
+    loop {
+        let before = h.session.state().view_tokens();
+        let c = h.call().clone();
+        if before > 9_000 {
+            assert!(before <= 10_000, "the turn jumped past the budget; resize the test: {before}");
+            assert!(!c.edits().is_empty(), "over the hard limit of 9,000 at {before} and nothing edited");
+            break;
+        }
+        assert!(c.edits().is_empty());
+        append_turn(&mut h, next, 1_000);
+        next += 1;
+    }
+    h.assert_verified();
+}
+
+#[test]
+fn clear_at_least_refuses_a_warm_rewrite_that_frees_too_little_unless_over_the_budget() {
+    // Given hard limit 0.85 (8,500) and clear_at_least 6,000: a view between 8,500 and the
+    // budget would come down to the target (5,000), freeing fewer than 6,000 tokens, so the
+    // warm rewrite is not made and the timeline says so. Once the view is over the budget, the
+    // budget wins: the ladder runs even though the cache is warm.
+    let config = Config { hard_limit_ratio: 0.85, clear_at_least: 6_000, ..ladder_config(true) };
+    let (mut h, mut next) = ladder_session(config);
+    grow_to(&mut h, 8_600, &mut next);
+    let mut refused = 0;
+    loop {
+        let before = h.session.state().view_tokens();
+        let c = h.call().clone();
+        if before <= 8_500 {
+            assert!(c.edits().is_empty());
+        } else if before <= 10_000 {
+            assert!(c.edits().is_empty() && c.events.len() == 1, "call {}: {:?}", c.call, c.events);
+            assert!(c.prefix_reused && c.bytes_appended_only);
+            let d = h.live_timeline.last().unwrap().deferred.clone().expect("refusal not recorded");
+            assert_eq!(d.reason, "clear_at_least");
+            assert!(d.detail.contains("less than clear_at_least 6,000"), "{}", d.detail);
+            refused += 1;
+        } else {
+            assert!(!c.edits().is_empty(), "over the budget at {before}: the budget wins");
+            assert!(c.view_tokens <= 10_000);
+            break;
+        }
+        append_turn(&mut h, next, 1_000);
+        next += 1;
+    }
+    assert!(refused >= 1);
+    // The same view with clear_at_least 3,000: the rewrite frees enough and is made.
+    let config = Config { hard_limit_ratio: 0.85, clear_at_least: 3_000, ..ladder_config(true) };
+    let (mut h, mut next) = ladder_session(config);
+    grow_to(&mut h, 8_600, &mut next);
+    let c = h.call().clone();
+    assert!(!c.edits().is_empty(), "a rewrite freeing more than 3,000 tokens was refused");
     h.assert_verified();
 }

@@ -1,33 +1,48 @@
-//! Golden logs (redb's backward-compatibility idea): a small session written by today's format
-//! on each file backend is committed under `tests/golden/`; this test checks that it keeps
-//! decoding to the same timeline and the same state. A format change can therefore never slip
-//! in silently: it fails here until a new golden set is written *next to* the old one.
+//! Golden logs (redb's backward-compatibility idea): small sessions written by each released
+//! layout set on each file backend are committed under `tests/golden/`; this test checks that
+//! they keep decoding to the same timeline and the same state. A format change can therefore
+//! never slip in silently: it fails here until a new golden set is written *next to* the old
+//! ones, which are never rewritten.
 //!
-//! To write the golden set (only when a format version is released):
+//! * `v1-*`: the first release (record kinds 1–8), written by `ctxlog import`. Its expected
+//!   timeline gained the timeline record's later fields (`summary_tokens`, `deferred`, the
+//!   flush's `condensed`); every field it had before is unchanged.
+//! * `v2-*`: kinds 2, 5, 6, 8–13 (config with the summary share and cache knobs, condensed
+//!   summaries, retired summaries, deferred calls), written through the library by [`bless`]
+//!   so a host that declines to condense is exercised too.
+//!
+//! To write the newest golden set (only when a layout set is released):
 //! `CTXLOG_BLESS_GOLDEN=1 cargo test -p ctxlog-tests --test golden`.
 
 // Test support code: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 
+use ctxlog::config::Config;
+use ctxlog::message::Role;
 use ctxlog::replay::{replay, verify, Mode};
-use ctxlog::{Store, StreamId};
+use ctxlog::session::{Prepared, Produced};
+use ctxlog::wire::parse_timestamp_ms;
+use ctxlog::{MemoryStore, Session, Store, StreamId};
+use ctxlog_cli::transcript::{read, FormatArg};
 use ctxlog_store_fs::FsStore;
 use ctxlog_store_sled::SledStore;
 use ctxlog_store_sqlite::SqliteStore;
 
 const SESSION: &str = "00000000-0000-0000-0000-00000000601d";
 const BACKENDS: [&str; 3] = ["sqlite", "fs", "sled"];
+/// The newest set, the one [`bless`] writes.
+const NEWEST: &str = "v2";
 
 fn golden() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
 }
 
-fn store_path(root: &Path, backend: &str) -> PathBuf {
+fn store_path(root: &Path, set: &str, backend: &str) -> PathBuf {
     match backend {
-        "sqlite" => root.join("v1-sqlite.db"),
-        other => root.join(format!("v1-{other}")),
+        "sqlite" => root.join(format!("{set}-sqlite.db")),
+        other => root.join(format!("{set}-{other}")),
     }
 }
 
@@ -39,47 +54,67 @@ fn open(backend: &str, path: &Path) -> Box<dyn Store> {
     }
 }
 
+/// Writes the newest golden set: the golden transcript through a cache-aware session with a
+/// 4,000-token budget and a 10% summary share, so it flushes, condenses, edits, defers and
+/// raises guards. The host declines condense jobs for the first three quarters of the calls, so the
+/// engine retires summaries, then condenses; at the end one edited message is restored.
+fn bless() {
+    let text = std::fs::read(golden().join("transcript.jsonl")).unwrap();
+    let transcript = read(&text[..], Path::new("transcript.jsonl"), FormatArg::Auto).unwrap();
+    let config = Config { budget: 4_000, cache_aware: true, summary_share: 0.1, ..Config::default() };
+    let id: StreamId = SESSION.parse().unwrap();
+    let mem = MemoryStore::new();
+    let stamp = |i: usize| {
+        transcript.lines.get(i).and_then(|l| l.message.meta.timestamp.as_ref()).map(|t| parse_timestamp_ms(t).unwrap())
+    };
+    let start = stamp(0).unwrap_or(ctxlog_cli::import::DEFAULT_START_MS);
+    let mut session = Session::create(&mem, id, transcript.format, config, start).unwrap();
+    let calls = transcript.lines.iter().filter(|l| l.message.role == Role::Assistant).count();
+    let (mut clock, mut call, mut pending) = (start, 0, Vec::new());
+    for (i, line) in transcript.lines.iter().enumerate() {
+        if line.message.role == Role::Assistant {
+            session.append(std::mem::take(&mut pending)).unwrap();
+            clock = stamp(i).unwrap_or(clock + 30_000).max(clock);
+            let plan = session.plan(clock).unwrap();
+            session.commit(plan, clock, None).unwrap();
+            call += 1;
+            while let Some(job) = session.summary_job() {
+                let text = match job.is_condense() {
+                    true if call < calls * 3 / 4 => break,
+                    true => ctxlog::summary::condense(session.state(), &job),
+                    false => ctxlog::summary::extractive(session.state(), &job),
+                };
+                if let Prepared::Discarded(why) = session.prepare(&job, text, Produced::extractive()).unwrap() {
+                    panic!("{why}");
+                }
+            }
+        }
+        pending.push(line.message.clone());
+    }
+    session.append(pending).unwrap();
+    let edited = session.state().entries().iter().position(|e| e.edit.is_some()).expect("nothing was edited");
+    session.restore(edited as u64, "golden", "golden").unwrap();
+    for backend in BACKENDS {
+        let path = store_path(&golden(), NEWEST, backend);
+        let _ = std::fs::remove_dir_all(&path);
+        let _ = std::fs::remove_file(&path);
+        let store = open(backend, &path);
+        ctxlog::transfer::copy_session(&mem, store.as_ref(), id).unwrap();
+        drop(store);
+        if backend == "fs" {
+            // The lock file is a per-process artefact, not part of the log.
+            let _ = std::fs::remove_file(path.join("LOCK"));
+        }
+    }
+    let store = open("sqlite", &store_path(&golden(), NEWEST, "sqlite"));
+    std::fs::write(golden().join(format!("{NEWEST}-timeline.jsonl")), timeline(store.as_ref())).unwrap();
+}
+
 fn run(args: &[&str]) -> String {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = ctxlog_cli::run(args.iter().copied(), &mut out, &mut err);
     assert_eq!(code, 0, "{args:?}: {}", String::from_utf8_lossy(&err));
     String::from_utf8(out).unwrap()
-}
-
-/// Writes the golden set: import with a budget small enough to flush, truncate, remove, stub
-/// and raise guards, then restore one removed message.
-fn bless() {
-    let transcript = golden().join("transcript.jsonl");
-    for backend in BACKENDS {
-        let path = store_path(&golden(), backend);
-        let _ = std::fs::remove_dir_all(&path);
-        let _ = std::fs::remove_file(&path);
-        let url = format!("{backend}:{}", path.display());
-        let t = transcript.to_str().unwrap();
-        run(&["ctxlog", "import", t, "--store", &url, "--session", SESSION, "--budget", "3000"]);
-        let store = open(backend, &path);
-        let state = replay(store.as_ref(), SESSION.parse().unwrap(), Mode::Strict, None).unwrap().state;
-        drop(store);
-        let removed = state.entries().iter().position(|e| e.edit.is_some()).unwrap();
-        run(&[
-            "ctxlog",
-            "restore",
-            "--store",
-            &url,
-            "--session",
-            SESSION,
-            "--seq",
-            &removed.to_string(),
-            "--why",
-            "golden",
-        ]);
-        if backend == "fs" {
-            // The lock file and the temp dir are per-process artefacts, not part of the log.
-            let _ = std::fs::remove_file(path.join("LOCK"));
-        }
-    }
-    let store = open("sqlite", &store_path(&golden(), "sqlite"));
-    std::fs::write(golden().join("v1-timeline.jsonl"), timeline(store.as_ref())).unwrap();
 }
 
 fn timeline(store: &dyn Store) -> String {
@@ -101,28 +136,26 @@ fn copy_out(src: &Path, dst: &Path) {
     }
 }
 
-#[test]
-fn golden_logs_of_format_1_keep_decoding_to_the_same_timeline_on_every_backend() {
-    if std::env::var_os("CTXLOG_BLESS_GOLDEN").is_some() {
-        bless();
-    }
-    let expected = std::fs::read_to_string(golden().join("v1-timeline.jsonl")).unwrap();
-    assert!(expected.lines().count() > 10, "the golden timeline has too few calls");
+/// Every golden set decodes, on every backend, to its recorded timeline and passes `verify`;
+/// returns the event names it holds.
+fn check_set(set: &str) -> std::collections::BTreeSet<&'static str> {
+    let expected = std::fs::read_to_string(golden().join(format!("{set}-timeline.jsonl"))).unwrap();
+    assert!(expected.lines().count() > 10, "{set}: the golden timeline has too few calls");
     let id: StreamId = SESSION.parse().unwrap();
     let mut kinds = std::collections::BTreeSet::new();
     for backend in BACKENDS {
         let tmp = tempfile::tempdir().unwrap();
-        let src = store_path(&golden(), backend);
+        let src = store_path(&golden(), set, backend);
         let dst = tmp.path().join(src.file_name().unwrap());
         copy_out(&src, &dst);
         let store = open(backend, &dst);
         assert_eq!(
             timeline(store.as_ref()),
             expected,
-            "{backend}: the golden log no longer replays to the same timeline"
+            "{set} {backend}: the golden log no longer replays to the same timeline"
         );
         let report = verify(store.as_ref(), id).unwrap();
-        assert!(report.ok(), "{backend}: {:?}", report.problems);
+        assert!(report.ok(), "{set} {backend}: {:?}", report.problems);
         ctxlog::replay::for_each_event(store.as_ref(), id, 1, None, |_, ev| {
             kinds.insert(ev.name());
             Ok(())
@@ -132,30 +165,70 @@ fn golden_logs_of_format_1_keep_decoding_to_the_same_timeline_on_every_backend()
     // PostgreSQL has no files to commit: the golden session goes in through `ctxlog copy` and
     // must replay to the same timeline there too.
     if let Some(db) = ctxlog_tests::postgres::database("golden logs on postgres") {
-        let tmp = tempfile::tempdir().unwrap();
-        let copy = tmp.path().join("v1-sqlite.db");
-        copy_out(&store_path(&golden(), "sqlite"), &copy);
+        let (_dir, copy) = copy_to_temp(set);
         let from = format!("sqlite:{}", copy.display());
         run(&["ctxlog", "copy", "--from", &from, "--to", db.url()]);
         let store = ctxlog_store_postgres::PgStore::open_read_only(db.url()).unwrap();
-        assert_eq!(timeline(&store), expected, "postgres: the golden log no longer replays to the same timeline");
+        assert_eq!(timeline(&store), expected, "{set} postgres: the golden log no longer replays to the same timeline");
         let report = verify(&store, id).unwrap();
-        assert!(report.ok(), "postgres: {:?}", report.problems);
+        assert!(report.ok(), "{set} postgres: {:?}", report.problems);
     }
-    // The golden set covers every event kind of the format, so no layout goes untested.
-    let all = [
-        "SessionStarted",
-        "MessageAppended",
-        "SummaryPrepared",
-        "Flushed",
-        "Edited",
-        "Restored",
-        "RequestServed",
-        "GuardRaised",
-    ];
-    assert_eq!(kinds.into_iter().collect::<Vec<_>>(), {
-        let mut v = all.to_vec();
-        v.sort_unstable();
-        v
-    });
+    kinds
+}
+
+fn sorted(names: &[&'static str]) -> Vec<&'static str> {
+    let mut v = names.to_vec();
+    v.sort_unstable();
+    v
+}
+
+const FIRST_RELEASE: [&str; 8] = [
+    "SessionStarted",
+    "MessageAppended",
+    "SummaryPrepared",
+    "Flushed",
+    "Edited",
+    "Restored",
+    "RequestServed",
+    "GuardRaised",
+];
+
+#[test]
+fn golden_logs_of_format_1_keep_decoding_to_the_same_timeline_on_every_backend() {
+    // The first release's set covers every event kind it had, so no layout goes untested.
+    assert_eq!(check_set("v1").into_iter().collect::<Vec<_>>(), sorted(&FIRST_RELEASE));
+}
+
+#[test]
+fn golden_logs_of_the_second_layout_set_keep_decoding_on_every_backend() {
+    if std::env::var_os("CTXLOG_BLESS_GOLDEN").is_some() {
+        bless();
+    }
+    let mut all = FIRST_RELEASE.to_vec();
+    all.push("SummaryRetired");
+    assert_eq!(check_set("v2").into_iter().collect::<Vec<_>>(), sorted(&all));
+    // The set holds every record kind written today: condensed summaries, condensing flushes,
+    // deferred calls, retired summaries (checked through the records, not the fold).
+    let (_dir, path) = copy_to_temp("v2");
+    let store = open("sqlite", &path);
+    let mut condensed = (false, false, false);
+    ctxlog::replay::for_each_event(store.as_ref(), SESSION.parse().unwrap(), 1, None, |_, ev| {
+        match &ev {
+            ctxlog::Event::SummaryPrepared(s) if s.is_condensed() => condensed.0 = true,
+            ctxlog::Event::Flushed(f) if !f.condensed.is_empty() => condensed.1 = true,
+            ctxlog::Event::RequestServed(r) if r.deferred.is_some() => condensed.2 = true,
+            _ => {}
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(condensed, (true, true, true), "(condensed summary, condensing flush, deferred call)");
+}
+
+fn copy_to_temp(set: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = store_path(&golden(), set, "sqlite");
+    let dst = dir.path().join(src.file_name().unwrap());
+    copy_out(&src, &dst);
+    (dir, dst)
 }

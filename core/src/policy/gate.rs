@@ -1,8 +1,11 @@
-//! The flush gate: when may the view switch to the prepared summaries?
+//! The flush gate: when may the view switch to the prepared summaries (spans of messages, and
+//! condensed summaries of earlier summaries)?
 //!
 //! Legacy (cache-aware off): as soon as something is prepared. Cache-aware: only when the
 //! provider's prompt cache is cold (rewriting the prefix then costs nothing extra), or when the
-//! view is over the hard threshold anyway (`size_threshold`, the second pass).
+//! view is over the hard limit anyway (`size_threshold`, the second pass). While the cache is
+//! warm and the view within the hard limit, the engine holds back the ladder too
+//! ([`crate::engine`]).
 
 use crate::config::Config;
 use crate::event::FlushReason;
@@ -28,9 +31,14 @@ pub fn is_cold(state: &State, config: &Config, now: Millis) -> bool {
     cache_age(state, now).is_none_or(|age| age >= config.flush_ttl_ms)
 }
 
+/// Cache-aware and warm at `now`: a rewrite of the view would throw away a cached prefix.
+pub fn holds_prefix(state: &State, config: &Config, now: Millis) -> bool {
+    config.cache_aware && !is_cold(state, config, now)
+}
+
 /// The gate's decision for a view whose meter reads `metered` tokens.
 pub fn decide(state: &State, config: &Config, now: Millis, metered: u64) -> Option<FlushDecision> {
-    if state.compacted() <= state.flushed() {
+    if !state.flush_pending() {
         return None;
     }
     let cache_age_ms = cache_age(state, now);
@@ -38,10 +46,10 @@ pub fn decide(state: &State, config: &Config, now: Millis, metered: u64) -> Opti
         FlushReason::LegacyImmediate
     } else if is_cold(state, config, now) {
         FlushReason::ColdCache
-    } else if metered >= config.trigger_tokens() {
+    } else if metered > config.hard_limit_tokens() {
         FlushReason::SizeThreshold
     } else {
-        // Warm and within the threshold: keep the cached prefix byte for byte.
+        // Warm and within the hard limit: keep the cached prefix byte for byte.
         return None;
     };
     Some(FlushDecision { reason, cache_age_ms })

@@ -1,8 +1,10 @@
 //! The escalation ladder (as in the peers' `_compact_ephemeral`, with their bugs fixed): eight
 //! levels that truncate old tool results, remove unprotected messages (tool pairs together,
 //! oldest first) and finally stub long user messages by cost, stopping as soon as the view is
-//! at the target. It works on a token model of the view and returns `Edited` events; every
-//! saving is measured with the same estimator that sums the view.
+//! at the target; then, only if the view is still over the *budget*, a ninth that removes
+//! without the protected recent window (the peers' soft recent budget pass), so a view whose
+//! floor fits the budget always ends within it. It works on a token model of the view and
+//! returns `Edited` events; every saving is measured with the same estimator that sums the view.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,7 +23,7 @@ pub const MAX_GROUP: usize = 64;
 pub struct Outcome {
     /// The edits, in order.
     pub edits: Vec<Edited>,
-    /// Highest level run (1–8).
+    /// Highest level reached (1–9; 9 only if it removed something).
     pub level: u8,
     /// Predicted meter reading after the edits.
     pub tokens: u64,
@@ -49,6 +51,8 @@ struct Ladder<'a> {
     tools: BTreeSet<u64>,
     total: u64,
     target: u64,
+    // Level 9 runs only while the view is over this (the budget; 0 when computing the floor).
+    budget: u64,
     // Meter reading minus the estimate: what the provider counts beyond (or below) our estimate.
     offset: i64,
     guard: Option<String>,
@@ -62,30 +66,60 @@ struct Ladder<'a> {
 pub fn run(state: &State, config: &Config, metered: u64) -> Outcome {
     let mut l = Ladder::new(state, config, metered);
     l.clamp_target();
-    type Step = fn(&mut Ladder<'_>);
-    let steps: [(u8, Step); 8] = [
-        (1, |l| l.truncate_wave(0.0, 0.25, "truncate the oldest quarter of tool results")),
-        (2, |l| l.truncate_wave(0.25, 0.50, "truncate the second quarter of tool results")),
-        (3, |l| l.remove(1.0, "remove old unprotected messages")),
-        (4, |l| l.truncate_wave(0.50, 0.75, "truncate the third quarter of tool results")),
-        (5, |l| l.remove(0.6, "remove old messages, recent window ×0.6")),
-        (6, |l| l.truncate_wave(0.0, 1.0, "truncate all but the protected tool results")),
-        (7, |l| l.remove(0.3, "remove old messages, recent window ×0.3")),
-        (8, |l| l.stub_users()),
-    ];
-    for (level, step) in steps {
-        if l.total <= l.target {
-            break;
+    l.climb();
+    l.finish()
+}
+
+/// The floor: the smallest view (in meter units) the whole ladder can reach, levels 1–9 run to
+/// exhaustion. What is left is what no level may touch: system, pinned, first and last human,
+/// summaries, the protected tool results, the stubs and truncations of what may only shrink,
+/// and tool groups that may not be split.
+pub fn floor(state: &State, config: &Config, metered: u64) -> u64 {
+    let mut l = Ladder::new(state, config, metered);
+    l.target = 0;
+    l.budget = 0;
+    l.climb();
+    l.total
+}
+
+impl Ladder<'_> {
+    fn climb(&mut self) {
+        type Step = fn(&mut Ladder<'_>);
+        let steps: [(u8, Step); 9] = [
+            (1, |l| l.truncate_wave(0.0, 0.25, "truncate the oldest quarter of tool results")),
+            (2, |l| l.truncate_wave(0.25, 0.50, "truncate the second quarter of tool results")),
+            (3, |l| l.remove(1.0, "remove old unprotected messages")),
+            (4, |l| l.truncate_wave(0.50, 0.75, "truncate the third quarter of tool results")),
+            (5, |l| l.remove(0.6, "remove old messages, recent window ×0.6")),
+            (6, |l| l.truncate_wave(0.0, 1.0, "truncate all but the protected tool results")),
+            (7, |l| l.remove(0.3, "remove old messages, recent window ×0.3")),
+            (8, |l| l.stub_users()),
+            (9, |l| {
+                if l.total > l.budget {
+                    l.remove(0.0, "still over the budget after every level: remove old messages, no recent window")
+                }
+            }),
+        ];
+        for (level, step) in steps {
+            if self.total <= self.target || (level == 9 && self.total <= self.budget) {
+                break;
+            }
+            self.level = level;
+            step(self);
         }
-        l.level = level;
-        step(&mut l);
     }
-    // A message truncated at an early level and removed at a later one needs only the removal:
-    // the view is the same and the log stays free of edits nobody ever saw.
-    let removed: BTreeSet<u64> = l.edits.iter().filter(|e| e.kind == EditKind::Removed).map(|e| e.seq).collect();
-    let mut edits = l.edits;
-    edits.retain(|e| e.kind == EditKind::Removed || !removed.contains(&e.seq));
-    Outcome { edits, level: l.level, tokens: l.total, target: l.target, clamped: l.guard }
+
+    fn finish(self) -> Outcome {
+        // A message truncated at an early level and removed at a later one needs only the
+        // removal: the view is the same and the log stays free of edits nobody ever saw.
+        let removed: BTreeSet<u64> = self.edits.iter().filter(|e| e.kind == EditKind::Removed).map(|e| e.seq).collect();
+        let mut edits = self.edits;
+        edits.retain(|e| e.kind == EditKind::Removed || !removed.contains(&e.seq));
+        // Level 9 counts as reached only when it removed something: looking over the budget
+        // and finding nothing it may remove leaves the view as level 8 made it.
+        let level = if self.level == 9 && !edits.iter().any(|e| e.reason.level == 9) { 8 } else { self.level };
+        Outcome { edits, level, tokens: self.total, target: self.target, clamped: self.guard }
+    }
 }
 
 impl<'a> Ladder<'a> {
@@ -113,6 +147,7 @@ impl<'a> Ladder<'a> {
             tools: protected_tool_results(state, config.protected_tool_results).into_iter().collect(),
             total: metered,
             target: config.target_tokens(),
+            budget: config.budget,
             offset: metered as i64 - state.view_tokens() as i64,
             guard: None,
             edits: Vec::new(),

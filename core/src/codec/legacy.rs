@@ -1,0 +1,273 @@
+//! Frozen layouts of record kinds that a later kind replaced, and their upcasts to the current
+//! events. These structs must never change: they are how records written by earlier builds
+//! decode (the golden logs in `tests/golden/` pin them). [`encode`] writes an event in its old
+//! layout, so the upcasts are also tested against bytes built here, not only against goldens.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::config::{Config, SummarizerKind};
+use crate::event::{Event, FlushReason, Flushed, RequestServed, SessionStarted, SummaryMode, SummaryPrepared};
+use crate::store::Record;
+use crate::time::Millis;
+use crate::wire::WireFormat;
+
+use super::{kind, payload};
+
+/// The twelve knobs of the first release (inside kind 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigV1 {
+    /// See [`Config::budget`].
+    pub budget: u64,
+    /// See [`Config::trigger_ratio`].
+    pub trigger_ratio: f64,
+    /// See [`Config::target_ratio`].
+    pub target_ratio: f64,
+    /// See [`Config::prepare_ratio`].
+    pub prepare_ratio: f64,
+    /// See [`Config::summarizer`].
+    pub summarizer: SummarizerKind,
+    /// See [`Config::cache_aware`].
+    pub cache_aware: bool,
+    /// See [`Config::flush_ttl_ms`].
+    pub flush_ttl_ms: u64,
+    /// See [`Config::protected_tool_results`].
+    pub protected_tool_results: u32,
+    /// See [`Config::protected_recent_ratio`].
+    pub protected_recent_ratio: f64,
+    /// See [`Config::breaker_passes`].
+    pub breaker_passes: u32,
+    /// See [`Config::image_tokens`].
+    pub image_tokens: u32,
+    /// See [`Config::truncate_chars`].
+    pub truncate_chars: u32,
+}
+
+/// Kind 1: `SessionStarted` with a [`ConfigV1`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStartedV1 {
+    /// Session id.
+    pub session: Uuid,
+    /// Wire format.
+    pub format: WireFormat,
+    /// Knobs.
+    pub config: ConfigV1,
+    /// Creation time.
+    pub at: Millis,
+}
+
+/// Kind 3: `SummaryPrepared` before condensed summaries (`merged`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryPreparedV1 {
+    /// First covered seq.
+    pub from: u64,
+    /// One past the last covered seq.
+    pub to: u64,
+    /// The summary text.
+    pub text: String,
+    /// Its token estimate.
+    pub tokens: u32,
+    /// Estimated tokens of the span.
+    pub replaced_tokens: u64,
+    /// Mode asked for.
+    pub mode_requested: SummaryMode,
+    /// Mode used.
+    pub mode_used: SummaryMode,
+    /// Why the requested mode was refused.
+    pub refusal: Option<String>,
+}
+
+/// Kind 4: `Flushed` before `condensed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlushedV1 {
+    /// Old watermark.
+    pub from: u64,
+    /// New watermark.
+    pub to: u64,
+    /// Why now.
+    pub reason: FlushReason,
+    /// Cache age.
+    pub cache_age_ms: Option<u64>,
+    /// View tokens before.
+    pub tokens_before: u64,
+    /// View tokens after.
+    pub tokens_after: u64,
+    /// Elided tool outputs and media.
+    pub stubbed: Vec<u64>,
+}
+
+/// Kind 7: `RequestServed` before `deferred`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestServedV1 {
+    /// 0-based call number.
+    pub call: u64,
+    /// Dispatch completion time.
+    pub at: Millis,
+    /// View digest.
+    pub digest: String,
+    /// Messages in the view.
+    pub view_messages: u64,
+    /// Estimated view tokens.
+    pub view_tokens: u64,
+    /// Meter reading.
+    pub metered_tokens: u64,
+    /// Provider-reported tokens.
+    pub reported_tokens: Option<u64>,
+    /// Ladder level.
+    pub level: u8,
+    /// Compaction was needed.
+    pub needed: bool,
+    /// Pure append of the previous view.
+    pub prefix_reused: bool,
+}
+
+/// Knobs a first-release session never set take their defaults: they only steer decisions
+/// of later calls, never the fold of what was recorded.
+impl From<ConfigV1> for Config {
+    fn from(c: ConfigV1) -> Config {
+        Config {
+            budget: c.budget,
+            trigger_ratio: c.trigger_ratio,
+            target_ratio: c.target_ratio,
+            prepare_ratio: c.prepare_ratio,
+            summarizer: c.summarizer,
+            cache_aware: c.cache_aware,
+            flush_ttl_ms: c.flush_ttl_ms,
+            protected_tool_results: c.protected_tool_results,
+            protected_recent_ratio: c.protected_recent_ratio,
+            breaker_passes: c.breaker_passes,
+            image_tokens: c.image_tokens,
+            truncate_chars: c.truncate_chars,
+            ..Config::default()
+        }
+    }
+}
+
+impl From<SessionStartedV1> for SessionStarted {
+    fn from(e: SessionStartedV1) -> SessionStarted {
+        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at }
+    }
+}
+
+impl From<SummaryPreparedV1> for SummaryPrepared {
+    fn from(e: SummaryPreparedV1) -> SummaryPrepared {
+        SummaryPrepared {
+            from: e.from,
+            to: e.to,
+            text: e.text,
+            tokens: e.tokens,
+            replaced_tokens: e.replaced_tokens,
+            mode_requested: e.mode_requested,
+            mode_used: e.mode_used,
+            refusal: e.refusal,
+            merged: Vec::new(),
+        }
+    }
+}
+
+impl From<FlushedV1> for Flushed {
+    fn from(e: FlushedV1) -> Flushed {
+        Flushed {
+            from: e.from,
+            to: e.to,
+            reason: e.reason,
+            cache_age_ms: e.cache_age_ms,
+            tokens_before: e.tokens_before,
+            tokens_after: e.tokens_after,
+            stubbed: e.stubbed,
+            condensed: Vec::new(),
+        }
+    }
+}
+
+impl From<RequestServedV1> for RequestServed {
+    fn from(e: RequestServedV1) -> RequestServed {
+        RequestServed {
+            call: e.call,
+            at: e.at,
+            digest: e.digest,
+            view_messages: e.view_messages,
+            view_tokens: e.view_tokens,
+            metered_tokens: e.metered_tokens,
+            reported_tokens: e.reported_tokens,
+            level: e.level,
+            needed: e.needed,
+            prefix_reused: e.prefix_reused,
+            deferred: None,
+        }
+    }
+}
+
+/// Encodes `event` the way the first release did, if that layout can hold it: new knobs at
+/// their defaults, no condensed summary, no deferral; events whose layout never changed are
+/// encoded as today. `None` when the event needs a newer kind.
+pub fn encode(event: &Event) -> Option<Result<Record, String>> {
+    Some(match event {
+        Event::SessionStarted(e) => {
+            let c = &e.config;
+            let v1 = ConfigV1 {
+                budget: c.budget,
+                trigger_ratio: c.trigger_ratio,
+                target_ratio: c.target_ratio,
+                prepare_ratio: c.prepare_ratio,
+                summarizer: c.summarizer,
+                cache_aware: c.cache_aware,
+                flush_ttl_ms: c.flush_ttl_ms,
+                protected_tool_results: c.protected_tool_results,
+                protected_recent_ratio: c.protected_recent_ratio,
+                breaker_passes: c.breaker_passes,
+                image_tokens: c.image_tokens,
+                truncate_chars: c.truncate_chars,
+            };
+            if Config::from(v1.clone()) != *c {
+                return None;
+            }
+            let e = SessionStartedV1 { session: e.session, format: e.format, config: v1, at: e.at };
+            payload(kind::SESSION_STARTED_V1, &e)
+        }
+        Event::SummaryPrepared(e) if e.merged.is_empty() => {
+            let v1 = SummaryPreparedV1 {
+                from: e.from,
+                to: e.to,
+                text: e.text.clone(),
+                tokens: e.tokens,
+                replaced_tokens: e.replaced_tokens,
+                mode_requested: e.mode_requested,
+                mode_used: e.mode_used,
+                refusal: e.refusal.clone(),
+            };
+            payload(kind::SUMMARY_PREPARED_V1, &v1)
+        }
+        Event::Flushed(e) if e.condensed.is_empty() => {
+            let v1 = FlushedV1 {
+                from: e.from,
+                to: e.to,
+                reason: e.reason,
+                cache_age_ms: e.cache_age_ms,
+                tokens_before: e.tokens_before,
+                tokens_after: e.tokens_after,
+                stubbed: e.stubbed.clone(),
+            };
+            payload(kind::FLUSHED_V1, &v1)
+        }
+        Event::RequestServed(e) if e.deferred.is_none() => {
+            let v1 = RequestServedV1 {
+                call: e.call,
+                at: e.at,
+                digest: e.digest.clone(),
+                view_messages: e.view_messages,
+                view_tokens: e.view_tokens,
+                metered_tokens: e.metered_tokens,
+                reported_tokens: e.reported_tokens,
+                level: e.level,
+                needed: e.needed,
+                prefix_reused: e.prefix_reused,
+            };
+            payload(kind::REQUEST_SERVED_V1, &v1)
+        }
+        Event::SummaryPrepared(_) | Event::Flushed(_) | Event::RequestServed(_) | Event::SummaryRetired(_) => {
+            return None
+        }
+        other => super::encode(other),
+    })
+}
