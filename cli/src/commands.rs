@@ -1,6 +1,11 @@
 //! The commands other than `import`/`demo`.
 
-use ctxlog::replay::{self, Mode};
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use ctxlog::event::Event;
+use ctxlog::replay::{self, for_each_event, Mode};
+use ctxlog::session::hydrate;
 use ctxlog::state::State;
 use ctxlog::transfer::copy_session;
 use ctxlog::wire::{Media, RenderOpts};
@@ -45,7 +50,14 @@ pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let store = open_store(&args.store)?;
     let mut rows = Vec::new();
     for id in store.streams()? {
-        let session = Session::open(store.as_ref(), id)?;
+        // An unfinished import is not a session yet: say so aside, not in the list.
+        let session = match Session::open(store.as_ref(), id) {
+            Err(e @ ctxlog::SessionError::Unfinished { .. }) => {
+                out.err(&format!("note: {e}"))?;
+                continue;
+            }
+            other => other?,
+        };
         let st = session.state();
         rows.push((id, st.version(), st.message_count(), st.calls()));
     }
@@ -68,10 +80,22 @@ pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
 pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let (store, id) = open_selected(&args.session)?;
     let mode = if args.lenient { Mode::Lenient } else { Mode::Strict };
+    // A postmortem (lenient) shows an unfinished import; a strict replay treats it as absent.
+    if mode == Mode::Strict && args.until.is_some() {
+        refuse_unfinished(store.as_ref(), id)?;
+    }
     let r = replay::replay(store.as_ref(), id, mode, args.until)?;
+    let left = if args.until.is_none() { unfinished(id, &r.state) } else { None };
+    let left = match (mode, left) {
+        (Mode::Strict, Some(e)) => return Err(e.into()),
+        (_, left) => left,
+    };
     print_timeline(out, &r.timeline, args.session.store.json)?;
     for v in &r.violations {
         out.err(&format!("violation (lenient replay went on): {v}"))?;
+    }
+    if let Some(e) = left {
+        out.err(&format!("warning: {e}"))?;
     }
     if !args.session.store.json {
         out.line(&format!(
@@ -85,16 +109,69 @@ pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Status of a message in the view, and the reason.
-fn status(st: &State, seq: u64) -> (&'static str, Option<String>) {
+/// An unfinished import is not a session yet: readers of a past version refuse it too.
+fn refuse_unfinished(store: &dyn Store, id: StreamId) -> Result<(), CliError> {
+    Session::open(store, id).map(drop).map_err(CliError::from)
+}
+
+/// `Unfinished` if `state` is an import that did not finish.
+fn unfinished(id: StreamId, state: &State) -> Option<ctxlog::SessionError> {
+    state.import().filter(|i| !i.completed).map(|i| ctxlog::SessionError::Unfinished {
+        stream: id,
+        messages: state.message_count(),
+        announced: i.source.messages,
+    })
+}
+
+/// Status of a message in the view, and the reason (the state keeps the edit; its reason is in
+/// the log, collected by `inspect` as it folds).
+fn status(st: &State, reasons: &BTreeMap<u64, String>, seq: u64) -> (&'static str, Option<String>) {
     let Some(e) = st.entry(seq) else { return ("missing", None) };
     if st.hidden_by_flush(seq) {
         return ("flushed", Some(format!("summarized by a flush (flushed_prefix_messages {})", st.flushed())));
     }
     match &e.edit {
         None => ("live", None),
-        Some(edit) => (edit.kind.as_str(), Some(edit.reason.describe())),
+        Some(edit) => (edit.kind.as_str(), reasons.get(&seq).cloned()),
     }
+}
+
+/// Folds `id` strictly up to `until`, keeping the reason of each edit in force.
+fn fold_with_reasons(
+    store: &dyn Store,
+    id: StreamId,
+    until: Option<u64>,
+) -> Result<(State, BTreeMap<u64, String>), CliError> {
+    if store.head(id)?.is_none() {
+        return Err(ctxlog::SessionError::NotFound(id).into());
+    }
+    let mut state = State::new();
+    let mut reasons = BTreeMap::new();
+    for_each_event(store, id, 1, until, |version, ev| {
+        hydrate(store, id, &mut state, &ev)?;
+        state.apply(version, &ev).map_err(|violation| ctxlog::SessionError::Invariant { stream: id, violation })?;
+        match &ev {
+            Event::Edited(e) => {
+                reasons.insert(e.seq, e.reason.describe());
+            }
+            Event::Restored(r) => {
+                for seq in std::iter::once(r.seq).chain(r.partners.iter().copied()) {
+                    reasons.remove(&seq);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    match until {
+        Some(_) => refuse_unfinished(store, id)?,
+        None => {
+            if let Some(e) = unfinished(id, &state) {
+                return Err(e.into());
+            }
+        }
+    }
+    Ok((state, reasons))
 }
 
 /// `inspect`
@@ -103,7 +180,7 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     if args.version == Some(0) {
         return Err(CliError::Usage("--version counts from 1 (the SessionStarted event)".into()));
     }
-    let st = replay::replay(store.as_ref(), id, Mode::Strict, args.version)?.state;
+    let (st, reasons) = fold_with_reasons(store.as_ref(), id, args.version)?;
     if args.view {
         for it in st.view() {
             out.raw(&ctxlog::view::render_item(&st, it.item))?;
@@ -113,8 +190,8 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let rows: Vec<_> = (0..st.message_count())
         .filter_map(|seq| {
             let e = st.entry(seq)?;
-            let (status, reason) = status(&st, seq);
-            Some((seq, e.message.role.as_str(), e.tokens, status, reason))
+            let (status, reason) = status(&st, &reasons, seq);
+            Some((seq, e.role().as_str(), e.tokens, status, reason))
         })
         .collect();
     if args.session.store.json {
@@ -188,26 +265,63 @@ pub fn verify(args: &VerifyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `export`
+/// `export`: the messages as appended, streamed from their records (the session is opened
+/// first, so a log that does not fold, or an unfinished import, exports nothing). A file is
+/// written aside and renamed once complete.
 pub fn export(args: &ExportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let (store, id) = open_selected(&args.session)?;
-    let st = replay::replay(store.as_ref(), id, Mode::Strict, None)?.state;
-    let source = |b: &ctxlog::BlobId| store.get_blob(b).ok().flatten();
-    let opts = RenderOpts { meta: true, media: Media::Inline(&source) };
-    let mut text = String::new();
+    let head = Session::open(store.as_ref(), id)?.state().version();
     let mut missing = Vec::new();
-    for e in st.entries() {
-        let (json, miss) = ctxlog::wire::to_json(&e.message, opts);
-        missing.extend(miss);
-        text.push_str(&json);
-        text.push('\n');
-    }
     match &args.out {
-        Some(path) => std::fs::write(path, text).map_err(output(&path.display().to_string()))?,
-        None => out.raw(text.as_bytes())?,
+        Some(path) => {
+            let mut name = path.as_os_str().to_owned();
+            name.push(".partial");
+            let partial = std::path::PathBuf::from(name);
+            let what = path.display().to_string();
+            let file = std::fs::File::create(&partial).map_err(output(&what))?;
+            let mut w = std::io::BufWriter::new(file);
+            let written = export_messages(store.as_ref(), id, head, &mut missing, |line| {
+                w.write_all(line).map_err(output(&what))
+            })
+            .and_then(|()| w.flush().map_err(output(&what)))
+            .and_then(|()| std::fs::rename(&partial, path).map_err(output(&what)));
+            if written.is_err() {
+                let _ = std::fs::remove_file(&partial);
+            }
+            written?;
+        }
+        None => export_messages(store.as_ref(), id, head, &mut missing, |line| out.raw(line))?,
     }
     for id in missing {
         out.err(&format!("warning: blob {id} is missing; exported as a reference"))?;
+    }
+    Ok(())
+}
+
+/// Writes each message of `id` up to version `head` as one JSONL line, media inlined.
+fn export_messages(
+    store: &dyn Store,
+    id: StreamId,
+    head: u64,
+    missing: &mut Vec<ctxlog::BlobId>,
+    mut write: impl FnMut(&[u8]) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    let source = |b: &ctxlog::BlobId| store.get_blob(b).ok().flatten();
+    let opts = RenderOpts { meta: true, media: Media::Inline(&source) };
+    let mut from = 1;
+    while from <= head {
+        let batch = store.read(id, from, ctxlog::session::READ_CHUNK)?;
+        let Some(last) = batch.last().map(|r| r.version) else { break };
+        for rec in batch.into_iter().take_while(|r| r.version <= head) {
+            let ev = ctxlog::codec::decode(id, rec.version, &rec.record).map_err(ctxlog::SessionError::from)?;
+            if let Event::MessageAppended(e) = ev {
+                let (mut json, miss) = ctxlog::wire::to_json(&e.message, opts);
+                missing.extend(miss);
+                json.push('\n');
+                write(json.as_bytes())?;
+            }
+        }
+        from = last + 1;
     }
     Ok(())
 }
@@ -240,8 +354,16 @@ pub fn copy(args: &CopyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         Some(s) => vec![parse_session(s)?],
         None => from.streams()?,
     };
+    let all = args.session.is_none();
     for id in ids {
-        let c = copy_session(from.as_ref(), to.as_ref(), id)?;
+        let c = match copy_session(from.as_ref(), to.as_ref(), id) {
+            // Copying every session passes over an unfinished import (it is not a session yet).
+            Err(e @ ctxlog::SessionError::Unfinished { .. }) if all => {
+                out.err(&format!("note: not copied: {e}"))?;
+                continue;
+            }
+            other => other?,
+        };
         if args.json {
             out.line(
                 &json!({"session": id.to_string(), "records": c.records, "blobs": c.blobs,

@@ -63,7 +63,8 @@ impl CliError {
                 SessionError::Config(_)
                 | SessionError::Message { .. }
                 | SessionError::Exists(_)
-                | SessionError::NotFound(_),
+                | SessionError::NotFound(_)
+                | SessionError::Unfinished { .. },
             ) => EXIT_INPUT,
             CliError::Session(SessionError::Store(ctxlog::StoreError::Corrupt { .. }))
             | CliError::Store(ctxlog::StoreError::Corrupt { .. }) => EXIT_INVALID_LOG,

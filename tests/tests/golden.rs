@@ -82,7 +82,7 @@ fn bless() {
                 let text = match job.is_condense() {
                     true if call < calls * 3 / 4 => break,
                     true => ctxlog::summary::condense(session.state(), &job),
-                    false => ctxlog::summary::extractive(session.state(), &job),
+                    false => session.summarize(&job).unwrap(),
                 };
                 if let Prepared::Discarded(why) = session.prepare(&job, text, Produced::extractive()).unwrap() {
                     panic!("{why}");

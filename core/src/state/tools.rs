@@ -1,0 +1,194 @@
+//! The tool-pair index: which message makes each tool call, which answers it, and the tool's
+//! name, kept without the messages themselves so the policies can walk tool groups of messages
+//! whose bodies are no longer in memory.
+//!
+//! Ids are indexed by the first 128 bits of their sha256: two different ids share a key with
+//! the odds of a blob-id collision, and a key costs 16 bytes whatever the provider's id length.
+//! Each message's links (the pairs it calls or answers, in message order) sit in one flat
+//! arena of 32-bit slots, so a message costs one index into it. At most [`MAX_PAIRS`] calls and
+//! `u32::MAX` links are indexed; the fold refuses a message beyond that (far beyond any
+//! session: the keys alone would take tens of gigabytes).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::message::Message;
+
+/// A tool call id as the index keys it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ToolKey([u8; 16]);
+
+impl ToolKey {
+    /// The key of `id`.
+    pub fn of(id: &str) -> ToolKey {
+        let digest = Sha256::digest(id.as_bytes());
+        let mut key = [0u8; 16];
+        key.copy_from_slice(digest.get(..16).unwrap_or_default());
+        ToolKey(key)
+    }
+}
+
+/// One call id: the message that makes it (the latest, should an id be reused) and the one
+/// that answers it (24 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pair {
+    /// Seq of the message making the call.
+    pub call: u64,
+    /// Seq of the message answering it, [`UNANSWERED`] until answered.
+    answer: u64,
+    /// The tool's name (index into the name table).
+    name: u32,
+}
+
+/// `Pair::answer` of a call without a result.
+const UNANSWERED: u64 = u64::MAX;
+
+impl Pair {
+    /// Seq of the message answering the call, once answered.
+    pub fn result(&self) -> Option<u64> {
+        (self.answer != UNANSWERED).then_some(self.answer)
+    }
+}
+
+/// Most calls the index holds (slots keep one bit for the direction).
+pub const MAX_PAIRS: usize = (1 << 31) - 1;
+
+/// A message's side of a pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// The message makes the call of this pair.
+    Call(Pair),
+    /// The message answers the call of this pair.
+    Result(Pair),
+}
+
+/// Marks an arena slot as a result (the message answers the pair) rather than a call.
+const RESULT: u32 = 1 << 31;
+
+/// The index. Appends only: a message's links are fixed when it is appended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolIndex {
+    keys: BTreeMap<ToolKey, u32>,
+    pairs: Vec<Pair>,
+    arena: Vec<u32>,
+    names: Vec<Box<str>>,
+    name_of: BTreeMap<Box<str>, u32>,
+}
+
+impl ToolIndex {
+    /// The pair of call `id`, if a message made that call.
+    pub fn pair(&self, id: &str) -> Option<Pair> {
+        self.pair_of(ToolKey::of(id))
+    }
+
+    fn pair_of(&self, key: ToolKey) -> Option<Pair> {
+        self.keys.get(&key).and_then(|&i| self.pairs.get(i as usize)).copied()
+    }
+
+    /// Where the next message's links start.
+    pub fn next_link(&self) -> u32 {
+        // `room_for` keeps the arena within u32 slots.
+        u32::try_from(self.arena.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether `m`'s calls and results still fit the index (see [`MAX_PAIRS`]).
+    pub fn room_for(&self, m: &Message) -> bool {
+        let (calls, results) = (m.call_ids().count(), m.result_ids().count());
+        self.pairs.len().saturating_add(calls) <= MAX_PAIRS
+            && self.arena.len().saturating_add(calls + results) < u32::MAX as usize
+    }
+
+    /// Indexes message `seq`'s calls, then its results (already validated: every result
+    /// answers a known call, and there is room). Returns where its links start.
+    pub fn add(&mut self, seq: u64, m: &Message) -> u32 {
+        let start = self.next_link();
+        for id in m.call_ids() {
+            let name = self.intern(tool_name(m, id).unwrap_or("tool"));
+            let key = ToolKey::of(id);
+            let index = match self.keys.get(&key).copied() {
+                Some(i) => i,
+                None => {
+                    let Ok(i) = u32::try_from(self.pairs.len()) else { continue };
+                    self.keys.insert(key, i);
+                    grow(&mut self.pairs);
+                    self.pairs.push(Pair { call: seq, answer: UNANSWERED, name });
+                    i
+                }
+            };
+            if let Some(p) = self.pairs.get_mut(index as usize) {
+                // A reused id points at its latest call, as a lookup by id always did.
+                p.call = seq;
+                p.name = name;
+            }
+            grow(&mut self.arena);
+            self.arena.push(index);
+        }
+        for id in m.result_ids() {
+            let Some(index) = self.keys.get(&ToolKey::of(id)).copied() else { continue };
+            if let Some(p) = self.pairs.get_mut(index as usize) {
+                p.answer = seq;
+            }
+            grow(&mut self.arena);
+            self.arena.push(index | RESULT);
+        }
+        start
+    }
+
+    /// The links of the message whose arena slots are `start..end`.
+    pub fn links(&self, start: u32, end: u32) -> impl Iterator<Item = Link> + '_ {
+        let slots = self.arena.get(start as usize..end as usize);
+        slots.unwrap_or_default().iter().filter_map(|&slot| {
+            let pair = *self.pairs.get((slot & !RESULT) as usize)?;
+            Some(if slot & RESULT == 0 { Link::Call(pair) } else { Link::Result(pair) })
+        })
+    }
+
+    /// The tool name of a pair.
+    pub fn name(&self, pair: &Pair) -> &str {
+        self.names.get(pair.name as usize).map_or("tool", |n| n)
+    }
+
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.name_of.get(name) {
+            return i;
+        }
+        let i = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        self.names.push(name.into());
+        self.name_of.insert(name.into(), i);
+        i
+    }
+
+    /// Heap bytes held (see [`crate::state::State::heap_bytes`]).
+    pub fn heap_bytes(&self) -> usize {
+        use super::heap::{btree_bytes, HeapSize};
+        btree_bytes::<ToolKey, u32>(self.keys.len())
+            + self.pairs.heap_bytes()
+            + self.arena.heap_bytes()
+            + self.names.heap_bytes()
+            + btree_bytes::<Box<str>, u32>(self.name_of.len())
+            + self.name_of.keys().map(HeapSize::heap_bytes).sum::<usize>()
+    }
+}
+
+/// Makes room for one more element, growing by an eighth rather than doubling: these vectors
+/// grow with the session, and a doubled vector would hold up to twice what it needs. Each
+/// element is still copied a bounded number of times on average (eight).
+pub fn grow<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 8).max(64));
+    }
+}
+
+/// The name of call `id` in `m`: its `tool_use` block, or its OpenAI `tool_calls` entry.
+pub fn tool_name<'a>(m: &'a Message, id: &str) -> Option<&'a str> {
+    use crate::message::Block;
+    m.blocks()
+        .iter()
+        .find_map(|b| match b {
+            Block::ToolUse { id: i, name, .. } if i == id => Some(name.as_str()),
+            _ => None,
+        })
+        .or_else(|| m.tool_calls.iter().flatten().find(|c| c.id == id).map(|c| c.name.as_str()))
+}
