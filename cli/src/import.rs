@@ -70,7 +70,19 @@ pub struct Imported {
 pub fn import(
     transcript: &dyn Source,
     target: &dyn Store,
+    opts: ImportOptions<'_>,
+    on_call: impl FnMut(&CallRecord) -> Result<(), CliError>,
+) -> Result<Imported, CliError> {
+    import_in_chunks(transcript, target, opts, CHUNK_BYTES, on_call)
+}
+
+/// [`import`], writing to the target in appends of about `chunk_bytes` (tests use small chunks
+/// to interrupt an import half-way).
+pub fn import_in_chunks(
+    transcript: &dyn Source,
+    target: &dyn Store,
     mut opts: ImportOptions<'_>,
+    chunk_bytes: usize,
     mut on_call: impl FnMut(&CallRecord) -> Result<(), CliError>,
 ) -> Result<Imported, CliError> {
     let id = opts.session.unwrap_or_else(new_session_id);
@@ -82,7 +94,7 @@ pub fn import(
         messages: facts.messages,
         call_interval_ms: opts.call_interval_ms,
     };
-    let store = Buffered::new(target, id)?;
+    let store = Buffered::new(target, id, chunk_bytes)?;
     let mut timeline = Timeline::new();
     let mut records = Vec::new();
     let (mut session, resumed_at) = match target.head(id)? {
@@ -278,13 +290,14 @@ impl BlobSource for StoreBlobs<'_> {
 }
 
 /// The target store with a write buffer for the imported stream: its appends collect in memory
-/// up to [`CHUNK_BYTES`] and reach the target as one append of whole batches, so a long import
+/// up to a chunk ([`CHUNK_BYTES`]) and reach the target as one append of whole batches, so a long import
 /// costs a few dozen durable writes rather than one per call, and the log always ends at a
 /// batch boundary. Reads of the stream see the buffer. Nothing buffered counts until
 /// [`Buffered::flush`]; the import writes `ImportCompleted` last and then flushes.
 struct Buffered<'a> {
     target: &'a dyn Store,
     stream: StreamId,
+    chunk_bytes: usize,
     pending: Mutex<Pending>,
 }
 
@@ -296,9 +309,10 @@ struct Pending {
 }
 
 impl<'a> Buffered<'a> {
-    fn new(target: &'a dyn Store, stream: StreamId) -> Result<Self, StoreError> {
+    fn new(target: &'a dyn Store, stream: StreamId, chunk_bytes: usize) -> Result<Self, StoreError> {
         let head = target.head(stream)?.unwrap_or(0);
-        Ok(Buffered { target, stream, pending: Mutex::new(Pending { head, records: Vec::new(), bytes: 0 }) })
+        let pending = Mutex::new(Pending { head, records: Vec::new(), bytes: 0 });
+        Ok(Buffered { target, stream, chunk_bytes, pending })
     }
 
     fn lock(&self) -> MutexGuard<'_, Pending> {
@@ -331,7 +345,7 @@ impl Store for Buffered<'_> {
         check_expected(stream, expected, head)?;
         p.records.extend_from_slice(records);
         p.bytes += records.iter().map(|r| r.as_bytes().len()).sum::<usize>();
-        if p.bytes >= CHUNK_BYTES {
+        if p.bytes >= self.chunk_bytes {
             Self::flush_locked(self.target, stream, &mut p)?;
         }
         Ok(head + records.len() as Version)
