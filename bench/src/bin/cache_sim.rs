@@ -57,7 +57,7 @@ struct Priced {
 }
 
 fn simulate(budget: u64, cache_aware: bool) -> Priced {
-    let text = ctxlog_cli::demo_transcript::demo_transcript();
+    let text = ctxlog_workload::demo_transcript();
     let transcript = read(text.as_bytes(), Path::new("demo"), FormatArg::Anthropic).unwrap_or_else(|e| panic!("{e}"));
     let mut views = Views::default();
     let store = MemoryStore::new();
