@@ -2,4 +2,5 @@
 //! workspace root for recorded results and how to reproduce them.
 
 pub mod cache;
+pub mod machine;
 pub mod views;
