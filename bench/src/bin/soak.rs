@@ -552,7 +552,7 @@ fn print_tables(policies: &[(u64, Config, u64, Policy)], stores: &[(u64, Config,
     println!("|---:|---|---|---:|---:|---:|---:|---:|---:|");
     for (n, config, backend, bytes, r) in stores {
         println!(
-            "| {} | {} | {backend} | {:.1} | {:.2} / {:.2} | {:.2} | {:.1} | {:.2} | {} |",
+            "| {} | {} | {backend} | {:.1} | {:.3} / {:.1} | {:.2} | {:.1} | {:.2} | {} |",
             thousands(*n),
             config.name(),
             r.wall_s,
@@ -581,9 +581,12 @@ fn print_tables(policies: &[(u64, Config, u64, Policy)], stores: &[(u64, Config,
             p.wall_s
         );
     }
-    for (n, config, backend, _, r) in stores {
-        println!(
-            "- {} messages, {}, {backend}: live session {} messages, view {:.1} MB, heap {:.1} MB (allowance {:.1} MB)",
+    // The live session's heap excludes the store's own allocations, so it is the same on every
+    // backend: one line per session length and configuration.
+    let mut seen = Vec::new();
+    for (n, config, _, _, r) in stores {
+        let line = format!(
+            "- {} messages, {}: live session of {} messages, view {:.1} MB, heap {:.1} MB (allowance {:.1} MB)",
             thousands(*n),
             config.name(),
             thousands(r.resident.messages),
@@ -591,6 +594,10 @@ fn print_tables(policies: &[(u64, Config, u64, Policy)], stores: &[(u64, Config,
             r.resident.bytes as f64 / 1e6,
             r.resident.allowance() as f64 / 1e6
         );
+        if !seen.contains(&line) {
+            println!("{line}");
+            seen.push(line);
+        }
     }
 }
 
@@ -610,4 +617,55 @@ fn rustc_version() -> String {
         .ok()
         .filter(|o| o.status.success())
         .map_or_else(|| "rustc unknown".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(probe: &mut Probe, messages: &[&str]) {
+        probe.view(&mut format!("{{\"call\":0,\"messages\":[{}]}}", messages.join(",")).into_bytes());
+    }
+
+    #[test]
+    fn the_probe_finds_the_first_user_message_and_prices_summaries() {
+        let system = r#"{"role":"system","content":"You are an agent."}"#;
+        let first = r#"{"role":"user","content":"PROJECT PATH IS ~/x"}"#;
+        let answer = r#"{"role":"assistant","content":"ok"}"#;
+        let summary = r#"{"role":"user","content":"<ctxlog-summary seq=\"1-2\">\nThe user asked for x; the agent said ok.\n</ctxlog-summary>"}"#;
+        let mut probe = Probe::default();
+        feed(&mut probe, &[system, first, answer]);
+        assert!(probe.notes.get(1).is_some_and(|n| n.first_user));
+        assert_eq!(probe.notes.iter().filter(|n| n.first_user).count(), 1);
+        assert!(probe.notes.iter().all(|n| n.summary_tokens == 0));
+        // A view that lost the first user message and holds a summary instead.
+        feed(&mut probe, &[system, summary, answer]);
+        assert!(probe.notes.iter().all(|n| !n.first_user));
+        let m = ctxlog::wire::parse_message(summary).unwrap();
+        let tokens = u64::from(ctxlog::tokens::Estimator::default().message(&m));
+        assert!(tokens > 10);
+        assert_eq!(probe.notes.iter().map(|n| n.summary_tokens).sum::<u64>(), tokens);
+    }
+
+    fn policy_of(flags: &[&str]) -> Policy {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        ctxlog_workload::session(3, 401).unwrap().write_jsonl(std::fs::File::create(&path).unwrap()).unwrap();
+        policy_run(&path, &flags.iter().map(|f| f.to_string()).collect::<Vec<_>>()).0
+    }
+
+    #[test]
+    fn a_small_session_through_the_policy_run() {
+        let text = ctxlog_workload::session(3, 401).unwrap().into_jsonl();
+        let calls = text.lines().filter(|l| l.starts_with("{\"role\":\"assistant\"")).count() as u64;
+        let p = policy_of(&["--budget", "30000"]);
+        assert_eq!(p.calls, calls);
+        assert_eq!(p.first_user_missing, 0);
+        assert!(p.rewrites > 0 && p.max_summary_share > 0.0, "{p:?}");
+        assert!(p.cost_ratio >= 1.0);
+        assert!(p.version > p.calls);
+        let none = policy_of(&["--budget", "30000", "--summarizer", "none"]);
+        assert_eq!(none.max_summary_share, 0.0);
+        assert_eq!(none.calls, calls);
+    }
 }
