@@ -524,9 +524,9 @@ fn thousands(n: u64) -> String {
 
 fn print_tables(policies: &[(u64, Config, u64, Policy)], stores: &[(u64, Config, &str, u64, StoreRow)], budget: u64) {
     println!();
-    println!("Policy (the same on every backend). Goals: 0 calls over budget, max view ≤ 1× budget, 0 breaker trips, the first user message in every view, summaries ≤ 0.25 of the target, cost ≤ 1.05× the lower bound with --cache-aware.");
+    println!("Policy (the same on every backend); goals in brackets.");
     println!();
-    println!("| messages | config | calls | over budget | max view ÷ budget | breaker trips | prefix rewrites (warm) | cost ÷ lower bound | cost per call (k base tokens) | views without first user message | summaries ÷ target (max) |");
+    println!("| messages | config | calls | over budget [0] | max view ÷ budget [≤ 1] | breaker trips [0] | prefix rewrites (warm) | cost ÷ lower bound [≤ 1.05 with --cache-aware] | cost per call (k base tokens) | views without the first user message [0] | summaries ÷ target, max [≤ 0.25] |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (n, config, _, p) in policies {
         println!(
@@ -546,9 +546,9 @@ fn print_tables(policies: &[(u64, Config, u64, Policy)], stores: &[(u64, Config,
         );
     }
     println!();
-    println!("Per backend. Goals: import peak RSS ≤ 2× the transcript; a live session's heap ≤ its allowance, 3× its current view bytes + 100 bytes per message.");
+    println!("Per backend; goals in brackets. Allowance of a live session: 3× its current view bytes + 100 bytes per message.");
     println!();
-    println!("| messages | config | backend | import s | p50 / p99 ms per call | import peak RSS ÷ transcript | live session heap (MB) | ÷ allowance | disk ÷ transcript |");
+    println!("| messages | config | backend | import s | p50 / p99 ms per call | import peak RSS ÷ transcript [≤ 2] | live session heap (MB) | ÷ allowance [≤ 1] | disk ÷ transcript |");
     println!("|---:|---|---|---:|---:|---:|---:|---:|---:|");
     for (n, config, backend, bytes, r) in stores {
         println!(
