@@ -4,15 +4,15 @@
 use crate::rng::{exp_det, Rng};
 
 /// `ln(450)`: the median tool-result size of the target log-normal.
-pub(crate) const LN_MEDIAN: f64 = 6.109_247_582_764_366;
+const LN_MEDIAN: f64 = 6.109_247_582_764_366;
 /// Log-space standard deviation of tool-result sizes (p90 ~8k, p99 ~32k+).
-pub(crate) const SIGMA: f64 = 2.28;
+const SIGMA: f64 = 2.28;
 /// `ln(16000)`: above this knee the log-size tail is compressed by [`TAIL`],
 /// because real tool outputs are thinner-tailed than a pure log-normal fitted
 /// to the p90 (which would put p99 near 90k); this lands p99 near 32k.
-pub(crate) const LN_KNEE: f64 = 9.680_344_001_221_918;
-pub(crate) const TAIL: f64 = 0.4;
-pub(crate) const MIN_RESULT: usize = 20;
+const LN_KNEE: f64 = 9.680_344_001_221_918;
+const TAIL: f64 = 0.4;
+const MIN_RESULT: usize = 20;
 pub(crate) const MAX_RESULT: usize = 52_000;
 
 /// Log-normal size with a softened tail, clamped to `[MIN_RESULT, MAX_RESULT]`.
