@@ -215,6 +215,10 @@ pub struct DemoArgs {
     /// Write each call's exact view to this JSONL file.
     #[arg(long)]
     pub views: Option<PathBuf>,
+    /// Instead of the bundled 543-message session, generate one of exactly N messages with the
+    /// same shape (at least 3), to see how compaction holds up on a long session.
+    #[arg(long, value_name = "N")]
+    pub messages: Option<u64>,
 }
 
 /// `import`.

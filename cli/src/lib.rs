@@ -2,7 +2,6 @@
 
 pub mod args;
 pub mod commands;
-pub mod demo_transcript;
 pub mod error;
 pub mod import;
 pub mod output;
@@ -88,9 +87,18 @@ fn config_of(args: &ConfigArgs, base: Config) -> Result<(Config, Option<ctxlog::
 }
 
 fn demo(a: DemoArgs, out: &mut Out<'_>) -> Result<(), CliError> {
-    let text = demo_transcript::demo_transcript();
-    let path = std::path::Path::new("<bundled demo transcript>");
-    let transcript = transcript::read(text.as_bytes(), path, FormatArg::Anthropic)?;
+    let transcript = match a.messages {
+        None => {
+            let text = ctxlog_workload::demo_transcript();
+            transcript::read(text.as_bytes(), std::path::Path::new("<bundled demo transcript>"), FormatArg::Anthropic)?
+        }
+        Some(n) => {
+            let lines = ctxlog_workload::session(ctxlog_workload::DEMO_SEED, n)
+                .map_err(|e| CliError::Usage(format!("--messages {n}: {e}")))?;
+            let path = format!("<generated {n}-message session>");
+            transcript::read(lines.into_reader(), std::path::Path::new(&path), FormatArg::Anthropic)?
+        }
+    };
     let base = Config { budget: DEMO_BUDGET, ..Config::default() };
     run_import(&transcript, &a.store, &a.config, base, 30_000, a.views.as_deref(), false, out)
 }

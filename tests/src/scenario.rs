@@ -314,7 +314,7 @@ pub fn png(width: u32, height: u32) -> Vec<u8> {
         raw.push(0); // filter: none
         raw.extend((0..width).flat_map(|x| [((x + y) % 256) as u8, (x % 256) as u8, (y % 256) as u8]));
     }
-    ctxlog_cli::demo_transcript::encode_png(width, height, &raw)
+    ctxlog_workload::encode_png(width, height, &raw)
 }
 
 /// Standard base64.

@@ -664,3 +664,39 @@ fn a_failed_import_leaves_no_views_file_behind() {
     assert!(!views.exists(), "views of a session that was not stored");
     assert!(!env.path("views.jsonl.partial").exists(), "the partial views file is cleaned up");
 }
+
+// ---- demo --messages -------------------------------------------------------------------------
+
+#[test]
+fn demo_with_messages_runs_a_generated_session_of_exactly_that_length() {
+    let env = Env::new();
+    let n = 401;
+    let store = env.store("demo.db");
+    let (code, _, err) = cli(&["demo", "--messages", "401", "--store", &store, "--session", SESSION]);
+    assert_eq!(code, 0, "{err}");
+    let text = ctxlog_workload::session(ctxlog_workload::DEMO_SEED, n).unwrap().into_jsonl();
+    let calls = json_lines(&text).iter().filter(|m| m["role"] == "assistant").count();
+    let list = sessions(&store);
+    assert_eq!(list[0]["messages"], Value::from(n));
+    assert_eq!(list[0]["calls"], Value::from(calls));
+    assert_eq!(cli(&["verify", "--store", &store]).0, 0);
+    // The same bytes imported with the demo's budget give the same timeline.
+    let file = env.file("generated.jsonl", &text);
+    let budget = ctxlog_cli::DEMO_BUDGET.to_string();
+    let (code, imported, err) =
+        cli(&["import", &file, "--json", "--store", "mem:", "--session", SESSION, "--budget", &budget]);
+    assert_eq!(code, 0, "{err}");
+    let (code, replayed, err) = cli(&["replay", "--json", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(replayed, imported);
+}
+
+#[test]
+fn demo_with_too_few_messages_exits_2_and_writes_nothing() {
+    let env = Env::new();
+    let store = env.store("demo.db");
+    let (code, _, err) = cli(&["demo", "--messages", "2", "--store", &store]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--messages 2") && err.contains("at least 3 messages"), "{err}");
+    assert!(!env.path("demo.db").exists() || sessions(&store).as_array().unwrap().is_empty());
+}

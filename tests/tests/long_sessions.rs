@@ -23,10 +23,10 @@ use ctxlog::session::{Prepared, Produced};
 use ctxlog::state::Item;
 use ctxlog::wire::parse_timestamp_ms;
 use ctxlog::{Message, WireFormat};
-use ctxlog_cli::demo_transcript::generate;
 use ctxlog_cli::transcript::{read, FormatArg};
 use ctxlog_tests::engine_fixtures::{config, Harness};
 use ctxlog_tests::scenario::cli;
+use ctxlog_workload::generate;
 use proptest::prelude::*;
 
 /// How the host answers summary jobs.

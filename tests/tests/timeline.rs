@@ -5,8 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use ctxlog_cli::demo_transcript::demo_transcript;
 use ctxlog_tests::scenario::cli;
+use ctxlog_workload::demo_transcript;
 
 const DEMO_SESSION: &str = "00000000-0000-0000-0000-00000000d3e0";
 const SMALL_SESSION: &str = "00000000-0000-0000-0000-0000000005a1";

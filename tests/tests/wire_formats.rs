@@ -552,7 +552,7 @@ fn a_line_that_is_not_a_json_object_is_not_blamed_on_an_empty_field() {
 
 #[test]
 fn the_demo_transcript_exports_back_equal_as_json() {
-    let transcript = ctxlog_cli::demo_transcript::demo_transcript();
+    let transcript = ctxlog_workload::demo_transcript();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("demo.jsonl");
     std::fs::write(&file, &transcript).unwrap();

@@ -47,7 +47,7 @@ fn once(t: &Transcript, store: &dyn Store) -> Run {
 
 fn main() {
     let runs: usize = std::env::args().skip_while(|a| a != "--runs").nth(1).and_then(|n| n.parse().ok()).unwrap_or(5);
-    let text = ctxlog_cli::demo_transcript::demo_transcript();
+    let text = ctxlog_workload::demo_transcript();
     let t = read(text.as_bytes(), Path::new("demo"), FormatArg::Anthropic).unwrap_or_else(|e| panic!("{e}"));
     let messages = t.lines.len();
     println!("demo session: {messages} messages, {} bytes of JSONL; median of {runs} runs", text.len());
