@@ -95,9 +95,7 @@ impl ToolIndex {
 
     /// Whether `m`'s calls and results still fit the index (see [`MAX_PAIRS`]).
     pub fn room_for(&self, m: &Message) -> bool {
-        let (calls, results) = (m.call_ids().count(), m.result_ids().count());
-        self.pairs.len().saturating_add(calls) <= MAX_PAIRS
-            && self.arena.len().saturating_add(calls + results) < u32::MAX as usize
+        fits(self.pairs.len(), self.arena.len(), m.call_ids().count(), m.result_ids().count())
     }
 
     /// Indexes message `seq`'s calls, then its results (already validated: every result
@@ -172,6 +170,11 @@ impl ToolIndex {
     }
 }
 
+/// Whether `calls` more pairs and `calls + results` more links fit next to `pairs` and `links`.
+fn fits(pairs: usize, links: usize, calls: usize, results: usize) -> bool {
+    pairs.saturating_add(calls) <= MAX_PAIRS && links.saturating_add(calls).saturating_add(results) < u32::MAX as usize
+}
+
 /// Makes room for one more element, growing by an eighth rather than doubling: these vectors
 /// grow with the session, and a doubled vector would hold up to twice what it needs. Each
 /// element is still copied a bounded number of times on average (eight).
@@ -191,4 +194,39 @@ pub fn tool_name<'a>(m: &'a Message, id: &str) -> Option<&'a str> {
             _ => None,
         })
         .or_else(|| m.tool_calls.iter().flatten().find(|c| c.id == id).map(|c| c.name.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_index_refuses_what_its_32_bit_slots_cannot_hold() {
+        assert!(fits(0, 0, 3, 2));
+        assert!(fits(MAX_PAIRS - 1, 0, 1, 0));
+        assert!(!fits(MAX_PAIRS, 0, 1, 0), "one call too many");
+        assert!(fits(MAX_PAIRS, 10, 0, 5), "results need no new pair");
+        assert!(!fits(0, u32::MAX as usize - 2, 1, 1), "the arena is full");
+        assert!(!fits(usize::MAX, usize::MAX, usize::MAX, usize::MAX), "no overflow");
+    }
+
+    #[test]
+    fn keys_differ_by_id_and_links_keep_message_order() {
+        assert_ne!(ToolKey::of("toolu_1"), ToolKey::of("toolu_2"));
+        let m = crate::wire::parse_message(
+            r#"{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"ls","input":{}},{"type":"tool_use","id":"b","name":"cat","input":{}}]}"#,
+        )
+        .unwrap();
+        let mut index = ToolIndex::default();
+        let start = index.add(4, &m);
+        let names: Vec<&str> = index
+            .links(start, index.next_link())
+            .map(|l| match l {
+                Link::Call(p) => index.name(&p),
+                Link::Result(_) => "result",
+            })
+            .collect();
+        assert_eq!(names, ["ls", "cat"]);
+        assert_eq!(index.pair("b").map(|p| (p.call, p.result())), Some((4, None)));
+    }
 }
