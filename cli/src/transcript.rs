@@ -329,7 +329,7 @@ fn validate(
 }
 
 /// The tool pairing error of `m`, given the calls made and answered before it (ids are kept as
-/// their 16-byte keys, as in the state).
+/// their 12-byte keys, as in the state).
 fn pairing_error(m: &Message, calls: &mut BTreeSet<ToolKey>, answered: &mut BTreeSet<ToolKey>) -> Option<String> {
     for id in m.call_ids() {
         if !calls.insert(ToolKey::of(id)) {

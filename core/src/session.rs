@@ -401,16 +401,19 @@ impl<S: Store> Session<S> {
     /// Decides the next call at `now` without writing anything.
     pub fn plan(&mut self, now: Millis) -> Result<Plan, SessionError> {
         let decision = engine::decide(&self.state, now).map_err(|v| self.invariant(v))?;
-        self.cache.sync(&self.state);
         let (cache, view_state) = match &decision.scratch {
             // The scratch view differs from the cached one (new generation), so it is rendered
-            // afresh; copying the cache first would only be thrown away.
+            // afresh; bringing the cache up to date or copying it first would only be thrown
+            // away (a later plan catches it up if this one is aborted).
             Some(scratch) => {
                 let mut c = ViewCache::new();
                 c.sync(scratch);
                 (Some(c), scratch)
             }
-            None => (None, &self.state),
+            None => {
+                self.cache.sync(&self.state);
+                (None, &self.state)
+            }
         };
         let digest = cache.as_ref().unwrap_or(&self.cache).digest();
         let prefix_reused = self.state.calls() > 0 && view_state.prefix_stable_since_last_call();

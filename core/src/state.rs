@@ -4,8 +4,8 @@
 //! changes; live commits and replay use it alike.
 //!
 //! The state keeps what the view and the policies need: per message a few facts and the tool
-//! links ([`Entry`], [`tools`]), the bodies of the messages in the view, the summaries still
-//! current. A message's body leaves memory when it leaves the view; an event that needs it
+//! links ([`Entry`], [`tools`]), the bodies of the messages in the view (as appended, or the
+//! small rendering of their edit), the text of the summaries still current. A message's body leaves memory when it leaves the view; an event that needs it
 //! again (a restore, a second edit of the same message) is applied after [`State::hydrate`]
 //! handed it over, read back from the log by whoever applies the event
 //! ([`State::bodies_needed`] says which). Hydration fills a cache: what the fold computes is the
@@ -170,8 +170,9 @@ pub enum Invariant {
     BodyLoaded,
     /// `ImportCompleted` ends an unfinished import once every announced message is appended.
     ImportCompleted,
-    /// A session indexes at most 2^31 − 1 tool calls and 2^32 − 1 tool links (a bound no real
-    /// session nears; beyond it an append is refused rather than mis-indexed).
+    /// A session indexes at most 2^31 − 1 tool calls, 2^32 − 1 tool links, and tool links of
+    /// messages below seq 2^32 − 1 (bounds no real session nears; beyond them an append is
+    /// refused rather than mis-indexed).
     ToolCapacity,
 }
 
@@ -201,6 +202,8 @@ pub struct State {
     info: Option<SessionInfo>,
     version: Version,
     entries: Vec<Entry>,
+    /// The bodies of the messages in the view: as appended, or as their edit shows them.
+    bodies: BTreeMap<u64, Arc<Message>>,
     tools: ToolIndex,
     media: BTreeMap<u64, Box<str>>,
     summaries: Summaries,
@@ -263,13 +266,13 @@ impl State {
     /// The message `seq` as appended, when it is in the view unedited (otherwise it is in the
     /// log: `Session::messages`).
     pub fn original(&self, seq: u64) -> Option<&Arc<Message>> {
-        self.entry(seq).and_then(Entry::original)
+        self.entry(seq).filter(|e| e.edit.is_none()).and_then(|_| self.bodies.get(&seq))
     }
 
     /// The message `seq` as the view shows it (as appended, or as its edit shows it), when it
     /// is in the view.
     pub fn shown(&self, seq: u64) -> Option<&Arc<Message>> {
-        self.entry(seq).and_then(Entry::shown)
+        self.bodies.get(&seq)
     }
 
     /// Where the import that created this session stands (`None`: not an import).
@@ -354,7 +357,7 @@ impl State {
 
     /// Seq of the message that makes call `id`.
     pub fn call_seq(&self, id: &str) -> Option<u64> {
-        self.tools.pair(id).map(|p| p.call)
+        self.tools.pair(id).map(|p| p.call())
     }
 
     /// Seq of the message that answers call `id`.
@@ -379,7 +382,7 @@ impl State {
             Link::Result(_) => None,
         });
         let owners = self.tool_links(seq).filter_map(|l| match l {
-            Link::Result(p) => Some(p.call),
+            Link::Result(p) => Some(p.call()),
             Link::Call(_) => None,
         });
         calls.chain(owners).collect()
@@ -513,7 +516,7 @@ impl State {
             _ => return Vec::new(),
         };
         let mut out: Vec<u64> =
-            seqs.into_iter().filter(|&s| self.entry(s).is_some_and(|e| e.original().is_none())).collect();
+            seqs.into_iter().filter(|&s| self.entry(s).is_some() && self.original(s).is_none()).collect();
         out.sort_unstable();
         out.dedup();
         out
@@ -718,7 +721,7 @@ impl State {
         if e.seq != count {
             return fail(Invariant::SeqDense, format!("seq {} appended at message count {count}", e.seq));
         }
-        if !self.tools.room_for(&e.message) {
+        if !self.tools.room_for(e.seq, &e.message) {
             return fail(
                 Invariant::ToolCapacity,
                 format!("seq {}: the session already indexes {} tool calls", e.seq, tools::MAX_PAIRS),
@@ -831,10 +834,10 @@ impl State {
                         None => return Err(format!("a call at seq {seq} has no result yet")),
                         _ => {}
                     },
-                    Link::Result(p) if !inside(p.call) => {
+                    Link::Result(p) if !inside(p.call()) => {
                         return Err(format!(
                             "the result at seq {seq} answers the call at seq {}, outside {from}..{to}",
-                            p.call
+                            p.call()
                         ))
                     }
                     Link::Result(_) => {}
@@ -910,6 +913,7 @@ impl State {
                 }
                 grow(&mut self.entries);
                 self.entries.push(Entry::new(version, e.tokens, m, links));
+                self.bodies.insert(seq, Arc::new(m.clone()));
                 // Appends never hide anything, so the view just grows.
                 self.view.push(ViewItem { seq, item: Item::Message(seq), tokens: e.tokens });
                 self.view_tokens += u64::from(e.tokens);
@@ -941,7 +945,10 @@ impl State {
                 if let Some(entry) = usize::try_from(e.seq).ok().and_then(|i| self.entries.get_mut(i)) {
                     let tokens = shown.as_ref().map_or(0, |m| estimator.message(m));
                     entry.edit = Some(EditRecord { kind: e.kind, tokens });
-                    entry.body = shown;
+                    match shown {
+                        Some(m) => self.bodies.insert(e.seq, m),
+                        None => self.bodies.remove(&e.seq),
+                    };
                     // An edit touches one visible message: patch the view in place instead of
                     // rebuilding it, so a ladder pass of many edits stays cheap.
                     if let Some(item) = pos.and_then(|p| self.view.get_mut(p)) {
@@ -963,7 +970,9 @@ impl State {
                     if let Some(entry) = usize::try_from(seq).ok().and_then(|i| self.entries.get_mut(i)) {
                         entry.edit = None;
                         entry.restored = seq < flushed;
-                        entry.body = original;
+                        if let Some(m) = original {
+                            self.bodies.insert(seq, m);
+                        }
                     }
                 }
                 self.changed();
@@ -1014,8 +1023,8 @@ impl State {
             let Item::Message(seq) = it.item else { continue };
             for link in self.tool_links(seq) {
                 match link {
-                    Link::Result(p) if !self.in_view(p.call) => {
-                        return Err(format!("seq {seq} answers a call of seq {}, which is not in the view", p.call))
+                    Link::Result(p) if !self.in_view(p.call()) => {
+                        return Err(format!("seq {seq} answers a call of seq {}, which is not in the view", p.call()))
                     }
                     Link::Call(p) if p.result().is_some_and(|r| !self.in_view(r)) => {
                         return Err(format!(
@@ -1044,16 +1053,20 @@ impl State {
             if in_view {
                 next = view.next();
             }
-            if e.body.is_some() != in_view {
-                return Err(format!("seq {seq}: in the view {in_view}, holds a body {}", e.body.is_some()));
+            let body = self.bodies.get(&seq);
+            if body.is_some() != in_view {
+                return Err(format!("seq {seq}: in the view {in_view}, holds a body {}", body.is_some()));
             }
             // An edited message holds its rendering, never its (bigger) original.
-            if let (Some(body), Some(edit)) = (&e.body, e.edit) {
+            if let (Some(body), Some(edit)) = (body, e.edit) {
                 let seen = self.estimator().message(body);
                 if seen != edit.tokens {
                     return Err(format!("seq {seq}: its body counts {seen} tokens, its edit {}", edit.tokens));
                 }
             }
+        }
+        if self.bodies.len() != self.view.iter().filter(|it| matches!(it.item, Item::Message(_))).count() {
+            return Err(format!("{} bodies for the view's messages", self.bodies.len()));
         }
         Ok(())
     }
@@ -1067,7 +1080,7 @@ impl State {
 
     /// [`State::heap_bytes`], part by part.
     pub fn heap_report(&self) -> HeapReport {
-        let bodies = self.entries.iter().filter_map(|e| e.body.as_ref()).map(HeapSize::heap_bytes).sum();
+        let bodies = self.bodies.heap_bytes();
         let import = self.import.as_ref().map_or(0, |i| i.source.transcript_sha256.heap_bytes());
         HeapReport {
             bodies,
@@ -1095,20 +1108,13 @@ impl State {
 
     fn rebuild_view(&mut self) {
         self.rebuild_items();
-        // A message that left the view leaves memory (its record keeps it).
-        let mut next = 0usize;
+        // A message that left the view leaves memory (its record keeps it). A rebuild never
+        // brings a message in: only appends and restores do, with their bodies.
         let view = &self.view;
-        for (seq, e) in self.entries.iter_mut().enumerate() {
-            let seq = seq as u64;
-            while view.get(next).is_some_and(|it| it.seq < seq || matches!(it.item, Item::Summary(_)) && it.seq == seq)
-            {
-                next += 1;
-            }
-            let in_view = matches!(view.get(next), Some(ViewItem { item: Item::Message(s), .. }) if *s == seq);
-            if !in_view {
-                e.body = None;
-            }
-        }
+        self.bodies.retain(|&seq, _| {
+            let pos = view.partition_point(|it| it.seq < seq);
+            matches!(view.get(pos), Some(ViewItem { item: Item::Message(s), .. }) if *s == seq)
+        });
     }
 
     fn rebuild_items(&mut self) {

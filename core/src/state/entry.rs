@@ -1,13 +1,6 @@
-//! One appended message as the state keeps it: the few facts the policies need (role, pinned,
-//! tool result, media, tokens, edit), where its record is, and its body only while it is in
-//! the view.
-//!
-//! **Architecture Invariant:** an entry holds a body exactly while its message is in the view:
-//! the message as appended when it is unedited, the (small) rendering of its edit when it is
-//! truncated or stubbed. Everything else is read back from the log (the entry's `version`)
-//! when needed, so a session's memory follows its view, not its length.
-
-use std::sync::Arc;
+//! One appended message as the state keeps it (32 bytes): the few facts the policies need
+//! (role, pinned, tool result, media, tokens, edit) and where its record is. Its body is kept
+//! apart, and only while it is in the view (`State::shown`).
 
 use serde::{Deserialize, Serialize};
 
@@ -35,11 +28,9 @@ const PINNED: u8 = 1;
 const TOOL_RESULT: u8 = 2;
 const MEDIA: u8 = 4;
 
-/// One appended message and what the view does with it (40 bytes).
+/// One appended message and what the view does with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
-    /// While in the view: the message as appended if unedited, as its edit shows it otherwise.
-    pub(super) body: Option<Arc<Message>>,
     /// Version of its `MessageAppended` record, where its body is read back from.
     pub version: Version,
     /// Where its tool links start in the state's tool index.
@@ -65,15 +56,7 @@ impl Entry {
         if has_media(m) {
             bits |= MEDIA;
         }
-        Entry {
-            version,
-            tokens,
-            edit: None,
-            restored: false,
-            traits: Traits { role: m.role, bits },
-            links,
-            body: Some(Arc::new(m.clone())),
-        }
+        Entry { version, tokens, edit: None, restored: false, traits: Traits { role: m.role, bits }, links }
     }
 
     /// Its role.
@@ -109,17 +92,6 @@ impl Entry {
     /// Removed by an edit.
     pub fn is_removed(&self) -> bool {
         self.edit.is_some_and(|e| e.kind == EditKind::Removed)
-    }
-
-    /// The message as the view shows it: as appended, or as its edit shows it. Only while it
-    /// is in the view.
-    pub fn shown(&self) -> Option<&Arc<Message>> {
-        self.body.as_ref()
-    }
-
-    /// The message as appended, when it is in the view unedited.
-    pub fn original(&self) -> Option<&Arc<Message>> {
-        self.body.as_ref().filter(|_| self.edit.is_none())
     }
 }
 

@@ -2,12 +2,13 @@
 //! name, kept without the messages themselves so the policies can walk tool groups of messages
 //! whose bodies are no longer in memory.
 //!
-//! Ids are indexed by the first 128 bits of their sha256: two different ids share a key with
-//! the odds of a blob-id collision, and a key costs 16 bytes whatever the provider's id length.
+//! Ids are indexed by the first 96 bits of their sha256: two different ids share a key with
+//! negligible odds (about 10^-15 for ten million ids in one session), and a key costs 12 bytes
+//! whatever the provider's id length.
 //! Each message's links (the pairs it calls or answers, in message order) sit in one flat
-//! arena of 32-bit slots, so a message costs one index into it. At most [`MAX_PAIRS`] calls and
-//! `u32::MAX` links are indexed; the fold refuses a message beyond that (far beyond any
-//! session: the keys alone would take tens of gigabytes).
+//! arena of 32-bit slots, so a message costs one index into it, and a pair 12 bytes. At most
+//! [`MAX_PAIRS`] calls, `u32::MAX` links and seqs below `u32::MAX` are indexed; the fold refuses
+//! a message beyond that (far beyond any session: the keys alone would take tens of gigabytes).
 
 use std::collections::BTreeMap;
 
@@ -18,37 +19,42 @@ use crate::message::Message;
 
 /// A tool call id as the index keys it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ToolKey([u8; 16]);
+pub struct ToolKey([u8; 12]);
 
 impl ToolKey {
     /// The key of `id`.
     pub fn of(id: &str) -> ToolKey {
         let digest = Sha256::digest(id.as_bytes());
-        let mut key = [0u8; 16];
-        key.copy_from_slice(digest.get(..16).unwrap_or_default());
+        let mut key = [0u8; 12];
+        key.copy_from_slice(digest.get(..12).unwrap_or_default());
         ToolKey(key)
     }
 }
 
 /// One call id: the message that makes it (the latest, should an id be reused) and the one
-/// that answers it (24 bytes).
+/// that answers it (12 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pair {
     /// Seq of the message making the call.
-    pub call: u64,
+    call: u32,
     /// Seq of the message answering it, [`UNANSWERED`] until answered.
-    answer: u64,
+    answer: u32,
     /// The tool's name (index into the name table).
     name: u32,
 }
 
-/// `Pair::answer` of a call without a result.
-const UNANSWERED: u64 = u64::MAX;
+/// `Pair::answer` of a call without a result (and the first seq the index cannot hold).
+const UNANSWERED: u32 = u32::MAX;
 
 impl Pair {
+    /// Seq of the message making the call.
+    pub fn call(&self) -> u64 {
+        u64::from(self.call)
+    }
+
     /// Seq of the message answering the call, once answered.
     pub fn result(&self) -> Option<u64> {
-        (self.answer != UNANSWERED).then_some(self.answer)
+        (self.answer != UNANSWERED).then_some(u64::from(self.answer))
     }
 }
 
@@ -93,15 +99,19 @@ impl ToolIndex {
         u32::try_from(self.arena.len()).unwrap_or(u32::MAX)
     }
 
-    /// Whether `m`'s calls and results still fit the index (see [`MAX_PAIRS`]).
-    pub fn room_for(&self, m: &Message) -> bool {
-        fits(self.pairs.len(), self.arena.len(), m.call_ids().count(), m.result_ids().count())
+    /// Whether message `seq`'s calls and results still fit the index (see [`MAX_PAIRS`]).
+    pub fn room_for(&self, seq: u64, m: &Message) -> bool {
+        let (calls, results) = (m.call_ids().count(), m.result_ids().count());
+        (calls + results == 0 || seq < u64::from(UNANSWERED))
+            && fits(self.pairs.len(), self.arena.len(), calls, results)
     }
 
     /// Indexes message `seq`'s calls, then its results (already validated: every result
     /// answers a known call, and there is room). Returns where its links start.
     pub fn add(&mut self, seq: u64, m: &Message) -> u32 {
         let start = self.next_link();
+        // `room_for` refused a message with tool links at a seq the index cannot hold.
+        let seq = u32::try_from(seq).unwrap_or(UNANSWERED);
         for id in m.call_ids() {
             let name = self.intern(tool_name(m, id).unwrap_or("tool"));
             let key = ToolKey::of(id);
@@ -208,6 +218,15 @@ mod tests {
         assert!(fits(MAX_PAIRS, 10, 0, 5), "results need no new pair");
         assert!(!fits(0, u32::MAX as usize - 2, 1, 1), "the arena is full");
         assert!(!fits(usize::MAX, usize::MAX, usize::MAX, usize::MAX), "no overflow");
+        let call = crate::wire::parse_message(
+            r#"{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"ls","input":{}}]}"#,
+        )
+        .unwrap();
+        let plain = crate::wire::parse_message(r#"{"role":"user","content":"hi"}"#).unwrap();
+        let index = ToolIndex::default();
+        assert!(index.room_for(u64::from(u32::MAX) - 1, &call));
+        assert!(!index.room_for(u64::from(u32::MAX), &call), "a seq the pairs cannot hold");
+        assert!(index.room_for(u64::MAX, &plain), "a message without tool links needs no room");
     }
 
     #[test]
@@ -227,6 +246,6 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["ls", "cat"]);
-        assert_eq!(index.pair("b").map(|p| (p.call, p.result())), Some((4, None)));
+        assert_eq!(index.pair("b").map(|p| (p.call(), p.result())), Some((4, None)));
     }
 }
