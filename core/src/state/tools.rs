@@ -76,7 +76,7 @@ const RESULT: u32 = 1 << 31;
 /// The index. Appends only: a message's links are fixed when it is appended.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolIndex {
-    keys: BTreeMap<ToolKey, u32>,
+    keys: Keys,
     pairs: Vec<Pair>,
     arena: Vec<u32>,
     names: Vec<Box<str>>,
@@ -90,7 +90,7 @@ impl ToolIndex {
     }
 
     fn pair_of(&self, key: ToolKey) -> Option<Pair> {
-        self.keys.get(&key).and_then(|&i| self.pairs.get(i as usize)).copied()
+        self.keys.get(&key).and_then(|i| self.pairs.get(i as usize)).copied()
     }
 
     /// Where the next message's links start.
@@ -115,7 +115,7 @@ impl ToolIndex {
         for id in m.call_ids() {
             let name = self.intern(tool_name(m, id).unwrap_or("tool"));
             let key = ToolKey::of(id);
-            let index = match self.keys.get(&key).copied() {
+            let index = match self.keys.get(&key) {
                 Some(i) => i,
                 None => {
                     let Ok(i) = u32::try_from(self.pairs.len()) else { continue };
@@ -134,7 +134,7 @@ impl ToolIndex {
             self.arena.push(index);
         }
         for id in m.result_ids() {
-            let Some(index) = self.keys.get(&ToolKey::of(id)).copied() else { continue };
+            let Some(index) = self.keys.get(&ToolKey::of(id)) else { continue };
             if let Some(p) = self.pairs.get_mut(index as usize) {
                 p.answer = seq;
             }
@@ -171,7 +171,7 @@ impl ToolIndex {
     /// Heap bytes held (see [`crate::state::State::heap_bytes`]).
     pub fn heap_bytes(&self) -> usize {
         use super::heap::{btree_bytes, HeapSize};
-        btree_bytes::<ToolKey, u32>(self.keys.len())
+        self.keys.heap_bytes()
             + self.pairs.heap_bytes()
             + self.arena.heap_bytes()
             + self.names.heap_bytes()
@@ -183,6 +183,50 @@ impl ToolIndex {
 /// Whether `calls` more pairs and `calls + results` more links fit next to `pairs` and `links`.
 fn fits(pairs: usize, links: usize, calls: usize, results: usize) -> bool {
     pairs.saturating_add(calls) <= MAX_PAIRS && links.saturating_add(calls).saturating_add(results) < u32::MAX as usize
+}
+
+/// Key → pair index: a sorted vector (16 bytes a key, copied by a `memcpy` when the state is
+/// copied for a plan) plus a small B-tree of recent keys, merged into the vector whenever it
+/// reaches a sixteenth of it, so an insert costs O(log n) plus an amortized copy of 16 keys.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Keys {
+    sorted: Vec<(ToolKey, u32)>,
+    recent: BTreeMap<ToolKey, u32>,
+}
+
+impl Keys {
+    fn get(&self, key: &ToolKey) -> Option<u32> {
+        self.recent.get(key).copied().or_else(|| {
+            let i = self.sorted.binary_search_by(|(k, _)| k.cmp(key)).ok()?;
+            self.sorted.get(i).map(|(_, v)| *v)
+        })
+    }
+
+    /// Adds a key that is not there yet.
+    fn insert(&mut self, key: ToolKey, value: u32) {
+        self.recent.insert(key, value);
+        if self.recent.len() >= (self.sorted.len() / 16).max(256) {
+            self.merge();
+        }
+    }
+
+    fn merge(&mut self) {
+        let mut merged = Vec::with_capacity((self.sorted.len() + self.recent.len()) * 9 / 8);
+        let mut old = std::mem::take(&mut self.sorted).into_iter().peekable();
+        for (k, v) in std::mem::take(&mut self.recent) {
+            while let Some(o) = old.next_if(|(ok, _)| *ok < k) {
+                merged.push(o);
+            }
+            merged.push((k, v));
+        }
+        merged.extend(old);
+        self.sorted = merged;
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.sorted.capacity() * std::mem::size_of::<(ToolKey, u32)>()
+            + super::heap::btree_bytes::<ToolKey, u32>(self.recent.len())
+    }
 }
 
 /// Makes room for one more element, growing by an eighth rather than doubling: these vectors
@@ -227,6 +271,21 @@ mod tests {
         assert!(index.room_for(u64::from(u32::MAX) - 1, &call));
         assert!(!index.room_for(u64::from(u32::MAX), &call), "a seq the pairs cannot hold");
         assert!(index.room_for(u64::MAX, &plain), "a message without tool links needs no room");
+    }
+
+    #[test]
+    fn keys_are_found_before_and_after_every_merge() {
+        let mut keys = Keys::default();
+        let ids: Vec<String> = (0..3_000).map(|i| format!("call_{i}")).collect();
+        for (i, id) in ids.iter().enumerate() {
+            keys.insert(ToolKey::of(id), i as u32);
+            // The latest and an early one are found, whichever part holds them.
+            assert_eq!(keys.get(&ToolKey::of(id)), Some(i as u32));
+            assert_eq!(keys.get(&ToolKey::of(&ids[i / 2])), Some((i / 2) as u32));
+        }
+        assert!(keys.sorted.len() > 2_000 && keys.recent.len() < 256, "merged: {}", keys.sorted.len());
+        assert!(keys.sorted.windows(2).all(|w| w[0].0 < w[1].0), "sorted");
+        assert_eq!(keys.get(&ToolKey::of("call_3000")), None);
     }
 
     #[test]
