@@ -11,3 +11,4 @@ pub mod conformance;
 pub mod conformance_fixtures;
 pub mod engine_fixtures;
 pub mod scenario;
+pub mod store_files;
