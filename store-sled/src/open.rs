@@ -90,12 +90,30 @@ fn fingerprint(dir: &Path) -> std::io::Result<BTreeMap<PathBuf, (u64, Option<Sys
     Ok(out)
 }
 
+/// Copies a file and makes the copy writable by us: sled writes to the files it opens, and a
+/// copy of a read-only store would keep the original's read-only permissions.
+fn copy_file(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::copy(from, to)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o600))
+    }
+    #[cfg(not(unix))]
+    {
+        let mut perms = std::fs::metadata(to)?.permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(to, perms)
+    }
+}
+
 fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     // The mirror first: it may only be behind what the copy of sled's files holds, never ahead.
     let heads = from.join(mirror::FILE);
     if heads.is_file() {
-        std::fs::copy(&heads, to.join(mirror::FILE))?;
+        copy_file(&heads, &to.join(mirror::FILE))?;
     }
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
@@ -103,7 +121,7 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
         if entry.file_type()?.is_dir() {
             copy_tree(&entry.path(), &dest)?;
         } else if entry.file_name() != mirror::FILE {
-            std::fs::copy(entry.path(), &dest)?;
+            copy_file(&entry.path(), &dest)?;
         }
     }
     Ok(())
