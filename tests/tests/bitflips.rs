@@ -276,12 +276,17 @@ fn sqlite_flips_in_a_hot_wal_never_drop_later_commits_silently() {
         }
         sf::copy_dir(live.path(), killed.path());
     }
-    let url = backend.url(killed.path());
     let sid = id.to_string();
-    let (code, pristine_timeline, err) = cli(&["replay", "--json", "--store", &url, "--session", &sid]);
-    assert_eq!(code, 0, "{err}");
     let wal = killed.path().join("ctxlog.db-wal");
     let bytes = std::fs::read(&wal).unwrap();
+    let pristine_timeline = {
+        let scratch = tempfile::tempdir().unwrap();
+        sf::copy_dir(killed.path(), scratch.path());
+        let (code, timeline, err) =
+            cli(&["replay", "--json", "--store", &backend.url(scratch.path()), "--session", &sid]);
+        assert_eq!(code, 0, "{err}");
+        timeline
+    };
     let page = u32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize;
     let frame = 24 + page;
     let frames = (bytes.len() - 32) / frame;
@@ -289,7 +294,7 @@ fn sqlite_flips_in_a_hot_wal_never_drop_later_commits_silently() {
     let last_tx = (0..frames - 1).rev().find(|&i| commit(i)).map_or(0, |i| i + 1);
     assert!(frames > 40 && last_tx > frames / 2, "{frames} frames, last transaction from frame {last_tx}");
     let mut rng = Rng(DEFAULT_SEED);
-    let (mut detected, mut in_last, mut last_kept) = (0, 0, 0);
+    let (mut detected, mut harmless, mut lost, mut modified) = (0, 0, Vec::new(), 0);
     for _ in 0..120 {
         let at = 32 + rng.below((frames * frame) as u64) as usize;
         let scratch = tempfile::tempdir().unwrap();
@@ -298,27 +303,26 @@ fn sqlite_flips_in_a_hot_wal_never_drop_later_commits_silently() {
         let before = sf::checksums(scratch.path());
         let url = backend.url(scratch.path());
         let (code, out, err) = cli(&["verify", "--store", &url]);
+        modified += usize::from(!sf::changes(&before, &sf::checksums(scratch.path())).is_empty());
         let (_, timeline, _) = cli(&["replay", "--json", "--store", &url, "--session", &sid]);
-        assert_eq!(sf::changes(&before, &sf::checksums(scratch.path())), Vec::<String>::new(), "byte {at}");
-        let frame_no = (at - 32) / frame;
-        if frame_no >= last_tx {
-            in_last += 1;
-        }
         if code == 4 {
             assert!(err.contains("ctxlog.db-wal") && err.contains("drop"), "byte {at}: {out}{err}");
             detected += 1;
+        } else if code == 0 && timeline == pristine_timeline {
+            // In the frames of the empty transaction that seals the last append (or in bytes
+            // SQLite does not read): dropping it loses nothing.
+            harmless += 1;
         } else {
-            // Harmless: in the frames of the empty transaction that seals the last append (or
-            // in bytes SQLite does not read), dropping it loses nothing.
-            assert_eq!((code, &timeline), (0, &pristine_timeline), "byte {at} (frame {frame_no}): {out}{err}");
-            last_kept += usize::from(frame_no >= last_tx);
+            let kept = timeline.lines().count();
+            lost.push(format!("byte {at} (frame {}): exit {code}, {kept} of 16 calls left", (at - 32) / frame));
         }
     }
     println!(
-        "hot -wal of {frames} frames: 120 flips, {detected} reported naming the -wal, {} harmless; {in_last} in the \
-         last (sealing) transaction, {last_kept} of them harmless",
-        120 - detected
+        "hot -wal of {frames} frames: 120 flips, {detected} reported naming the -wal, {harmless} harmless, {} silent \
+         losses, {modified} changed the store",
+        lost.len()
     );
+    assert!(lost.is_empty() && modified == 0, "{lost:#?}");
     assert!(detected > 60, "{detected}");
 }
 
@@ -338,7 +342,7 @@ fn sqlite_flips_in_interior_pages_are_reported_and_never_turn_appends_into_confl
     let interior: Vec<usize> = (1..bytes.len() / page).filter(|&n| matches!(bytes[n * page], 0x02 | 0x05)).collect();
     assert!(interior.len() >= 2, "the session is large enough for interior pages: {interior:?}");
     let mut rng = Rng(DEFAULT_SEED ^ 3);
-    let (mut detected, mut harmless) = (0, 0);
+    let (mut detected, mut harmless, mut silent, mut conflicts) = (0, 0, Vec::new(), Vec::new());
     let sid = fx.session.to_string();
     for k in 0..80 {
         let n = interior[k % interior.len()];
@@ -349,14 +353,16 @@ fn sqlite_flips_in_interior_pages_are_reported_and_never_turn_appends_into_confl
         sf::flip_bit(&Backend::Sqlite.path(scratch.path()), at as u64 * 8 + rng.below(8));
         let url = fx.url(scratch.path());
         let (code, out, err) = cli(&["verify", "--store", &url]);
+        let (_, timeline, _) = cli(&["replay", "--json", "--store", &url, "--session", &sid]);
         match code {
             4 => detected += 1,
-            0 => {
-                let (_, timeline, _) = cli(&["replay", "--json", "--store", &url, "--session", &sid]);
-                assert_eq!(timeline, fx.timeline, "page {n} byte {at}: verify passed but the session changed");
-                harmless += 1;
-            }
-            _ => panic!("page {n} byte {at}: exit {code}: {out}{err}"),
+            0 if timeline == fx.timeline => harmless += 1,
+            _ => silent.push(format!(
+                "page {} byte {at}: exit {code}, {} of {} calls: {out}{err}",
+                n + 1,
+                timeline.lines().count(),
+                fx.timeline.lines().count()
+            )),
         }
         // A writer appending next: damage is Corrupt (or the append works), never a Conflict.
         if let Ok(store) = ctxlog_store_sqlite::SqliteStore::open(Backend::Sqlite.path(scratch.path())) {
@@ -364,9 +370,18 @@ fn sqlite_flips_in_interior_pages_are_reported_and_never_turn_appends_into_confl
             if let Ok(head) = store.head(fx.session) {
                 let head = head.unwrap_or(0);
                 let r = store.append(fx.session, ExpectedVersion::Exact(head), &[Record::seal(b"next".to_vec())]);
-                assert!(!matches!(r, Err(StoreError::Conflict { .. })), "page {n} byte {at}: {r:?}");
+                if matches!(r, Err(StoreError::Conflict { .. })) {
+                    conflicts.push(format!("page {} byte {at}: {r:?}", n + 1));
+                }
             }
         }
     }
-    println!("interior pages {interior:?}: 80 flips, {detected} reported, {harmless} harmless");
+    println!(
+        "interior pages {:?}: 80 flips, {detected} reported, {harmless} harmless, {} silent losses, {} appends \
+         refused as Conflict",
+        interior.iter().map(|n| n + 1).collect::<Vec<_>>(),
+        silent.len(),
+        conflicts.len()
+    );
+    assert!(silent.is_empty() && conflicts.is_empty(), "{silent:#?}\n{conflicts:#?}");
 }
