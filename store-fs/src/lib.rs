@@ -395,15 +395,7 @@ impl FsStore {
         file.seek(SeekFrom::Start(torn.offset))
             .and_then(|_| file.read_to_end(&mut tail))
             .map_err(|e| io_err(log, &format!("read torn tail at offset {}", torn.offset), e))?;
-        let (quarantine, mut out) = (0u32..)
-            .map(|n| {
-                let path = scan::quarantine_name(log, torn.offset, n);
-                let created = OpenOptions::new().write(true).create_new(true).open(&path);
-                (path, created)
-            })
-            .find(|(_, r)| !matches!(r, Err(e) if e.kind() == io::ErrorKind::AlreadyExists))
-            .map(|(p, r)| r.map(|f| (p.clone(), f)).map_err(|e| io_err(&p, "create quarantine file", e)))
-            .unwrap_or_else(|| Err(io_err(log, "create quarantine file", io::ErrorKind::AlreadyExists.into())))?;
+        let (quarantine, mut out) = create_quarantine_file(log, torn.offset)?;
         out.write_all(&tail)
             .and_then(|()| self.sync.all(&out, &quarantine))
             .map_err(|e| io_err(&quarantine, "write quarantine file", e))?;
@@ -495,6 +487,20 @@ impl FsStore {
         }
         out.sort();
         Ok(out)
+    }
+}
+
+/// Creates the first free `<log>.torn-<offset>[.<n>]` (an earlier repair at the same offset
+/// keeps its file).
+fn create_quarantine_file(log: &Path, offset: u64) -> Result<(PathBuf, File), StoreError> {
+    let mut n = 0;
+    loop {
+        let path = scan::quarantine_name(log, offset, n);
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < u32::MAX => n += 1,
+            Err(e) => return Err(io_err(&path, "create quarantine file", e)),
+        }
     }
 }
 

@@ -2,16 +2,17 @@
 //!
 //! One database file holds every stream. A writer runs in WAL mode with `synchronous=FULL`,
 //! so an `append` that returns `Ok` has been fsynced (one fsync per transaction, i.e. per
-//! batch: group commit is "pass many records to one `append`"), and then checkpoints the WAL
-//! into the database file (`wal_checkpoint(TRUNCATE)`, never waiting for readers), so that an
-//! acknowledged write does not stay in the `-wal` file, where SQLite's recovery would drop it
-//! silently after a flipped bit in an earlier frame.
+//! batch: group commit is "pass many records to one `append`"). Every append is then followed
+//! by an empty transaction (the *seal*), so that no acknowledged append is ever the last
+//! transaction of the `-wal`: damage there would look like a torn write, which SQLite's
+//! recovery drops without an error; anywhere else it is followed by a commit, and reported.
 //!
 //! Schema (version [`SCHEMA_VERSION`], recorded in `PRAGMA user_version`):
 //!
 //! ```sql
 //! records(stream BLOB, version INTEGER, bytes BLOB, PRIMARY KEY(stream, version)) WITHOUT ROWID
 //! heads(stream BLOB PRIMARY KEY, head INTEGER, last_hash BLOB) WITHOUT ROWID  -- the mirror
+//! wal_seal(id INTEGER PRIMARY KEY CHECK (id = 0), n INTEGER)                   -- the seal
 //! blobs(id TEXT PRIMARY KEY, bytes BLOB)
 //! snapshots(stream BLOB PRIMARY KEY, version INTEGER, bytes BLOB)
 //! ```
@@ -56,6 +57,10 @@ const BACKEND: &str = "sqlite";
 /// How long a writer waits for another connection's write lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// SQLite checkpoints the WAL once it holds this many pages (its default), which bounds the
+/// `-wal` a killed writer leaves behind.
+pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 1000;
+
 /// A [`Store`] in one SQLite database. `Send + Sync`: the connection sits behind a mutex, so
 /// calls from several threads are serialised (SQLite admits one writer at a time anyway).
 pub struct SqliteStore {
@@ -67,6 +72,9 @@ pub struct SqliteStore {
     mirror: bool,
     /// A read-only open of a database with a hot `-wal` and no `-shm` works on a copy.
     copy: Option<tempfile::TempDir>,
+    /// A writer's second connection, `synchronous=NORMAL`, that commits the seal after each
+    /// append (see [`SqliteStore::seal`]). Locked only while `conn` is held.
+    sealer: Option<Mutex<Connection>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -113,16 +121,40 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// How many times a `-wal` that keeps changing while it is read is read again.
+const WAL_READS: usize = 3;
+
 /// Reads `<db>-wal` and fails if SQLite's recovery would silently drop committed transactions.
 /// Returns the scan (frames in the file), or `None` if there is no `-wal`.
+///
+/// A `-wal` that changes while it is read belongs to a running writer (in another process):
+/// SQLite then reads it through that writer's index and never recovers it, and a read taken
+/// while the writer restarts the file could mix two generations, so only a `-wal` that holds
+/// still is judged.
 fn check_wal(db: &Path) -> Result<Option<wal::WalScan>, StoreError> {
     let path = sibling(db, "-wal");
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(StoreError::backend(BACKEND, format!("{}: read", path.display()), e)),
-    };
-    let scan = wal::scan(&bytes, &path);
+    let stamp = || std::fs::metadata(&path).map(|m| (m.len(), m.modified().ok()));
+    let mut scan = None;
+    for _ in 0..WAL_READS {
+        let before = match stamp() {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::backend(BACKEND, format!("{}: stat", path.display()), e)),
+        };
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::backend(BACKEND, format!("{}: read", path.display()), e)),
+        };
+        let read = wal::scan(&bytes, &path);
+        if stamp().ok() == Some(before) {
+            scan = Some(read);
+            break;
+        }
+        // Changing under us: a live writer. Keep what was read, without a verdict.
+        scan = Some(wal::WalScan { damage: None, ..read });
+    }
+    let Some(scan) = scan else { return Ok(None) };
     match &scan.damage {
         Some(damage) => Err(StoreError::Damaged {
             backend: BACKEND,
@@ -163,9 +195,18 @@ impl SqliteStore {
         let location = path.display().to_string();
         check_wal(path)?;
         let conn = Connection::open(path).map_err(|e| err(&location, "open", e))?;
-        let store = Self::init_writer(conn, location, Some(path.to_path_buf()))?;
-        // A WAL left by an older writer (or a killed one) goes into the database now.
-        let _ = store.checkpoint(&store.lock());
+        let mut store = Self::init_writer(conn, location, Some(path.to_path_buf()))?;
+        let sealer = Connection::open(path).map_err(|e| err(&store.location, "open the seal connection", e))?;
+        sealer.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&store.location, "set busy_timeout", e))?;
+        // The seal need not be durable: it only has to follow the append in the file, and
+        // NORMAL keeps WAL checkpoints and restarts as safe as FULL does.
+        sealer
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| err(&store.location, "set synchronous=NORMAL on the seal connection", e))?;
+        store.sealer = Some(Mutex::new(sealer));
+        // A WAL left by an older writer (or a killed one), checked above, goes into the
+        // database now.
+        store.checkpoint(&store.lock());
         Ok(store)
     }
 
@@ -228,6 +269,7 @@ impl SqliteStore {
             read_only: true,
             mirror,
             copy,
+            sealer: None,
         })
     }
 
@@ -264,11 +306,21 @@ impl SqliteStore {
         // FULL: in WAL mode NORMAL may lose the last commits on power loss, and an
         // acknowledged append must survive that.
         conn.pragma_update(None, "synchronous", "FULL").map_err(|e| err(&location, "set synchronous=FULL", e))?;
-        // The store checkpoints after every write itself; SQLite's own (PASSIVE, every 1000
-        // pages) would let the next writer reuse the WAL from its start.
-        conn.pragma_update(None, "wal_autocheckpoint", 0).map_err(|e| err(&location, "set wal_autocheckpoint", e))?;
+        // SQLite's own checkpoints (PASSIVE, once the WAL reaches 1,000 pages) bound the
+        // `-wal`; the next writer then reuses the file from its start, which the WAL check
+        // tells apart by the salts.
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+            .map_err(|e| err(&location, "set wal_autocheckpoint", e))?;
         schema::init(&mut conn, &location)?;
-        Ok(SqliteStore { conn: Mutex::new(conn), location, path, read_only: false, mirror: true, copy: None })
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            location,
+            path,
+            read_only: false,
+            mirror: true,
+            copy: None,
+            sealer: None,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -277,29 +329,32 @@ impl SqliteStore {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Copies the WAL into the database and truncates it, without waiting: if readers hold
-    /// an older snapshot the checkpoint does what it can (PASSIVE) and the next write retries.
-    /// Best effort by design: the write it follows is already durable in the WAL. Returns
-    /// whether the WAL is empty now.
-    fn checkpoint(&self, conn: &Connection) -> bool {
+    /// Copies the WAL into the database and truncates it, without waiting for readers (if
+    /// they hold an older snapshot it does what it can). Best effort by design: what it copies
+    /// is already durable in the WAL.
+    fn checkpoint(&self, conn: &Connection) {
         if self.path.is_none() || self.read_only {
-            return true;
+            return;
         }
         let _ = conn.busy_timeout(Duration::ZERO);
-        let busy = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
         let _ = conn.busy_timeout(BUSY_TIMEOUT);
-        matches!(busy, Ok(0))
     }
 
-    /// After an append: checkpoint; if readers keep the append in the WAL, commit one more,
-    /// empty transaction after it. The append is then never the last transaction of the WAL,
-    /// the one place where damage looks like a torn write that recovery drops silently
-    /// ([`wal`]); damage anywhere in it is followed by a commit and is reported.
-    fn checkpoint_or_seal(&self, conn: &Connection, stream: StreamId) {
-        if !self.checkpoint(conn) {
-            // Rewrites the row unchanged: a page image in the WAL and a commit frame, no data.
-            let _ = conn.execute("UPDATE heads SET head = head WHERE stream = ?1", params![stream.0.as_bytes()]);
-        }
+    /// Commits a seal after an append: a transaction that only increments the counter of
+    /// `wal_seal`, so the append is never the last transaction of the WAL, the one place where
+    /// damage looks like a torn write that recovery drops silently ([`wal`]). Damage anywhere
+    /// in the append's frames is then followed by a commit and reported; damage in the seal
+    /// loses nothing. The seal is committed on a second connection with `synchronous=NORMAL`:
+    /// not fsynced (the next append's fsync covers it), so it costs a write, not a device
+    /// flush. After a power cut the last append may be unsealed; after a process crash never.
+    /// (A checkpoint after every append would also keep appends out of the WAL's last
+    /// transaction, at six times the cost of a commit; `ARCHITECTURE.md`.)
+    fn seal(&self) {
+        let Some(sealer) = &self.sealer else { return };
+        let sealer = sealer.lock().unwrap_or_else(|e| e.into_inner());
+        // A failure leaves the append as durable as before, only not sealed.
+        let _ = sealer.execute("UPDATE wal_seal SET n = n + 1 WHERE id = 0", []);
     }
 
     fn refuse_if_read_only(&self, operation: &'static str) -> Result<(), StoreError> {
@@ -390,7 +445,8 @@ impl Store for SqliteStore {
             .map_err(|e| self.err_stream(stream, &format!("mirror head {version}"), e))?;
         }
         tx.commit().map_err(|e| self.err_stream(stream, &format!("commit versions {}..={version}", head + 1), e))?;
-        self.checkpoint_or_seal(&conn, stream);
+        // Still holding `conn`, so no other append comes between this one and its seal.
+        self.seal();
         Ok(version)
     }
 
@@ -467,10 +523,8 @@ impl Store for SqliteStore {
             stmt.execute(params![stream.0.as_bytes(), version_to_sql(snap.version)?, &snap.bytes])
                 .map_err(|e| self.err_stream(stream, &format!("write snapshot at version {}", snap.version), e))?;
         }
-        tx.commit().map_err(|e| self.err_stream(stream, "commit snapshot", e))?;
-        // A snapshot is a cache: losing it to damage costs a replay, so no seal.
-        self.checkpoint(&conn);
-        Ok(())
+        // A snapshot is a cache: losing it to damage costs a replay, so it needs no seal.
+        tx.commit().map_err(|e| self.err_stream(stream, "commit snapshot", e))
     }
 
     fn get_snapshot(&self, stream: StreamId) -> Result<Option<Snapshot>, StoreError> {
@@ -492,13 +546,8 @@ impl Store for SqliteStore {
         let mut stmt = conn
             .prepare_cached("INSERT OR IGNORE INTO blobs(id, bytes) VALUES (?1, ?2)")
             .map_err(|e| err(&self.location, "prepare put_blob", e))?;
-        let inserted = stmt
-            .execute(params![id.as_str(), bytes])
-            .map_err(|e| err(&self.location, &format!("write blob {id}"), e))?;
-        // A blob is written before the append that refers to it, so that append seals it.
-        if inserted > 0 {
-            self.checkpoint(&conn);
-        }
+        // A blob is written before the append that refers to it, which follows it in the WAL.
+        stmt.execute(params![id.as_str(), bytes]).map_err(|e| err(&self.location, &format!("write blob {id}"), e))?;
         Ok(id)
     }
 
@@ -521,7 +570,7 @@ impl Store for SqliteStore {
         let conn = self.lock();
         let mut report = integrity::check(&conn, &self.location, self.mirror);
         if let (Some(path), None) = (&self.path, &self.copy) {
-            // Frames still in the WAL (a killed writer's, or a checkpoint that readers blocked).
+            // Frames not yet checkpointed (a killed writer's, or a running writer's).
             if let Ok(Some(scan)) = check_wal(path) {
                 if scan.kept > 0 {
                     report.notes.push(format!(

@@ -34,6 +34,14 @@ CREATE TABLE IF NOT EXISTS heads(
 ) WITHOUT ROWID;
 ";
 
+/// One row whose counter each append's seal increments (`lib.rs`): a transaction that changes
+/// a byte, so SQLite writes a page and a commit frame for it (it skips updates that change
+/// nothing).
+const SEAL_SQL: &str = "
+CREATE TABLE IF NOT EXISTS wal_seal(id INTEGER PRIMARY KEY CHECK (id = 0), n INTEGER NOT NULL);
+INSERT OR IGNORE INTO wal_seal(id, n) VALUES (0, 0);
+";
+
 /// The hash the `heads` table keeps of a stream's last record: the first 16 bytes of its
 /// sha256 (the record carries its own crc32c; this ties the head to one exact record).
 pub(crate) fn last_hash(record: &[u8]) -> [u8; 16] {
@@ -64,6 +72,7 @@ pub(crate) fn init(conn: &mut Connection, location: &str) -> Result<(), StoreErr
         0 if tables == 0 => {
             tx.execute_batch(SCHEMA_SQL).map_err(|e| err(location, "create schema", e))?;
             tx.execute_batch(HEADS_SQL).map_err(|e| err(location, "create heads", e))?;
+            tx.execute_batch(SEAL_SQL).map_err(|e| err(location, "create wal_seal", e))?;
         }
         1 => upgrade_from_1(&tx, location)?,
         SCHEMA_VERSION => {}
@@ -81,9 +90,10 @@ pub(crate) fn init(conn: &mut Connection, location: &str) -> Result<(), StoreErr
     tx.commit().map_err(|e| err(location, "commit schema", e))
 }
 
-/// Version 1 → 2: the `heads` mirror, filled from the records as they are.
+/// Version 1 → 2: the `heads` mirror, filled from the records as they are, and the seal.
 fn upgrade_from_1(conn: &Connection, location: &str) -> Result<(), StoreError> {
     conn.execute_batch(HEADS_SQL).map_err(|e| err(location, "create heads", e))?;
+    conn.execute_batch(SEAL_SQL).map_err(|e| err(location, "create wal_seal", e))?;
     let mut last = conn
         .prepare(
             "SELECT r.stream, r.version, r.bytes FROM records r
