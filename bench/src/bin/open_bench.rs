@@ -85,7 +85,7 @@ fn main() {
         }
         let (w, r) = (median(writer), median(reader));
         println!(
-            "| {kind} | {:.1} MB | {:.1} ms | {:.1} ms | {:.1}× |",
+            "| {kind} | {:.1} MB | {:.1} ms | {:.1} ms | {:.2}× |",
             size_of(root.path()) as f64 / 1e6,
             w * 1e3,
             r * 1e3,
