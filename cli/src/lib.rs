@@ -19,7 +19,7 @@ use crate::args::{Cli, Command, ConfigArgs, DemoArgs, ImportArgs};
 use crate::error::{output as out_err, CliError};
 use crate::import::{import, ImportOptions};
 use crate::output::{details, header, json_line, row, summary, Out};
-use crate::stores::open_store;
+use crate::stores::{open_store, Access};
 use crate::transcript::{FormatArg, Transcript};
 
 /// Budget the demo runs with unless `--budget` says otherwise: small enough that the bundled
@@ -124,7 +124,7 @@ fn run_import(
     out: &mut Out<'_>,
 ) -> Result<(), CliError> {
     let (config, session) = config_of(config_args, base)?;
-    let store = open_store(&store_args.store)?;
+    let store = open_store(&store_args.store, Access::Create)?;
     // The views go to `<path>.partial` and are renamed only once the session is stored, so a
     // failed import leaves no views file that describes a session that does not exist.
     let partial = views.map(|p| {
