@@ -312,14 +312,15 @@ impl State {
     }
 
     /// System, pinned and the first human message stay verbatim through a flush, together with
-    /// the whole tool group of a pinned message (its call and every result of that call, so no
-    /// pair is split: a pinned result of a parallel call keeps its siblings too).
+    /// the whole tool group of any of them (its call and every result of that call, so no pair
+    /// is split: a pinned result of a parallel call keeps its siblings too, and a system or
+    /// first human message that makes a call keeps its result).
     pub fn kept_through_flush(&self, seq: u64) -> bool {
-        let Some(e) = self.entry(seq) else { return false };
-        let m = &e.message;
-        if m.role.is_system() || m.is_pinned() || Some(seq) == self.first_human {
+        if self.kept_verbatim(seq) {
             return true;
         }
+        let Some(e) = self.entry(seq) else { return false };
+        let m = &e.message;
         if m.call_ids().next().is_none() && m.result_ids().next().is_none() {
             return false;
         }
@@ -328,10 +329,10 @@ impl State {
         let mut i = 0;
         while let Some(&s) = group.get(i) {
             i += 1;
-            let Some(e) = self.entry(s) else { continue };
-            if e.message.is_pinned() {
+            if self.kept_verbatim(s) {
                 return true;
             }
+            let Some(e) = self.entry(s) else { continue };
             let links: Vec<u64> = e
                 .message
                 .call_ids()
@@ -345,6 +346,12 @@ impl State {
             }
         }
         false
+    }
+
+    /// Is `seq` itself one of the messages a flush never hides: system, pinned, first human?
+    fn kept_verbatim(&self, seq: u64) -> bool {
+        Some(seq) == self.first_human
+            || self.entry(seq).is_some_and(|e| e.message.role.is_system() || e.message.is_pinned())
     }
 
     /// Call ids of `seq` that have no result in the log yet.
