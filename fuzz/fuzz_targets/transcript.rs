@@ -8,8 +8,8 @@
 //!
 //! A transcript the reader refuses must get an input error naming the file and a line that
 //! exists; one it accepts must import without error, verify clean, replay to the same
-//! timeline, produce one JSON view line per call, and export every message back to the same
-//! message it was read as.
+//! timeline, produce one JSON view line per call with the recorded number of messages, and
+//! export every message back to the same message it was read as.
 
 #![no_main]
 
@@ -25,6 +25,14 @@ use ctxlog_cli::transcript::{read, FormatArg};
 use libfuzzer_sys::fuzz_target;
 
 const FILE: &str = "fuzz.jsonl";
+
+/// One line of `--views`.
+#[derive(serde::Deserialize)]
+struct ViewLine<'a> {
+    call: u64,
+    #[serde(borrow)]
+    messages: Vec<&'a serde_json::value::RawValue>,
+}
 const SESSION: &str = "00000000-0000-0000-0000-0000000f0220";
 
 fuzz_target!(|data: &[u8]| {
@@ -69,9 +77,12 @@ fuzz_target!(|data: &[u8]| {
 
     let view_lines: Vec<&[u8]> = views.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
     assert_eq!(view_lines.len(), calls);
-    for (i, line) in view_lines.iter().enumerate() {
-        let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_else(|e| panic!("view line {i}: {e}"));
-        assert_eq!(v.get("call").and_then(serde_json::Value::as_u64), Some(i as u64));
+    for ((i, line), record) in view_lines.iter().enumerate().zip(&done.timeline) {
+        // Raw messages: tool inputs are spliced verbatim, and JSON allows numbers (say 1e3182)
+        // that serde_json::Value cannot hold.
+        let view: ViewLine<'_> = serde_json::from_slice(line).unwrap_or_else(|e| panic!("view line {i}: {e}"));
+        assert_eq!(view.call, i as u64);
+        assert_eq!(view.messages.len() as u64, record.view_messages, "view line {i}");
     }
 
     let source = |b: &ctxlog::BlobId| store.get_blob(b).ok().flatten();
