@@ -7,7 +7,8 @@
   (sealed) and as bodies (what the target seals itself).
 * fs_scan: small multi-frame stream files made of golden records, framed per
   docs/log-format.md ("fs store"), clean, torn in the middle of the last frame, with a
-  zero-filled tail, with a misplaced frame, under each mode byte of the target.
+  zero-filled tail, with a misplaced frame, under each mode byte of the target, and with a
+  byte changed under the open store.
 * transcript: short transcripts from tests/golden/transcript.jsonl, OpenAI-style lines, and
   (if DEMO_EXPORT is given, e.g. `ctxlog demo --store fs:D && ctxlog export --store fs:D`)
   the demo's lines with images, tool calls and results.
@@ -101,6 +102,9 @@ def fs_seeds(records):
     write("fs_scan", "wrong-stream-mode1", b"\x01" + wrong_stream)
     write("fs_scan", "one-frame-mode0", b"\x00" + frames[0])
     write("fs_scan", "empty-mode0", b"\x00")
+    # Mode bit 3: a byte of the file changes under the open store (position, XOR mask).
+    for name, pos, mask in (("record", 200, 0x04), ("length", 1, 0x01), ("trailer", len(clean) - 1, 0x80)):
+        write("fs_scan", "flip-%s-mode8" % name, b"\x08" + struct.pack("<HB", pos, mask) + clean)
 
 
 OPENAI = [

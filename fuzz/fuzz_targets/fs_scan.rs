@@ -1,15 +1,20 @@
 //! The fs backend's recovery scan and read path, through its public API: each input becomes
-//! a stream file in a scratch store (under /dev/shm when it exists), which is opened, read,
-//! and opened again.
+//! a stream file in a scratch store (under `$CTXLOG_FUZZ_SCRATCH`, else /dev/shm when it
+//! exists), which is opened, read, and opened again.
 //!
-//! Input: one mode byte, then the file's bytes.
+//! Input: one mode byte, then (with mode bit 3) three bytes naming a flip, then the file's
+//! bytes.
 //! * mode bit 0 clear: the bytes are used as they are (mostly damage: torn tails, flipped
 //!   bits, garbage);
 //! * mode bit 0 set: the bytes are walked as frames (`docs/log-format.md`, "fs store") and every
 //!   frame's `len_crc` and `crc` are recomputed, so the scanner gets past the checksums and the
 //!   payload parser sees arbitrary stream ids, versions, counts and record lengths; bit 1
 //!   also reseals every record of a payload that parses, bit 2 leaves an overlong last frame
-//!   incomplete (a torn write) instead of shortening it to fit.
+//!   incomplete (a torn write) instead of shortening it to fit;
+//! * mode bit 3: after the first open, one byte of the file (position from the two bytes after
+//!   the mode byte, XOR mask from the third) is changed behind the open store's back: every
+//!   read must then return the records it returned before, or `Corrupt`, never other bytes
+//!   (reads re-check lengths, layout and record seals, not the whole-frame checksum).
 //!
 //! Always: `open` succeeds (damage is reported, never an open error), a repair only cuts the
 //! file to a prefix of itself, an open without repair leaves the file byte-identical, a
@@ -37,11 +42,16 @@ const OVERHEAD: usize = 12;
 const FIX_CHECKSUMS: u8 = 1;
 const RESEAL_RECORDS: u8 = 2;
 const KEEP_TORN: u8 = 4;
+const FLIP_AFTER_OPEN: u8 = 8;
 
 fn scratch() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let base = match std::env::var_os("CTXLOG_FUZZ_SCRATCH") {
+            Some(dir) => PathBuf::from(dir),
+            None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+            None => std::env::temp_dir(),
+        };
         let dir = base.join(format!("ctxlog-fuzz-fs-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         // Lay the store out once; each input then only replaces the stream file.
@@ -52,6 +62,11 @@ fn scratch() -> &'static Path {
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, raw)) = data.split_first() else { return };
+    let (flip, raw) = match (mode & FLIP_AFTER_OPEN != 0, raw) {
+        (false, raw) => (None, raw),
+        (true, [lo, hi, mask, raw @ ..]) => (Some((usize::from(u16::from_le_bytes([*lo, *hi])), (*mask).max(1))), raw),
+        (true, _) => return,
+    };
     let Ok(stream) = STREAM.parse::<StreamId>() else { return };
     let mut file = raw.to_vec();
     let expected = (mode & FIX_CHECKSUMS != 0).then(|| {
@@ -82,6 +97,23 @@ fuzz_target!(|data: &[u8]| {
     let seen = observe(&store, stream);
     if let Some(expected) = &expected {
         expected.check(&seen, !store.recovered().is_empty());
+    }
+    if let Some((at, mask)) = flip.filter(|_| !on_disk.is_empty()) {
+        let mut bytes = on_disk.clone();
+        if let Some(b) = bytes.get_mut(at % on_disk.len()) {
+            *b ^= mask;
+        }
+        std::fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let after = observe(&store, stream);
+        assert_eq!(after.head, seen.head, "the head is the open store's");
+        assert!(
+            seen.readable.starts_with(&after.readable),
+            "a byte changed under the open store was read back as different records"
+        );
+        // The next open sees the damage; it must report it, not fail.
+        drop(store);
+        drop(FsStore::open(dir).unwrap_or_else(|e| panic!("open after a flip must not fail: {e}")));
+        return;
     }
     drop(store);
 
