@@ -131,22 +131,28 @@ ANTHROPIC = [
 ]
 
 
+def transcript(name, knobs, more, lines):
+    """knobs, more: the target's two knob bytes (see fuzz_targets/transcript.rs)."""
+    write("transcript", name, bytes([knobs, more]) + b"\n".join(lines) + b"\n")
+
+
 def transcript_seeds(demo):
     lines = open(os.path.join(ROOT, "tests", "golden", "transcript.jsonl"), "rb").read().splitlines()
     short = [l for l in lines if len(l) < 700]
-    write("transcript", "golden-head-anthropic", b"\x01" + b"\n".join(short[:6]) + b"\n")
-    write("transcript", "golden-tail-auto-small-budget", b"\x00" + b"\n".join(short[-6:]) + b"\n")
-    write("transcript", "golden-mixed-cache-aware", b"\x0c" + b"\n".join(short[2:10]) + b"\n")
-    text = "\n".join(json.dumps(m) for m in OPENAI).encode() + b"\n"
-    write("transcript", "openai-auto", b"\x00" + text)
-    write("transcript", "openai-forced-budget", b"\x2a" + text)
-    text = "\n".join(json.dumps(m) for m in ANTHROPIC).encode() + b"\n"
-    write("transcript", "anthropic-media-pinned", b"\x01" + text)
+    transcript("golden-head-anthropic", 0x01, 0x00, short[:6])
+    transcript("golden-tail-auto-small-budget", 0x00, 0x00, short[-6:])
+    transcript("golden-mixed-cache-aware", 0x0C, 0x00, short[2:10])
+    # No protected tool results, truncation to 40 characters, no recent window: every level.
+    transcript("golden-tools-every-level", 0x01, 0x25, [l for l in lines if b"tool_" in l and len(l) < 900][:8])
+    openai = [json.dumps(m).encode() for m in OPENAI]
+    transcript("openai-auto", 0x00, 0x00, openai)
+    transcript("openai-forced-budget-no-summarizer", 0x2A, 0x11, openai)
+    transcript("anthropic-media-pinned", 0x01, 0x00, [json.dumps(m).encode() for m in ANTHROPIC])
     if demo:
         dl = [l for l in open(demo, "rb").read().splitlines() if len(l) < 1500]
         for i, chunk in enumerate((dl[:5], dl[5:12], [l for l in dl if b'"image"' in l][:1] + dl[12:16])):
             if chunk:
-                write("transcript", "demo-%d" % i, bytes([i * 9]) + b"\n".join(chunk) + b"\n")
+                transcript("demo-%d" % i, i * 9, 0x05 * i, chunk)
 
 
 def main():

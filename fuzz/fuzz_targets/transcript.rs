@@ -2,9 +2,12 @@
 //! line with `core/src/wire.rs`), then `import` into a memory store, `verify`, `replay` and
 //! the lossless export.
 //!
-//! Input: one knob byte (bits 0–1: `--format` auto / anthropic / openai / auto; bit 2:
-//! `--cache-aware`; bits 3–7: a budget from 300 to 12,700 tokens, small enough that the ladder,
-//! flushes, summaries and guards run), then the transcript's bytes.
+//! Input: two knob bytes, then the transcript's bytes. First byte: bits 0–1 `--format` auto /
+//! anthropic / openai / auto, bit 2 `--cache-aware`, bits 3–7 a budget from 300 to 12,700
+//! tokens (small enough that the ladder, flushes, summaries and guards run). Second byte (0 =
+//! the defaults): bits 0–1 protected tool results 5 / 0 / 1 / 2, bits 2–3 truncation to 250 /
+//! 40 / 100 / 1,000 characters, bit 4 no summarizer, bits 5–6 protected recent share 0.3 / 0 /
+//! 0.1 / 0.6 (so a few kilobytes of tool output are enough to reach every ladder level).
 //!
 //! A transcript the reader refuses must get an input error naming the file and a line that
 //! exists; one it accepts must import without error, verify clean, replay to the same
@@ -15,6 +18,7 @@
 
 use std::path::Path;
 
+use ctxlog::config::SummarizerKind;
 use ctxlog::message::Role;
 use ctxlog::replay::{replay, verify, Mode};
 use ctxlog::wire::{parse_message, to_json, Media, RenderOpts};
@@ -36,7 +40,8 @@ struct ViewLine<'a> {
 const SESSION: &str = "00000000-0000-0000-0000-0000000f0220";
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&knobs, text)) = data.split_first() else { return };
+    let [knobs, more, text @ ..] = data else { return };
+    let (knobs, more) = (*knobs, *more);
     let format = match knobs & 3 {
         1 => FormatArg::Anthropic,
         2 => FormatArg::Openai,
@@ -54,7 +59,15 @@ fuzz_target!(|data: &[u8]| {
         Err(other) => panic!("the reader may only fail with an input error, got {other:?}"),
     };
     let Ok(id) = SESSION.parse::<StreamId>() else { return };
-    let config = Config { budget: 300 + u64::from(knobs >> 3) * 400, cache_aware: knobs & 4 != 0, ..Config::default() };
+    let config = Config {
+        budget: 300 + u64::from(knobs >> 3) * 400,
+        cache_aware: knobs & 4 != 0,
+        protected_tool_results: [5, 0, 1, 2][usize::from(more & 3)],
+        truncate_chars: [250, 40, 100, 1_000][usize::from((more >> 2) & 3)],
+        summarizer: if more & 16 != 0 { SummarizerKind::None } else { SummarizerKind::Extractive },
+        protected_recent_ratio: [0.3, 0.0, 0.1, 0.6][usize::from((more >> 5) & 3)],
+        ..Config::default()
+    };
     let store = MemoryStore::new();
     let mut views = Vec::new();
     let opts = ImportOptions {
