@@ -591,9 +591,11 @@ fn sweep(backend: &str) {
             failures.push(format!("{injection} {cut:?}: {}", msg.unwrap_or_default()));
         }
     }
+    let kinds: Vec<String> = counts.iter().map(|(op, n)| format!("{n} {op}")).collect();
     println!(
-        "faults {backend}: {} operations in the run, {} injected runs, {} failures",
+        "faults {backend}: {} operations in the run ({}), {} injected runs, {} failures",
         positions.len(),
+        kinds.join(", "),
         runs.len(),
         failures.len()
     );
