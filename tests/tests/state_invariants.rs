@@ -123,7 +123,7 @@ fn an_edit_of_a_missing_seq_is_rejected() {
 #[test]
 fn only_tool_results_can_be_truncated() {
     Scenario::given(conversation()).when(truncated(4)).then_violates(Invariant::EditTarget);
-    Scenario::given(conversation()).when(truncated(1)).then_violates(Invariant::EditTarget);
+    Scenario::given(conversation()).when(truncated(5)).then_violates(Invariant::EditTarget);
     let st = Scenario::given(conversation()).when(truncated(3)).then_ok();
     let e = st.entry(3).unwrap();
     assert!(e.edit.is_some());
@@ -134,7 +134,7 @@ fn only_tool_results_can_be_truncated() {
 fn only_user_messages_can_be_stubbed() {
     Scenario::given(conversation()).when(stubbed(4)).then_violates(Invariant::EditTarget);
     Scenario::given(conversation()).when(stubbed(2)).then_violates(Invariant::EditTarget);
-    Scenario::given(conversation()).when(stubbed(1)).then_ok();
+    Scenario::given(conversation()).when(stubbed(5)).then_ok();
 }
 
 #[test]
@@ -176,14 +176,54 @@ fn pinned_messages_are_never_edited() {
     Scenario::given(given).when(removed(3)).then_ok();
 }
 
+#[test]
+fn the_first_human_message_is_never_edited() {
+    // Given a conversation whose first human message (seq 1) holds the user's instructions and
+    // is long enough for the ladder to stub, followed by later human turns.
+    let long = "PROJECT PATH IS ~/Desktop/ora. ".repeat(20);
+    let given = vec![
+        started(),
+        system(0, "sys"),
+        user(1, &long),
+        assistant(2, "noted"),
+        user(3, &long),
+        assistant(4, "ok"),
+        user(5, "and again"),
+    ];
+    // When an edit of any kind targets it, then the fold rejects it, naming the rule.
+    for ev in [stubbed(1), removed(1)] {
+        let v = Scenario::given(given.clone()).when(ev).then_violates(Invariant::EditProtected);
+        assert!(v.detail.contains("first human"), "{}", v.detail);
+    }
+    // Truncation is refused too (it is not a tool result, and it is protected first).
+    let v = Scenario::given(given.clone()).when(truncated(1)).then_violates(Invariant::EditProtected);
+    assert!(v.detail.contains("first human"), "{}", v.detail);
+    // The same text at a later human turn is editable: the rule is about position, not content.
+    Scenario::given(given.clone()).when(stubbed(3)).then_ok();
+    Scenario::given(given.clone()).when(removed(3)).then_ok();
+    // A tool-result carrier before any human turn does not take the first human's place.
+    let tool_first = vec![
+        started(),
+        system(0, "sys"),
+        tool_use(1, "t0"),
+        tool_result(2, "t0"),
+        user(3, &long),
+        assistant(4, "ok"),
+        user(5, "later"),
+    ];
+    Scenario::given(tool_first.clone()).when(stubbed(3)).then_violates(Invariant::EditProtected);
+    Scenario::given(tool_first).when(truncated(2)).then_ok();
+}
+
 // ---- LastUserRemoved -------------------------------------------------------------------------
 
 #[test]
 fn the_last_user_message_is_never_removed() {
     Scenario::given(conversation()).when(removed(5)).then_violates(Invariant::LastUserRemoved);
-    // Stubbing it is allowed; removing an older user message too.
+    // Stubbing it is allowed; removing an older user message (not the first) too.
     Scenario::given(conversation()).when(stubbed(5)).then_ok();
-    Scenario::given(conversation()).when(removed(1)).then_ok();
+    let later = conversation_then(vec![assistant(6, "ok"), user(7, "next")]);
+    Scenario::given(later).when(removed(5)).then_ok();
     // A tool-result carrier after it does not make it any less the last *human* message.
     let given = conversation_then(vec![tool_use(6, "t2"), tool_result(7, "t2")]);
     Scenario::given(given).when(removed(5)).then_violates(Invariant::LastUserRemoved);
@@ -193,9 +233,9 @@ fn the_last_user_message_is_never_removed() {
 
 #[test]
 fn an_already_removed_message_is_not_edited_again() {
-    let given = conversation_then(vec![removed(4), removed(1)]);
+    let given = conversation_then(vec![assistant(6, "ok"), user(7, "next"), removed(4), removed(5)]);
     Scenario::given(given.clone()).when(removed(4)).then_violates(Invariant::AlreadyRemoved);
-    Scenario::given(given.clone()).when(stubbed(1)).then_violates(Invariant::AlreadyRemoved);
+    Scenario::given(given.clone()).when(stubbed(5)).then_violates(Invariant::AlreadyRemoved);
     // A truncated message is still in the view and can be removed later.
     Scenario::given(conversation_then(vec![truncated(3)])).when(removed(3)).then_ok();
 }
@@ -319,7 +359,7 @@ fn a_flushed_message_can_be_restored_into_the_view() {
 fn view_tokens_are_exactly_the_sum_of_the_view_after_every_event() {
     let events = conversation_then(vec![
         truncated(3),
-        stubbed(1),
+        stubbed(5),
         request_served(0, 10),
         assistant(6, "more"),
         user(7, "again"),
