@@ -12,7 +12,7 @@
 //! run compares two independent products.
 
 // Test support code: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 

@@ -124,9 +124,8 @@ fn a_wrong_view_message_count_is_one_problem_naming_the_version() {
         for wrong in [s.view_messages + 1, s.view_messages - 1] {
             let copy = with_rewritten_served(&h, v, |s| s.view_messages = wrong);
             let report = verify(&copy, h.session.id());
-            let words =
-                [&"view messages"[..], &format!("recorded {wrong}"), &format!("re-rendered {}", s.view_messages)];
-            assert_one_problem(&report, v, &words);
+            let (recorded, rendered) = (format!("recorded {wrong}"), format!("re-rendered {}", s.view_messages));
+            assert_one_problem(&report, v, &["view messages", &recorded, &rendered]);
         }
     }
 }
