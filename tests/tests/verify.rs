@@ -165,3 +165,145 @@ fn a_record_lying_about_every_field_gets_one_problem_per_field() {
     // and the calls around it are still checked and found clean.
     assert_eq!(report.calls, h.calls.len() as u64);
 }
+
+// ---- Snapshots, blobs and counts ---------------------------------------------------------------
+
+/// The recorded session with a snapshot at its head, copied into a fresh store.
+fn with_snapshot(h: &Harness, snap: &ctxlog::store::Snapshot) -> MemoryStore {
+    let copy = with_rewritten_served(h, served(h)[0].0, |_| {});
+    copy.put_snapshot(h.session.id(), snap).unwrap();
+    copy
+}
+
+#[test]
+fn a_snapshot_of_another_builds_layout_is_a_note_not_a_problem() {
+    // Given a well-sealed snapshot whose layout number this build does not read,
+    let h = recorded();
+    let head = h.session.state().version();
+    let mut body = (ctxlog::session::SNAPSHOT_LAYOUT + 1).to_le_bytes().to_vec();
+    body.extend_from_slice(b"a future build's state");
+    let copy = with_snapshot(&h, &ctxlog::store::Snapshot::seal(head, body));
+    // when verified, then it is a stale cache (opening the session replays), not damage.
+    let report = verify(&copy, h.session.id());
+    assert!(report.ok() && report.snapshot_checked, "{:?}", report.problems);
+    assert_eq!(report.notes.len(), 1, "{:?}", report.notes);
+    assert!(report.notes[0].contains(&format!("snapshot at version {head} ignored")), "{}", report.notes[0]);
+}
+
+#[test]
+fn a_well_sealed_snapshot_of_this_layout_that_does_not_decode_is_a_problem() {
+    // Given a sealed snapshot of this build's layout whose state bytes are garbage,
+    let h = recorded();
+    let head = h.session.state().version();
+    let mut body = ctxlog::session::SNAPSHOT_LAYOUT.to_le_bytes().to_vec();
+    body.extend_from_slice(&[0xff; 40]);
+    let copy = with_snapshot(&h, &ctxlog::store::Snapshot::seal(head, body));
+    // when verified, then it is reported as unusable (the seal held, so this is damage a writer
+    // made, not another build's cache), and no note excuses it.
+    let report = verify(&copy, h.session.id());
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(report.problems[0].contains(&format!("snapshot at version {head} is unusable")), "{:?}", report.problems);
+    assert!(report.notes.is_empty(), "{:?}", report.notes);
+}
+
+#[test]
+fn a_snapshot_past_the_readable_log_is_reported_with_the_damage_before_it() {
+    // Given a good snapshot at the head and a flipped bit in a record before it,
+    let h = recorded();
+    let head = h.session.state().version();
+    let snap = ctxlog::session::encode_snapshot(h.session.state()).unwrap();
+    let copy = with_snapshot(&h, &snap);
+    assert!(verify(&copy, h.session.id()).ok());
+    assert!(copy.tamper(h.session.id(), 5, |b| b[3] ^= 0x20));
+    // when verified, then both the damaged record and the snapshot nothing can vouch for are
+    // problems, each naming its version.
+    let report = verify(&copy, h.session.id());
+    assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
+    assert!(report.problems[0].contains("version 5"), "{}", report.problems[0]);
+    assert!(
+        report.problems[1].contains(&format!("snapshot at version {head} is beyond the log")),
+        "{:?}",
+        report.problems
+    );
+}
+
+/// Forwards to a [`MemoryStore`] but has lost one blob.
+struct LostBlob {
+    inner: MemoryStore,
+    lost: ctxlog::store::BlobId,
+}
+
+impl Store for LostBlob {
+    fn append(&self, s: StreamId, e: ExpectedVersion, r: &[Record]) -> Result<Version, ctxlog::StoreError> {
+        self.inner.append(s, e, r)
+    }
+    fn read(
+        &self,
+        s: StreamId,
+        from: Version,
+        max: usize,
+    ) -> Result<Vec<ctxlog::store::StoredRecord>, ctxlog::StoreError> {
+        self.inner.read(s, from, max)
+    }
+    fn head(&self, s: StreamId) -> Result<Option<Version>, ctxlog::StoreError> {
+        self.inner.head(s)
+    }
+    fn streams(&self) -> Result<Vec<StreamId>, ctxlog::StoreError> {
+        self.inner.streams()
+    }
+    fn put_snapshot(&self, s: StreamId, snap: &ctxlog::store::Snapshot) -> Result<(), ctxlog::StoreError> {
+        self.inner.put_snapshot(s, snap)
+    }
+    fn get_snapshot(&self, s: StreamId) -> Result<Option<ctxlog::store::Snapshot>, ctxlog::StoreError> {
+        self.inner.get_snapshot(s)
+    }
+    fn put_blob(&self, bytes: &[u8]) -> Result<ctxlog::store::BlobId, ctxlog::StoreError> {
+        self.inner.put_blob(bytes)
+    }
+    fn get_blob(&self, id: &ctxlog::store::BlobId) -> Result<Option<Vec<u8>>, ctxlog::StoreError> {
+        if *id == self.lost {
+            return Ok(None);
+        }
+        self.inner.get_blob(id)
+    }
+}
+
+#[test]
+fn every_referenced_blob_is_checked_including_images_inside_tool_results() {
+    // Given a session with a screenshot in a human message and another inside a tool result,
+    let mut h = Harness::new(WireFormat::Anthropic, config(100_000, 0.85, 0.5));
+    let w = h.wire;
+    let png = |w: u32, h: u32| ctxlog_tests::scenario::b64(&ctxlog_tests::scenario::png(w, h));
+    let image = |data: String| serde_json::json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}});
+    let user = ctxlog_tests::engine_fixtures::msg(serde_json::json!({"role": "user", "content": [
+        {"type": "text", "text": "what is on screen?"}, image(png(3, 2))]}));
+    let result = ctxlog_tests::engine_fixtures::msg(serde_json::json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "shot", "content": [{"type": "text", "text": "taken"}, image(png(5, 4))]}]}));
+    h.append(vec![w.system("sys"), user, w.calls("", &["shot"], "screenshot"), result]);
+    h.call();
+    let (outer, inner) = (
+        ctxlog::store::BlobId::of(&ctxlog_tests::scenario::png(3, 2)),
+        ctxlog::store::BlobId::of(&ctxlog_tests::scenario::png(5, 4)),
+    );
+    // When verified with every blob present, then both were checked and the counts are the log's.
+    let report = replay::verify(h.store.as_ref(), h.session.id()).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    assert_eq!((report.blobs, report.calls), (2, 1));
+    assert_eq!(report.events, h.session.state().version());
+    // When either blob is lost, then verify names it.
+    for lost in [outer.clone(), inner.clone()] {
+        let copy = LostBlob { inner: with_rewritten_served(&h, served(&h)[0].0, |_| {}), lost: lost.clone() };
+        for id in [&outer, &inner] {
+            if let Some(bytes) = h.store.get_blob(id).unwrap() {
+                copy.inner.put_blob(&bytes).unwrap();
+            }
+        }
+        let report = replay::verify(&copy, h.session.id()).unwrap();
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert!(
+            report.problems[0].contains(&format!("blob {lost} is referenced but missing")),
+            "{:?}",
+            report.problems
+        );
+    }
+}
