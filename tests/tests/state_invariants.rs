@@ -402,6 +402,26 @@ fn lenient_apply_clamps_a_flush_beyond_compacted_and_reports_it() {
     assert_eq!(st.version(), events.len() as u64);
 }
 
+#[test]
+fn lenient_apply_skips_an_event_whose_repair_still_breaks_an_invariant() {
+    // Given a summary that starts past the compacted prefix (seq 1, not 0), where the repaired
+    // span 0..3 would cut tool call t1 (seq 2) from its result (seq 3),
+    let mut st = fold(&conversation());
+    let version = st.version() + 1;
+    // when it is applied leniently,
+    let found = st.apply_lenient(version, &summary_prepared(1, 3));
+    // then the original violation is reported, the repair is not applied (it would split the
+    // pair), and replay goes on from the next version.
+    assert_eq!(found.iter().map(|v| v.invariant).collect::<Vec<_>>(), [Invariant::WatermarkBackwards]);
+    assert_eq!(st.compacted(), 0, "a repair that breaks another invariant is skipped");
+    assert_eq!(st.version(), version);
+    // A repair that holds is applied: the same summary ending after the pair.
+    let mut st = fold(&conversation());
+    let found = st.apply_lenient(version, &summary_prepared(1, 4));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(st.compacted(), 4, "repaired to 0..4");
+}
+
 fn store_with(events: &[Event]) -> (MemoryStore, StreamId) {
     let store = MemoryStore::new();
     let id = StreamId(SESSION);
