@@ -289,6 +289,22 @@ fn a_result_for_an_unknown_call_is_rejected() {
 }
 
 #[test]
+fn a_message_making_one_call_cannot_answer_another_unknown_one() {
+    // A message that both calls `own` and answers: its own call is known, an unknown one is not.
+    let both = |answers: &str| {
+        appended(
+            6,
+            &format!(
+                r#"{{"role":"assistant","content":[{{"type":"tool_use","id":"own","name":"f","input":{{}}}},{{"type":"tool_result","tool_use_id":"{answers}","content":"x"}}]}}"#
+            ),
+        )
+    };
+    let v = Scenario::given(conversation()).when(both("nope")).then_violates(Invariant::UnknownToolCall);
+    assert!(v.detail.contains("nope"), "{}", v.detail);
+    Scenario::given(conversation()).when(both("own")).then_ok();
+}
+
+#[test]
 fn a_call_answered_twice_is_rejected() {
     Scenario::given(conversation()).when(tool_result(6, "t1")).then_violates(Invariant::UnknownToolCall);
 }
