@@ -438,6 +438,38 @@ fn lenient_apply_skips_an_event_whose_repair_still_breaks_an_invariant() {
     assert_eq!(st.compacted(), 4, "repaired to 0..4");
 }
 
+#[test]
+fn lenient_apply_renumbers_a_served_call_and_clamps_its_time() {
+    // Given a session that served call 0 at 20 s,
+    let mut st = fold(&conversation_then(vec![request_served(0, 20)]));
+    let at_20 = st.last_request_at();
+    // when a record claims call 5, served at 10 s (before call 0),
+    let found = st.apply_lenient(st.version() + 1, &request_served(5, 10));
+    // then the violation is reported and the call is counted as call 1 at the previous time.
+    assert_eq!(found.iter().map(|v| v.invariant).collect::<Vec<_>>(), [Invariant::CallSequence]);
+    assert_eq!(st.calls(), 2, "repaired and applied, not dropped");
+    assert_eq!(st.last_request_at(), at_20, "time clamped, never backwards");
+    // The same with the right number but going back in time.
+    let found = st.apply_lenient(st.version() + 1, &request_served(2, 5));
+    assert_eq!(found.iter().map(|v| v.invariant).collect::<Vec<_>>(), [Invariant::TimeBackwards]);
+    assert_eq!((st.calls(), st.last_request_at()), (3, at_20));
+}
+
+#[test]
+fn lenient_apply_skips_a_flush_when_nothing_is_prepared() {
+    // Given nothing prepared (flushed = compacted = 0),
+    let mut st = fold(&conversation());
+    // when a flush claims 0..2, then it is reported and skipped (there is nothing to clamp to).
+    let found = st.apply_lenient(st.version() + 1, &flushed(0, 2));
+    assert_eq!(found.iter().map(|v| v.invariant).collect::<Vec<_>>(), [Invariant::Watermarks]);
+    assert_eq!((st.flushed(), st.compacted()), (0, 0));
+    // After a prepare, the same flush is clamped to what was prepared.
+    let mut st = fold(&conversation_then(vec![summary_prepared(0, 1)]));
+    let found = st.apply_lenient(st.version() + 1, &flushed(0, 2));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(st.flushed(), 1);
+}
+
 fn store_with(events: &[Event]) -> (MemoryStore, StreamId) {
     let store = MemoryStore::new();
     let id = StreamId(SESSION);
