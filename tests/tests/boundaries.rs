@@ -7,6 +7,7 @@
 use ctxlog::event::{Event, GuardKind};
 use ctxlog::WireFormat;
 use ctxlog_tests::engine_fixtures::{config, Harness};
+use ctxlog_tests::scenario;
 
 fn metered(c: &ctxlog_tests::engine_fixtures::Call) -> u64 {
     match c.events.last() {
@@ -63,4 +64,41 @@ fn a_floor_exactly_at_the_target_still_lets_the_ladder_run() {
         assert_eq!(c.guards().contains(&GuardKind::TargetUnreachable), infeasible, "target {target}: {:?}", c.guards());
         assert_eq!(c.edits().is_empty(), infeasible, "target {target}: edits {:?}", c.edits());
     }
+}
+
+/// A served call that needed the ladder and was metered at `metered` against a budget of
+/// 100,000 (the scenario config's).
+fn served_needed(call: u64, metered: u64) -> Event {
+    let mut ev = scenario::request_served(call, 10 * (call + 1));
+    if let Event::RequestServed(s) = &mut ev {
+        s.needed = true;
+        s.metered_tokens = metered;
+    }
+    ev
+}
+
+#[test]
+fn a_pass_ending_exactly_at_the_budget_does_not_count_toward_the_breaker() {
+    let budget = scenario::config().budget;
+    // Given passes that needed the ladder and ended exactly at, then over, the budget,
+    let at = scenario::fold(&scenario::conversation_then(vec![served_needed(0, budget)]));
+    let over = scenario::fold(&scenario::conversation_then(vec![served_needed(0, budget + 1)]));
+    // then only the one over the budget counts.
+    assert_eq!((at.breaker_count(), over.breaker_count()), (0, 1));
+}
+
+#[test]
+fn a_restore_at_exactly_the_flushed_prefix_is_not_a_restore_out_of_a_flush() {
+    use scenario::*;
+    // Given messages 0..4 flushed, and message 4 (just past the flushed prefix) removed and
+    // restored: it came back from an edit, not from a flush,
+    let given = conversation_then(vec![summary_prepared(0, 4), flushed(0, 4), removed(4), restored(4, vec![])]);
+    // when a later flush covers it, then it is summarized away like any other message
+    // (a restore out of a flush would have kept it in the view).
+    let st = fold(&[given, vec![summary_prepared(4, 5), flushed(4, 5)]].concat());
+    assert!(st.hidden_by_flush(4));
+    assert!(!st.view().iter().any(|it| it.item == ctxlog::state::Item::Message(4)));
+    // A message restored from *inside* the flushed prefix does stay.
+    let st = fold(&conversation_then(vec![summary_prepared(0, 5), flushed(0, 5), restored(4, vec![])]));
+    assert!(!st.hidden_by_flush(4));
 }

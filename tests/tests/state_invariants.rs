@@ -463,9 +463,14 @@ fn lenient_apply_skips_a_flush_when_nothing_is_prepared() {
     let found = st.apply_lenient(st.version() + 1, &flushed(0, 2));
     assert_eq!(found.iter().map(|v| v.invariant).collect::<Vec<_>>(), [Invariant::Watermarks]);
     assert_eq!((st.flushed(), st.compacted()), (0, 0));
-    // After a prepare, the same flush is clamped to what was prepared.
+    // After a prepare, the same flush is clamped to what was prepared,
     let mut st = fold(&conversation_then(vec![summary_prepared(0, 1)]));
     let found = st.apply_lenient(st.version() + 1, &flushed(0, 2));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(st.flushed(), 1);
+    // and a flush that does not move forward is stretched to move by at least one message.
+    let mut st = fold(&conversation_then(vec![summary_prepared(0, 2)]));
+    let found = st.apply_lenient(st.version() + 1, &flushed(0, 0));
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(st.flushed(), 1);
 }
