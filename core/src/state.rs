@@ -107,7 +107,7 @@ pub enum Invariant {
     SpanSplitsToolPair,
     /// An edit targets an existing message that is in the view, with a kind fit for it.
     EditTarget,
-    /// System and pinned messages are never edited.
+    /// System and pinned messages and the first human message are never edited.
     EditProtected,
     /// The last user message is never removed.
     LastUserRemoved,
@@ -603,6 +603,11 @@ impl State {
                 Invariant::EditProtected,
                 format!("seq {seq} is a {} message", if m.is_pinned() { "pinned" } else { "system" }),
             ));
+        }
+        // The first human message holds the user's own instructions (the seeds' incident lost
+        // its project path with it); unlike the last one it never changes, so no edit is valid.
+        if Some(seq) == self.first_human {
+            return Err((Invariant::EditProtected, format!("seq {seq} is the first human message")));
         }
         if entry.edit.as_ref().is_some_and(|e| e.kind == EditKind::Removed) {
             return Err((Invariant::AlreadyRemoved, format!("seq {seq} is already removed")));
