@@ -19,7 +19,7 @@ use crate::args::{Cli, Command, ConfigArgs, DemoArgs, ImportArgs};
 use crate::error::{output as out_err, CliError};
 use crate::import::{import, ImportOptions};
 use crate::output::{details, header, json_line, row, summary, Out};
-use crate::stores::open_store;
+use crate::stores::{open_store, Access};
 use crate::transcript::{FormatArg, Source};
 
 /// Budget the demo runs with unless `--budget` says otherwise: small enough that the bundled
@@ -126,7 +126,7 @@ fn run_import(
     let (config, session) = config_of(config_args, base)?;
     // The id is chosen here so a failed import can name the session it leaves unfinished.
     let id = session.unwrap_or_else(ctxlog::session::new_session_id);
-    let store = open_store(&store_args.store)?;
+    let store = open_store(&store_args.store, Access::Create)?;
     // The views go to `<path>.partial` and are renamed only once the session is stored, so a
     // failed import leaves no views file that describes a session that does not exist.
     let partial = views.map(|p| {

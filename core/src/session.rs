@@ -33,9 +33,10 @@ pub const READ_CHUNK: usize = 1024;
 /// 2: the target guards re-arm after a call that needs no compaction.
 /// 3: summaries carry their standing (pending, shown, condensed, retired); the view's summary
 /// tokens are kept.
-/// 4: bounded memory: entries keep facts, their record's version and a body only while in the
+/// 4: the count of verbatim messages that carry tool ids includes system and first human ones.
+/// 5: bounded memory: entries keep facts, their record's version and a body only while in the
 /// view; a tool index replaces the id maps; summaries out of the view drop their text; imports.
-pub const SNAPSHOT_LAYOUT: u32 = 4;
+pub const SNAPSHOT_LAYOUT: u32 = 5;
 
 /// Everything a session command can fail with.
 #[derive(Debug, thiserror::Error)]

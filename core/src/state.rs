@@ -142,7 +142,7 @@ pub enum Invariant {
     SpanSplitsToolPair,
     /// An edit targets an existing message that is in the view, with a kind fit for it.
     EditTarget,
-    /// System and pinned messages are never edited.
+    /// System and pinned messages and the first human message are never edited.
     EditProtected,
     /// The last user message is never removed.
     LastUserRemoved,
@@ -222,7 +222,7 @@ pub struct State {
     view: Vec<ViewItem>,
     view_tokens: u64,
     view_summary_tokens: u64,
-    pinned_tool_messages: u64,
+    verbatim_tool_messages: u64,
     import: Option<ImportState>,
     #[serde(skip)]
     loaded: Loaded,
@@ -476,16 +476,16 @@ impl State {
     }
 
     /// System, pinned and the first human message stay verbatim through a flush, together with
-    /// the whole tool group of a pinned message (its call and every result of that call, so no
-    /// pair is split: a pinned result of a parallel call keeps its siblings too).
+    /// the whole tool group of any of them (its call and every result of that call, so no pair
+    /// is split: a pinned result of a parallel call keeps its siblings too, and a system or
+    /// first human message that makes a call keeps its result).
     pub fn kept_through_flush(&self, seq: u64) -> bool {
-        let Some(e) = self.entry(seq) else { return false };
-        if e.is_system() || e.is_pinned() || Some(seq) == self.first_human {
+        if self.kept_verbatim(seq) {
             return true;
         }
-        // Only a pinned call or result keeps a tool group: without one, skip the walk (a flush
-        // rebuilds the view over the whole session).
-        if self.pinned_tool_messages == 0 || self.tool_links(seq).next().is_none() {
+        // Only a verbatim message (system, pinned, first human) that carries a call or result keeps
+        // a tool group: without one, skip the walk (a flush rebuilds the view over the whole session).
+        if self.verbatim_tool_messages == 0 || self.tool_links(seq).next().is_none() {
             return false;
         }
         // Walk the tool group: calls to their results, results to their calls.
@@ -493,8 +493,7 @@ impl State {
         let mut i = 0;
         while let Some(&s) = group.get(i) {
             i += 1;
-            let Some(e) = self.entry(s) else { continue };
-            if e.is_pinned() {
+            if self.kept_verbatim(s) {
                 return true;
             }
             for p in self.tool_partners(s) {
@@ -534,6 +533,11 @@ impl State {
     /// The original of `seq` for the event being applied: held, or handed over.
     fn original_for_event(&self, seq: u64) -> Option<&Arc<Message>> {
         self.original(seq).or_else(|| self.loaded.0.get(&seq))
+    }
+
+    /// Is `seq` itself one of the messages a flush never hides: system, pinned, first human?
+    fn kept_verbatim(&self, seq: u64) -> bool {
+        Some(seq) == self.first_human || self.entry(seq).is_some_and(|e| e.is_system() || e.is_pinned())
     }
 
     /// Applies one event, checking every invariant. On `Err` the state may be partly updated
@@ -787,6 +791,11 @@ impl State {
                 format!("seq {seq} is a {} message", if entry.is_pinned() { "pinned" } else { "system" }),
             ));
         }
+        // The first human message holds the user's own instructions (the seeds' incident lost
+        // its project path with it); unlike the last one it never changes, so no edit is valid.
+        if Some(seq) == self.first_human {
+            return Err((Invariant::EditProtected, format!("seq {seq} is the first human message")));
+        }
         if entry.is_removed() {
             return Err((Invariant::AlreadyRemoved, format!("seq {seq} is already removed")));
         }
@@ -901,12 +910,14 @@ impl State {
                 let seq = self.count();
                 let m = &e.message;
                 let links = self.tools.add(seq, m);
+                let first_human = m.is_human() && self.first_human.is_none();
                 if m.is_human() {
                     self.first_human.get_or_insert(seq);
                     self.last_human = Some(seq);
                 }
-                if m.is_pinned() && self.tools.next_link() > links {
-                    self.pinned_tool_messages += 1;
+                let verbatim = m.is_pinned() || m.role.is_system() || first_human;
+                if verbatim && self.tools.next_link() > links {
+                    self.verbatim_tool_messages += 1;
                 }
                 if let Some(note) = view::media_note(m) {
                     self.media.insert(seq, note.into());
