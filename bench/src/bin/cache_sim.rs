@@ -12,9 +12,9 @@ use std::io::Write;
 use std::path::Path;
 
 use ctxlog::config::Config;
+use ctxlog::cost::PrefixCache;
 use ctxlog::replay::CallRecord;
 use ctxlog::MemoryStore;
-use ctxlog::cost::PrefixCache;
 use ctxlog_bench::views::ViewTracker;
 use ctxlog_cli::import::{import, ImportOptions};
 use ctxlog_cli::transcript::{read, FormatArg};

@@ -31,9 +31,9 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use clap::Parser as _;
+use ctxlog::cost::{PrefixCache, TTL_MS};
 use ctxlog::replay::CallRecord;
 use ctxlog::{MemoryStore, Session, Store, StreamId};
-use ctxlog::cost::{PrefixCache, TTL_MS};
 use ctxlog_bench::machine;
 use ctxlog_bench::views::{Diff, ViewTracker};
 use ctxlog_cli::args::{Cli, Command as CliCommand};
