@@ -19,7 +19,7 @@ use ctxlog::{SessionError, Store, StreamId, Version};
 use crate::args::SessionArgs;
 use crate::commands::pick_session;
 use crate::error::CliError;
-use crate::stores::open_store;
+use crate::stores::{open_store, Access};
 
 /// Where the fold stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,7 +233,7 @@ pub struct SummaryHistory {
 
 /// Opens the store `args` names for reading, and the session it selects.
 pub fn open_session(args: &SessionArgs) -> Result<(Box<dyn Store>, StreamId), CliError> {
-    let store = open_store(&args.store.store)?;
+    let store = open_store(&args.store.store, Access::ReadOnly)?;
     let id = pick_session(store.as_ref(), args.session.as_deref())?;
     Ok((store, id))
 }

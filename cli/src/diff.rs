@@ -16,7 +16,7 @@ use crate::commands::parse_session;
 use crate::error::CliError;
 use crate::output::Out;
 use crate::rerun::Notes;
-use crate::stores::open_store;
+use crate::stores::{open_store, Access};
 use crate::table::{Align, Columns};
 
 /// One side of a comparison.
@@ -351,11 +351,10 @@ pub fn print_diff(
 /// `diff`
 pub fn diff(args: &DiffArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let (ia, ib) = (parse_session(&args.a)?, parse_session(&args.b)?);
-    let store = open_store(&args.store.store)?;
+    let store = open_store(&args.store.store, Access::ReadOnly)?;
     let left = analyze(store.as_ref(), ia, Mode::Strict, Until::Head, Keep { views: false })?;
-    // One handle when both sessions are in one store (a second writer's open of an fs store
-    // would find it locked).
-    let other = args.store_b.as_deref().map(open_store).transpose()?;
+    // One handle when both sessions are in one store.
+    let other = args.store_b.as_deref().map(|url| open_store(url, Access::ReadOnly)).transpose()?;
     let store_b = other.as_deref().unwrap_or(store.as_ref());
     let right = analyze(store_b, ib, Mode::Strict, Until::Head, Keep { views: false })?;
     let config = |a: &Analysis| a.state.info().map(|i| i.config.clone()).unwrap_or_default();

@@ -8,9 +8,10 @@ use ctxlog::SessionError;
 pub const EXIT_DIFFERS: i32 = 1;
 /// Exit code: bad input (a transcript line, a flag, a config value).
 pub const EXIT_INPUT: i32 = 2;
-/// Exit code: the store failed (IO, lock, conflict, corruption while reading).
+/// Exit code: the store failed or is not there (IO, lock, conflict, "no store at …").
 pub const EXIT_STORE: i32 = 3;
-/// Exit code: `verify` or a strict replay found a problem in the log.
+/// Exit code: the log is invalid or damaged (`verify` problems, a strict replay violation, a
+/// corrupt record, a damaged store file, an unaccepted repair).
 pub const EXIT_INVALID_LOG: i32 = 4;
 
 /// Everything a command can fail with.
@@ -118,8 +119,7 @@ impl CliError {
                 | SessionError::Exists(_)
                 | SessionError::NotFound(_),
             ) => EXIT_INPUT,
-            CliError::Session(SessionError::Store(ctxlog::StoreError::Corrupt { .. }))
-            | CliError::Store(ctxlog::StoreError::Corrupt { .. }) => EXIT_INVALID_LOG,
+            CliError::Session(SessionError::Store(e)) | CliError::Store(e) if is_damage(e) => EXIT_INVALID_LOG,
             _ => EXIT_STORE,
         }
     }
@@ -147,11 +147,22 @@ pub fn clap_json(e: &clap::Error, exit: i32) -> serde_json::Value {
 /// The file or directory a store error names.
 fn store_location(e: &ctxlog::StoreError) -> Option<String> {
     match e {
-        ctxlog::StoreError::Locked { location, .. } | ctxlog::StoreError::Schema { location, .. } => {
-            Some(location.clone())
-        }
+        ctxlog::StoreError::Locked { location, .. }
+        | ctxlog::StoreError::Schema { location, .. }
+        | ctxlog::StoreError::Damaged { location, .. }
+        | ctxlog::StoreError::Missing { location, .. } => Some(location.clone()),
         _ => None,
     }
+}
+
+/// Whether a store error means damaged data (exit 4) rather than a failure to get at it.
+pub fn is_damage(e: &ctxlog::StoreError) -> bool {
+    matches!(
+        e,
+        ctxlog::StoreError::Corrupt { .. }
+            | ctxlog::StoreError::CorruptBlob { .. }
+            | ctxlog::StoreError::Damaged { .. }
+    )
 }
 
 /// Maps an IO error while writing output.

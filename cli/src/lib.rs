@@ -27,7 +27,7 @@ use crate::args::{Cli, Command, ConfigArgs, DemoArgs, ImportArgs};
 use crate::error::{output as out_err, CliError};
 use crate::import::{import, ImportOptions};
 use crate::output::{details, json_line, summary, Out, TimelineTable};
-use crate::stores::open_store;
+use crate::stores::{open_store, Access};
 use crate::transcript::{FormatArg, Transcript};
 
 /// Budget the demo runs with unless `--budget` says otherwise: small enough that the bundled
@@ -146,7 +146,7 @@ fn run_import(
     out: &mut Out<'_>,
 ) -> Result<(), CliError> {
     let (config, session) = config_of(config_args, base)?;
-    let store = open_store(&store_args.store)?;
+    let store = open_store(&store_args.store, Access::Create)?;
     // The views go to `<path>.partial` and are renamed only once the session is stored, so a
     // failed import leaves no views file that describes a session that does not exist.
     let partial = views.map(|p| {

@@ -31,6 +31,7 @@ pub use message::Message;
 pub use session::{Plan, Session, SessionError};
 pub use state::State;
 pub use store::{
-    BlobId, ExpectedVersion, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version,
+    BlobId, ExpectedVersion, IntegrityReport, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId,
+    Version,
 };
 pub use wire::WireFormat;

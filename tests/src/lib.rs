@@ -12,3 +12,4 @@ pub mod conformance_fixtures;
 pub mod engine_fixtures;
 pub mod postgres;
 pub mod scenario;
+pub mod store_files;
