@@ -143,7 +143,7 @@ pub fn chart(analysis: &Analysis, opts: ChartOptions) -> String {
         d.empty(
             "rect",
             &[
-                a("class", "selected"),
+                a("class", "selected-call"),
                 a("data-call", i),
                 a("x", num(bands.left(i))),
                 a("y", num(tokens.top)),
@@ -205,7 +205,8 @@ fn frame(d: &mut Doc, class: &str, p: Panel, label: &str) {
     d.empty(
         "rect",
         &[
-            a("class", format!("frame {class}")),
+            a("class", "frame"),
+            a("data-panel", class),
             a("data-y-max", num(p.max)),
             a("x", num(LEFT)),
             a("y", num(p.top)),

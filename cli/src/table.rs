@@ -86,6 +86,7 @@ impl Columns {
                 }
             }
         }
+        out.truncate(out.trim_end().len());
         out
     }
 }

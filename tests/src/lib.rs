@@ -11,5 +11,6 @@ pub mod conformance;
 pub mod conformance_fixtures;
 pub mod engine_fixtures;
 pub mod postgres;
+pub mod postmortem;
 pub mod scenario;
 pub mod store_files;
