@@ -3,6 +3,7 @@
 //! message. `report`, `why`, `inspect --call`, `replay --call`, `rerun` and `diff` all read it,
 //! so they agree with each other and with `replay` by construction.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ctxlog::codec;
@@ -301,6 +302,8 @@ struct Fold {
     cache: ViewCache,
     previous_view: Vec<Arc<[u8]>>,
     pricing: PrefixCache,
+    /// Tool names by call id, to say what a tool result answers.
+    tool_names: BTreeMap<String, String>,
 }
 
 impl Fold {
@@ -319,6 +322,7 @@ impl Fold {
             cache: ViewCache::new(),
             previous_view: Vec::new(),
             pricing: PrefixCache::new(),
+            tool_names: BTreeMap::new(),
         }
     }
 
@@ -336,10 +340,18 @@ impl Fold {
         let call = self.state.calls();
         match ev {
             Event::MessageAppended(m) => {
+                for b in m.message.blocks() {
+                    if let Block::ToolUse { id, name, .. } = b {
+                        self.tool_names.insert(id.clone(), name.clone());
+                    }
+                }
+                for c in m.message.tool_calls.iter().flatten() {
+                    self.tool_names.insert(c.id.clone(), c.name.clone());
+                }
                 self.messages.push(MessageHistory {
                     role: m.message.role.as_str().to_owned(),
                     tokens: m.tokens,
-                    gist: gist(&m.message),
+                    gist: gist(&m.message, &self.tool_names),
                     appended: version,
                     appended_after_call: last_call,
                     first_call: None,
@@ -494,19 +506,18 @@ fn runs(state: &State) -> Vec<Run> {
     out
 }
 
-/// A few words on what a message is: the tools it calls (with counts), tool results and media
-/// it carries, and the start of its text.
-pub fn gist(m: &Message) -> String {
+/// A few words on what a message is: the tools it calls (with counts), the tools whose results
+/// it carries (named from `tool_names`, call id → name), its media, and the start of its text.
+pub fn gist(m: &Message, tool_names: &BTreeMap<String, String>) -> String {
     let mut tools: Vec<(String, usize)> = Vec::new();
     let mut call = |name: &str| match tools.iter_mut().find(|(n, _)| n == name) {
         Some((_, k)) => *k += 1,
         None => tools.push((name.to_owned(), 1)),
     };
-    let (mut results, mut images, mut documents) = (0, 0, 0);
+    let (mut images, mut documents) = (0, 0);
     for b in m.blocks() {
         match b {
             Block::ToolUse { name, .. } => call(name),
-            Block::ToolResult { .. } => results += 1,
             Block::Media { kind: MediaKind::Image, .. } | Block::ImageUrl { .. } => images += 1,
             Block::Media { kind: MediaKind::Document, .. } => documents += 1,
             _ => {}
@@ -515,9 +526,8 @@ pub fn gist(m: &Message) -> String {
     for c in m.tool_calls.iter().flatten() {
         call(&c.name);
     }
-    if m.is_tool_result() && results == 0 {
-        results = 1;
-    }
+    let answered: Vec<String> =
+        m.result_ids().map(|id| tool_names.get(id).map_or_else(|| "a tool".to_owned(), |n| format!("`{n}`"))).collect();
     let count = |n: usize, one: &str, many: &str| match n {
         0 => None,
         1 => Some(one.to_owned()),
@@ -529,7 +539,9 @@ pub fn gist(m: &Message) -> String {
             tools.iter().map(|(n, k)| if *k > 1 { format!("`{n}` ×{k}") } else { format!("`{n}`") }).collect();
         parts.push(format!("calls {}", names.join(", ")));
     }
-    parts.extend(count(results, "a tool result", "tool results"));
+    if !answered.is_empty() {
+        parts.push(format!("the result of {}", answered.join(", ")));
+    }
     parts.extend(count(images, "an image", "images"));
     parts.extend(count(documents, "a document", "documents"));
     let text = m.plain_text();
