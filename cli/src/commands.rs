@@ -22,18 +22,21 @@ pub fn pick_session(store: &dyn Store, arg: Option<&str>) -> Result<StreamId, Cl
     let streams = store.streams()?;
     match streams.as_slice() {
         [one] => Ok(*one),
-        [] => Err(CliError::Usage("the store holds no session".into())),
-        many => Err(CliError::Usage(format!(
-            "the store holds {} sessions; choose one with --session ({})",
-            many.len(),
-            many.iter().take(5).map(ToString::to_string).collect::<Vec<_>>().join(", ")
-        ))),
+        [] => Err(CliError::Flag { flag: "--session", message: "the store holds no session".into() }),
+        many => Err(CliError::Flag {
+            flag: "--session",
+            message: format!(
+                "the store holds {} sessions; choose one with --session ({})",
+                many.len(),
+                many.iter().take(5).map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        }),
     }
 }
 
 /// Parses a session id.
 pub fn parse_session(s: &str) -> Result<StreamId, CliError> {
-    s.parse().map_err(|e| CliError::Usage(format!("--session {s:?} is not a UUID: {e}")))
+    s.parse().map_err(|e| CliError::Flag { flag: "--session", message: format!("--session {s:?} is not a UUID: {e}") })
 }
 
 fn open_selected(args: &SessionArgs, access: Access) -> Result<(Box<dyn Store>, StreamId), CliError> {

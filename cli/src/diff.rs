@@ -239,13 +239,22 @@ fn call_json(c: Option<&Call>) -> Value {
     })
 }
 
+/// Totals are counts and rounded tokens: whole numbers in JSON.
+fn int(v: f64) -> Value {
+    if v.fract() == 0.0 && v.abs() < 9e15 {
+        json!(v as i64)
+    } else {
+        json!(v)
+    }
+}
+
 /// The comparison as one JSON object (`--json`).
 pub fn to_json(diff: &Diff<'_>, left: &Side<'_>, right: &Side<'_>, notes: Option<&Notes>) -> Value {
     let side = |s: &Side<'_>| json!({"label": s.label, "session": s.analysis.session.to_string(), "config": s.config});
     let totals: serde_json::Map<String, Value> = diff
         .totals
         .iter()
-        .map(|(name, a, b)| (name.replace(' ', "_"), json!({"left": a, "right": b, "delta": b - a})))
+        .map(|(name, a, b)| (name.replace(' ', "_"), json!({"left": int(*a), "right": int(*b), "delta": int(b - a)})))
         .collect();
     let edits = |list: &[&EditRecord]| {
         list.iter().map(|e| json!({"seq": e.seq, "kind": e.kind, "reason": e.reason})).collect::<Vec<_>>()
@@ -273,10 +282,13 @@ pub fn to_json(diff: &Diff<'_>, left: &Side<'_>, right: &Side<'_>, notes: Option
 
 /// The comparison for people.
 pub fn to_lines(diff: &Diff<'_>, left: &Side<'_>, right: &Side<'_>, notes: Option<&Notes>) -> Vec<String> {
-    let mut out = vec![format!(
-        "{} (session {}) against {} (session {})",
-        right.label, right.analysis.session, left.label, left.analysis.session
-    )];
+    let mut out = vec![match left.analysis.session == right.analysis.session {
+        true => format!("{} of session {} against its {} timeline", right.label, right.analysis.session, left.label),
+        false => format!(
+            "{} = session {}, {} = session {}",
+            left.label, left.analysis.session, right.label, right.analysis.session
+        ),
+    }];
     for (k, a, b) in &diff.knobs {
         out.push(format!("--{k}: {a} → {b}"));
     }
@@ -359,8 +371,8 @@ pub fn diff(args: &DiffArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let right = analyze(store_b, ib, Mode::Strict, Until::Head, Keep { views: false })?;
     let config = |a: &Analysis| a.state.info().map(|i| i.config.clone()).unwrap_or_default();
     let (lc, rc) = (config(&left), config(&right));
-    let l = Side { label: args.a.clone(), analysis: &left, config: &lc };
-    let r = Side { label: args.b.clone(), analysis: &right, config: &rc };
+    let l = Side { label: "A".into(), analysis: &left, config: &lc };
+    let r = Side { label: "B".into(), analysis: &right, config: &rc };
     let d = compare(&l, &r);
     print_diff(out, &d, &l, &r, None, args.store.json)?;
     match (args.exit_code, d.differing()) {
