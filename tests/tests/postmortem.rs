@@ -39,7 +39,7 @@ fn why_names_the_rule_the_guard_and_the_call_of_an_edit_and_follows_a_restore() 
     let t = r.timeline(DEMO);
     // The last message the ladder removed and nothing flushed afterwards.
     let (call, edit) =
-        t.iter().flat_map(|c| c.edits.iter().map(move |e| (c, e))).filter(|(_, e)| e.kind == "removed").last().unwrap();
+        t.iter().flat_map(|c| c.edits.iter().map(move |e| (c, e))).rfind(|(_, e)| e.kind == "removed").unwrap();
     let seq = edit.seq.to_string();
     let text = r.ok(&["why", "--seq", &seq]);
     insta::assert_snapshot!("why_removed_budget_30000", text);

@@ -89,7 +89,7 @@ fn rerun_of_imported_transcripts_and_a_long_generated_session_is_empty() {
 fn rerun_makes_a_recorded_restore_again_after_the_same_call() {
     let r = Recorded::demo(&["--budget", "30000"]);
     let t = r.timeline(DEMO);
-    let removed = t.iter().flat_map(|c| &c.edits).filter(|e| e.kind == "removed").last().unwrap().seq;
+    let removed = t.iter().flat_map(|c| &c.edits).rfind(|e| e.kind == "removed").unwrap().seq;
     r.ok(&["restore", "--seq", &removed.to_string()]);
     assert_identical(&r, DEMO, "demo with a restore");
     // Under knobs where that message was never edited, there is nothing to restore: said so.
