@@ -239,7 +239,7 @@ impl<R: BufRead> Iterator for Lines<'_, R> {
             return Some(
                 wire::parse_message(text)
                     .map(|message| Line { number, message })
-                    .map_err(|e| CliError::input(path, number, e.to_string())),
+                    .map_err(|e| CliError::wire(path, number, &e)),
             );
         }
     }

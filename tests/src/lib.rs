@@ -12,5 +12,6 @@ pub mod conformance_fixtures;
 pub mod engine_fixtures;
 pub mod faulty_store;
 pub mod postgres;
+pub mod postmortem;
 pub mod scenario;
 pub mod store_files;
