@@ -135,8 +135,15 @@ fn a_20000_message_session_stays_within_three_views_and_100_bytes_per_message() 
     // Opening the session from its log (no snapshot) folds to the same state, bodies included;
     // from a snapshot, too.
     let store = Arc::clone(s.store());
-    let reopened = Session::open(Arc::clone(&store), s.id()).unwrap();
+    let mut reopened = Session::open(Arc::clone(&store), s.id()).unwrap();
     assert_eq!(reopened.state(), s.state());
+    // and the opened session, once it has rendered a view (a call planned, then aborted), is
+    // within the goal too: what opening folds back in is what the live session held.
+    let plan = reopened.plan(T0 + 1_000_000_000).unwrap();
+    reopened.abort(plan);
+    let (opened, opened_view) = assert_bounded(&reopened);
+    assert!(opened_view > 0, "the opened session rendered its view");
+    assert!(opened <= last * 2, "opened: {opened} bytes, live: {last} bytes");
     s.snapshot().unwrap();
     let from_snapshot = Session::open(store, s.id()).unwrap();
     assert_eq!(from_snapshot.state(), s.state());
