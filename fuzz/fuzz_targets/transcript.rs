@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
     let lines_in_file = text.split(|&b| b == b'\n').count();
     let transcript = match read(text, Path::new(FILE), format) {
         Ok(t) => t,
-        Err(CliError::Input { file, line, message }) => {
+        Err(CliError::Input { file, line, message, .. }) => {
             assert_eq!(file, FILE, "the error names the file");
             assert!(line <= lines_in_file, "line {line} of a {lines_in_file}-line file");
             assert!(!message.is_empty());
