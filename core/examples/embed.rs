@@ -31,11 +31,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Between calls, summarize what the engine asks for (here: the built-in summarizer):
         // spans of messages, and condensing the oldest summaries once they fill their share.
         if let Some(job) = session.summary_job() {
-            let text = if job.is_condense() {
-                ctxlog::summary::condense(session.state(), &job)
-            } else {
-                ctxlog::summary::extractive(session.state(), &job)
-            };
+            // The span's messages, for a host's own summarizer: `session.messages(job.from..job.to)`.
+            let text = session.summarize(&job)?;
             session.prepare(&job, text, Produced::extractive())?;
         }
     }

@@ -53,7 +53,9 @@ pub mod kind {
     pub const REQUEST_SERVED_V1: u8 = 7;
     /// `GuardRaised`.
     pub const GUARD_RAISED: u8 = 8;
-    /// `SessionStarted` whose config has `summary_share`, `hard_limit_ratio`, `clear_at_least`.
+    /// `SessionStarted` whose config has `summary_share`, `hard_limit_ratio`, `clear_at_least`
+    /// (frozen as [`legacy::SessionStartedV2`]); still written for every session that is not an
+    /// import, so earlier builds keep reading them.
     pub const SESSION_STARTED: u8 = 9;
     /// `SummaryPrepared` with `merged` (condensed summaries).
     pub const SUMMARY_PREPARED: u8 = 10;
@@ -63,6 +65,10 @@ pub mod kind {
     pub const SUMMARY_RETIRED: u8 = 12;
     /// `Flushed` with `condensed`.
     pub const FLUSHED: u8 = 13;
+    /// `SessionStarted` of an import: kind 9 + `import` (the transcript it reads).
+    pub const SESSION_STARTED_IMPORT: u8 = 14;
+    /// `ImportCompleted`.
+    pub const IMPORT_COMPLETED: u8 = 15;
 }
 
 pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
@@ -74,7 +80,8 @@ pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> 
 /// Encodes an event. Fails only for values bincode cannot represent (a bug, not bad input).
 pub fn encode(event: &Event) -> Result<Record, String> {
     match event {
-        Event::SessionStarted(e) => payload(kind::SESSION_STARTED, e),
+        Event::SessionStarted(e) if e.import.is_some() => payload(kind::SESSION_STARTED_IMPORT, e),
+        Event::SessionStarted(e) => payload(kind::SESSION_STARTED, &legacy::SessionStartedV2::from(e)),
         Event::MessageAppended(e) => payload(kind::MESSAGE_APPENDED, e),
         Event::SummaryPrepared(e) => payload(kind::SUMMARY_PREPARED, e),
         Event::Flushed(e) => payload(kind::FLUSHED, e),
@@ -83,6 +90,7 @@ pub fn encode(event: &Event) -> Result<Record, String> {
         Event::Restored(e) => payload(kind::RESTORED, e),
         Event::RequestServed(e) => payload(kind::REQUEST_SERVED, e),
         Event::GuardRaised(e) => payload(kind::GUARD_RAISED, e),
+        Event::ImportCompleted(e) => payload(kind::IMPORT_COMPLETED, e),
     }
 }
 
@@ -113,11 +121,13 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::RESTORED => body(rest).map(Event::Restored),
         kind::REQUEST_SERVED_V1 => body::<legacy::RequestServedV1>(rest).map(|e| Event::RequestServed(e.into())),
         kind::GUARD_RAISED => body(rest).map(Event::GuardRaised),
-        kind::SESSION_STARTED => body(rest).map(Event::SessionStarted),
+        kind::SESSION_STARTED => body::<legacy::SessionStartedV2>(rest).map(|e| Event::SessionStarted(e.into())),
         kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
         kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),
         kind::SUMMARY_RETIRED => body(rest).map(Event::SummaryRetired),
         kind::FLUSHED => body(rest).map(Event::Flushed),
+        kind::SESSION_STARTED_IMPORT => body(rest).map(Event::SessionStarted),
+        kind::IMPORT_COMPLETED => body(rest).map(Event::ImportCompleted),
         other => return Err(fail(format!("unknown event kind {other} in format {format}"))),
     };
     event.map_err(|e| fail(format!("kind {k}: {e}")))

@@ -6,8 +6,8 @@
 
 use ctxlog::codec::{self, DecodeError, FORMAT_VERSION};
 use ctxlog::event::{
-    Deferral, Event, FlushReason, Flushed, GuardKind, GuardRaised, RequestServed, SummaryMode, SummaryPrepared,
-    SummaryRetired,
+    Deferral, Event, FlushReason, Flushed, GuardKind, GuardRaised, ImportCompleted, ImportSource, RequestServed,
+    SessionStarted, SummaryMode, SummaryPrepared, SummaryRetired,
 };
 use ctxlog::replay::{self, Mode};
 use ctxlog::store::{ExpectedVersion, Record, Store, StoreError, StreamId};
@@ -115,6 +115,19 @@ fn build_every_kind() -> Vec<Event> {
             detail: String::new(),
             knob: "--breaker".into(),
         }),
+        Event::SessionStarted(SessionStarted {
+            session: SESSION,
+            format: ctxlog::WireFormat::OpenAi,
+            config: config(),
+            at: T0,
+            import: Some(ImportSource {
+                transcript_sha256: "ab".repeat(32),
+                transcript_bytes: 68_000_000,
+                messages: 20_000,
+                call_interval_ms: 30_000,
+            }),
+        }),
+        Event::ImportCompleted(ImportCompleted { messages: 20_000, calls: 10_000 }),
     ]
 }
 
@@ -133,7 +146,9 @@ fn every_event_kind_round_trips_through_the_envelope() {
         // Encoding is deterministic (what golden logs rely on).
         assert_eq!(codec::encode(ev).unwrap(), rec);
     }
-    assert_eq!(kinds.len(), 9, "one kind byte per event type");
+    // One kind byte per event type, and an import's SessionStarted has its own.
+    assert_eq!(kinds.len(), 11, "{kinds:?}");
+    assert!(kinds.contains(&codec::kind::SESSION_STARTED) && kinds.contains(&codec::kind::SESSION_STARTED_IMPORT));
 }
 
 #[test]
@@ -145,7 +160,9 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
     for (i, ev) in every_kind().iter().enumerate() {
         let version = i as u64 + 1;
         let neutral = match ev {
-            Event::SessionStarted(_) | Event::MessageAppended(_) | Event::Edited(_) | Event::Restored(_) => true,
+            Event::SessionStarted(e) => e.import.is_none(),
+            Event::MessageAppended(_) | Event::Edited(_) | Event::Restored(_) => true,
+            Event::ImportCompleted(_) => false,
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty(),
             Event::Flushed(e) => e.condensed.is_empty(),

@@ -56,6 +56,32 @@ pub struct SessionStartedV1 {
     pub at: Millis,
 }
 
+/// Kind 9: `SessionStarted` without `import`, the layout of every session that is not an
+/// import (written as such, so earlier builds keep reading them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStartedV2 {
+    /// Session id.
+    pub session: Uuid,
+    /// Wire format.
+    pub format: WireFormat,
+    /// Knobs.
+    pub config: Config,
+    /// Creation time.
+    pub at: Millis,
+}
+
+impl From<&SessionStarted> for SessionStartedV2 {
+    fn from(e: &SessionStarted) -> SessionStartedV2 {
+        SessionStartedV2 { session: e.session, format: e.format, config: e.config.clone(), at: e.at }
+    }
+}
+
+impl From<SessionStartedV2> for SessionStarted {
+    fn from(e: SessionStartedV2) -> SessionStarted {
+        SessionStarted { session: e.session, format: e.format, config: e.config, at: e.at, import: None }
+    }
+}
+
 /// Kind 3: `SummaryPrepared` before condensed summaries (`merged`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SummaryPreparedV1 {
@@ -145,7 +171,7 @@ impl From<ConfigV1> for Config {
 
 impl From<SessionStartedV1> for SessionStarted {
     fn from(e: SessionStartedV1) -> SessionStarted {
-        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at }
+        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at, import: None }
     }
 }
 
@@ -219,7 +245,7 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
                 image_tokens: c.image_tokens,
                 truncate_chars: c.truncate_chars,
             };
-            if Config::from(v1.clone()) != *c {
+            if Config::from(v1.clone()) != *c || e.import.is_some() {
                 return None;
             }
             let e = SessionStartedV1 { session: e.session, format: e.format, config: v1, at: e.at };
@@ -265,9 +291,11 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
             };
             payload(kind::REQUEST_SERVED_V1, &v1)
         }
-        Event::SummaryPrepared(_) | Event::Flushed(_) | Event::RequestServed(_) | Event::SummaryRetired(_) => {
-            return None
-        }
+        Event::SummaryPrepared(_)
+        | Event::Flushed(_)
+        | Event::RequestServed(_)
+        | Event::SummaryRetired(_)
+        | Event::ImportCompleted(_) => return None,
         other => super::encode(other),
     })
 }
