@@ -16,7 +16,7 @@
 use std::path::Path;
 
 use ctxlog::config::{Config, SummarizerKind};
-use ctxlog::event::{Event, GuardKind};
+use ctxlog::event::{EditKind, Event, GuardKind};
 use ctxlog::message::Role;
 use ctxlog::policy::ladder;
 use ctxlog::session::{Prepared, Produced};
@@ -246,6 +246,44 @@ fn a_tripped_breaker_then_500_more_messages_stays_within_budget_and_one_turn() {
     assert_eq!(h.session.state().message_count(), 4 + 500);
     assert!(max <= 10_000, "the view went over the budget: {max}");
     assert_eq!(h.session.state().breaker_count(), 0, "the breaker never re-armed");
+    h.assert_verified();
+}
+
+#[test]
+fn without_a_summarizer_old_human_messages_leave_last_so_the_floor_does_not_grow() {
+    // Given no summarizer and 1,200 turns of a short human message (under the stub minimum,
+    // so level 8 cannot shrink it) and a short answer: ~24,000 tokens of human words against a
+    // 10,000 budget, the floor of a ladder that never removes them.
+    let mut cfg = config(10_000, 0.8, 0.5);
+    cfg.summarizer = SummarizerKind::None;
+    let mut h = Harness::new(WireFormat::Anthropic, cfg);
+    let w = h.wire;
+    h.append(vec![w.system("You are helpful."), w.user("PROJECT PATH IS ~/Desktop/ora")]);
+    let mut max = 0;
+    for i in 0..1_200 {
+        h.append(vec![
+            w.assistant(&format!("done step {i}")),
+            w.user(&format!("now do step {} of the plan, please", i + 1)),
+        ]);
+        max = max.max(h.call().view_tokens);
+    }
+    // Then every view stays within the budget; the old human messages went at level 9, oldest
+    // first, with the reason recorded; the first and the last stay.
+    assert!(max <= 10_000, "a view went over the budget: {max}");
+    let st = h.session.state();
+    let removed_humans = (0..st.message_count())
+        .filter(|&s| st.entry(s).is_some_and(|e| e.is_human() && e.edit.is_some_and(|x| x.kind == EditKind::Removed)))
+        .count();
+    assert!(removed_humans > 300, "only {removed_humans} human messages removed");
+    let first = st.first_human().unwrap();
+    assert!(st.in_view(first) && st.entry(first).unwrap().edit.is_none());
+    assert!(st.in_view(st.message_count() - 1), "the last human message left the view");
+    let level9 =
+        h.calls.iter().flat_map(|c| &c.events).any(
+            |e| matches!(e, Event::Edited(x) if x.reason.level == 9 && x.reason.rule.contains("no recent window")),
+        );
+    assert!(level9, "no level-9 removal recorded");
+    assert!(!h.calls.iter().any(|c| c.guards().contains(&GuardKind::BreakerTripped)), "the breaker tripped");
     h.assert_verified();
 }
 

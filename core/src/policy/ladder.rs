@@ -73,7 +73,8 @@ pub fn run(state: &State, config: &Config, metered: u64) -> Outcome {
 /// The floor: the smallest view (in meter units) the whole ladder can reach, levels 1–9 run to
 /// exhaustion. What is left is what no level may touch: system, pinned, first and last human,
 /// summaries, the protected tool results, the stubs and truncations of what may only shrink,
-/// and tool groups that may not be split.
+/// tool groups that may not be split, and the other human messages when removing them could
+/// not bring the view within the session's budget.
 pub fn floor(state: &State, config: &Config, metered: u64) -> u64 {
     let mut l = Ladder::new(state, config, metered);
     l.target = 0;
@@ -88,15 +89,24 @@ impl Ladder<'_> {
         let steps: [(u8, Step); 9] = [
             (1, |l| l.truncate_wave(0.0, 0.25, "truncate the oldest quarter of tool results")),
             (2, |l| l.truncate_wave(0.25, 0.50, "truncate the second quarter of tool results")),
-            (3, |l| l.remove(1.0, "remove old unprotected messages")),
+            (3, |l| l.remove(1.0, false, "remove old unprotected messages")),
             (4, |l| l.truncate_wave(0.50, 0.75, "truncate the third quarter of tool results")),
-            (5, |l| l.remove(0.6, "remove old messages, recent window ×0.6")),
+            (5, |l| l.remove(0.6, false, "remove old messages, recent window ×0.6")),
             (6, |l| l.truncate_wave(0.0, 1.0, "truncate all but the protected tool results")),
-            (7, |l| l.remove(0.3, "remove old messages, recent window ×0.3")),
+            (7, |l| l.remove(0.3, false, "remove old messages, recent window ×0.3")),
             (8, |l| l.stub_users()),
             (9, |l| {
+                let rule = "still over the budget after every level: remove old messages, no recent window";
                 if l.total > l.budget {
-                    l.remove(0.0, "still over the budget after every level: remove old messages, no recent window")
+                    l.remove(0.0, false, rule);
+                }
+                // Then old human messages (never the first or the last), but only when that can
+                // bring the view within the session's budget: without a summarizer they are what
+                // is left of old turns, and keeping them all would let the floor grow with the
+                // session (one in ~25 messages of an agent session); when the floor is over the
+                // budget anyway (a huge system prompt), removing them would only lose words.
+                if l.total > l.budget && l.total.saturating_sub(l.removable_human_tokens()) <= l.config.budget {
+                    l.remove(0.0, true, rule);
                 }
             }),
         ];
@@ -285,8 +295,8 @@ impl<'a> Ladder<'a> {
     }
 
     /// Removes unprotected messages oldest first, tool pairs together. `recent` scales the
-    /// protected recent window.
-    fn remove(&mut self, recent: f64, rule: &str) {
+    /// protected recent window; human messages go only when `humans` (level 9).
+    fn remove(&mut self, recent: f64, humans: bool, rule: &str) {
         let live: Vec<usize> =
             (0..self.slots.len()).filter(|&i| self.slots.get(i).is_some_and(|s| !s.removed)).collect();
         let cut = live.len() - ratio_of(live.len() as u64, self.config.protected_recent_ratio * recent) as usize;
@@ -302,7 +312,7 @@ impl<'a> Ladder<'a> {
             }
             let Some(s) = self.slots.get(i).copied() else { continue };
             let human = self.state.entry(s.seq).is_none_or(|e| e.is_human());
-            if s.removed || human || protected(self, s.seq) {
+            if s.removed || (human && !humans) || protected(self, s.seq) {
                 continue;
             }
             let Some(group) = self.tool_group(s.seq) else { continue };
@@ -316,6 +326,17 @@ impl<'a> Ladder<'a> {
                 }
             }
         }
+    }
+
+    /// Tokens of the human messages level 9 may remove: in the view, neither the first nor the
+    /// last human message, not pinned.
+    fn removable_human_tokens(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|s| !s.removed && !always_protected(self.state, s.seq))
+            .filter(|s| self.state.entry(s.seq).is_some_and(|e| e.is_human()))
+            .map(|s| u64::from(s.tokens))
+            .sum()
     }
 
     /// Level 8: stub long human messages by cost (text goes, images stay), oldest first; the
