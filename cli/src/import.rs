@@ -76,7 +76,7 @@ pub fn import(
             let stamped = m.meta.timestamp.as_ref().and_then(|t| parse_timestamp_ms(t).ok());
             // A call's clock never goes backwards, even if the transcript's does.
             clock = stamped.unwrap_or(clock + opts.call_interval_ms).max(clock);
-            let reported = m.meta.usage.as_ref().and_then(|u| ctxlog::wire::usage_input_tokens(u).ok().flatten());
+            let reported = m.meta.usage.as_ref().and_then(|u| ctxlog::wire::usage_of(u).ok().flatten());
             let plan = session.plan(clock)?;
             if let Some(w) = opts.views.as_deref_mut() {
                 write_view(w, &session, &plan, opts.inline_media)?;

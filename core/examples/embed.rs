@@ -25,7 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         // ... send `messages` to the model; on failure `session.abort(plan)` writes nothing ...
         now += 20_000;
-        session.commit(plan, now, Some(1_200 + turn * 50))?; // durable first, then applied
+        let usage = ctxlog::Usage { input: 150, cache_read: 1_050 + turn * 50, cache_write: 0, output: 40 };
+        session.commit(plan, now, Some(usage))?; // durable first, then applied
         session.append(vec![parse_message(&format!(r#"{{"role":"assistant","content":"step {turn} done"}}"#))?])?;
         session.append(vec![parse_message(r#"{"role":"user","content":"continue"}"#)?])?;
         // Between calls, summarize what the engine asks for (here: the built-in summarizer):

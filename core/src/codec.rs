@@ -53,16 +53,22 @@ pub mod kind {
     pub const REQUEST_SERVED_V1: u8 = 7;
     /// `GuardRaised`.
     pub const GUARD_RAISED: u8 = 8;
-    /// `SessionStarted` whose config has `summary_share`, `hard_limit_ratio`, `clear_at_least`.
-    pub const SESSION_STARTED: u8 = 9;
+    /// `SessionStarted` whose config has `summary_share`, `hard_limit_ratio`, `clear_at_least`
+    /// (read only; see [`SESSION_STARTED`]).
+    pub const SESSION_STARTED_V2: u8 = 9;
     /// `SummaryPrepared` with `merged` (condensed summaries).
     pub const SUMMARY_PREPARED: u8 = 10;
-    /// `RequestServed` with `deferred`.
-    pub const REQUEST_SERVED: u8 = 11;
+    /// `RequestServed` with `deferred` (read only; see [`REQUEST_SERVED`]).
+    pub const REQUEST_SERVED_V2: u8 = 11;
     /// `SummaryRetired`.
     pub const SUMMARY_RETIRED: u8 = 12;
     /// `Flushed` with `condensed`.
     pub const FLUSHED: u8 = 13;
+    // 14 and 15 are reserved for the import marker.
+    /// `SessionStarted` whose config has `usage_floor_ratio`.
+    pub const SESSION_STARTED: u8 = 16;
+    /// `RequestServed` with the provider's `usage` parts and `anchored`.
+    pub const REQUEST_SERVED: u8 = 17;
 }
 
 pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
@@ -113,8 +119,10 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::RESTORED => body(rest).map(Event::Restored),
         kind::REQUEST_SERVED_V1 => body::<legacy::RequestServedV1>(rest).map(|e| Event::RequestServed(e.into())),
         kind::GUARD_RAISED => body(rest).map(Event::GuardRaised),
+        kind::SESSION_STARTED_V2 => body::<legacy::SessionStartedV2>(rest).map(|e| Event::SessionStarted(e.into())),
         kind::SESSION_STARTED => body(rest).map(Event::SessionStarted),
         kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
+        kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),
         kind::SUMMARY_RETIRED => body(rest).map(Event::SummaryRetired),
         kind::FLUSHED => body(rest).map(Event::Flushed),

@@ -14,6 +14,7 @@ pub mod media;
 pub mod message;
 pub mod policy;
 pub mod replay;
+pub mod request;
 pub mod session;
 pub mod state;
 pub mod store;
@@ -21,15 +22,18 @@ pub mod summary;
 pub mod time;
 pub mod tokens;
 pub mod transfer;
+pub mod usage;
 pub mod view;
 pub mod wire;
 
 pub use config::Config;
 pub use event::Event;
 pub use message::Message;
+pub use request::{Request, RequestOptions};
 pub use session::{Plan, Session, SessionError};
 pub use state::State;
 pub use store::{
     BlobId, ExpectedVersion, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version,
 };
+pub use usage::Usage;
 pub use wire::WireFormat;

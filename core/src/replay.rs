@@ -6,7 +6,8 @@ use serde::Serialize;
 use crate::codec;
 use crate::event::{Event, GuardRaised};
 use crate::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message};
-use crate::session::{decode_snapshot, SessionError, READ_CHUNK};
+use crate::request::{self, Request, RequestOptions, ServedView};
+use crate::session::{decode_snapshot, SessionError, StoreBlobs, READ_CHUNK};
 use crate::state::{State, Violation};
 use crate::store::{Store, StoreError, StreamId, Version};
 use crate::view::ViewCache;
@@ -26,8 +27,11 @@ pub struct CallRecord {
     pub view_messages: u64,
     /// Estimated tokens of the view.
     pub view_tokens: u64,
-    /// Provider-reported input tokens, if given.
+    /// Provider-reported prompt tokens (cache reads and writes included), if given.
     pub reported_tokens: Option<u64>,
+    /// The provider's usage in parts, when the host gave them (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::Usage>,
     /// The budget.
     pub budget: u64,
     /// Hard threshold in tokens.
@@ -142,6 +146,7 @@ impl Timeline {
                     view_messages: s.view_messages,
                     view_tokens: s.view_tokens,
                     reported_tokens: s.reported_tokens,
+                    usage: s.usage,
                     budget: config.budget,
                     trigger_tokens: config.trigger_tokens(),
                     target_tokens: config.target_tokens(),
@@ -233,6 +238,47 @@ pub fn replay<S: Store + ?Sized>(
     Ok(Replayed { state, timeline: out, violations })
 }
 
+/// The request call `call` sent, rebuilt byte for byte from the log: the view it served
+/// (checked against the recorded digest) rendered with `opts`, as [`crate::Session::request`]
+/// built it at the time with the same options.
+pub fn served_request<S: Store + ?Sized>(
+    store: &S,
+    stream: StreamId,
+    call: u64,
+    opts: &RequestOptions,
+) -> Result<Request, SessionError> {
+    if store.head(stream)?.is_none() {
+        return Err(SessionError::NotFound(stream));
+    }
+    let mut state = State::new();
+    let mut from = 1;
+    loop {
+        let batch = store.read(stream, from, READ_CHUNK)?;
+        let Some(last) = batch.last().map(|r| r.version) else {
+            return Err(SessionError::NoSuchCall { stream, call, calls: state.calls() });
+        };
+        for rec in batch {
+            let ev = codec::decode(stream, rec.version, &rec.record)?;
+            if let Event::RequestServed(s) = &ev {
+                if s.call == call {
+                    let mut cache = ViewCache::new();
+                    cache.sync_prefix(&state, usize::try_from(s.view_messages).unwrap_or(usize::MAX));
+                    if cache.digest() != s.digest {
+                        let rebuilt = cache.digest();
+                        return Err(SessionError::ViewMismatch { stream, call, recorded: s.digest.clone(), rebuilt });
+                    }
+                    let view =
+                        ServedView { state: &state, items: cache.items(), bytes: cache.bytes(), digest: &s.digest };
+                    let format = state.info().map_or(crate::wire::WireFormat::Anthropic, |i| i.format);
+                    return Ok(request::render(&view, format, opts, &StoreBlobs(store)));
+                }
+            }
+            state.apply(rec.version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?;
+        }
+        from = last + 1;
+    }
+}
+
 /// What `verify` found.
 #[derive(Debug, Clone, Default)]
 pub struct VerifyReport {
@@ -273,22 +319,42 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
     let result = for_each_event(store, stream, 1, None, |version, ev| {
         report.events += 1;
         if let Event::RequestServed(s) = &ev {
-            // The view this call served is the state right before its RequestServed.
-            let synced = cache.sync(&state);
+            // The view this call served is the state right before its RequestServed, less the
+            // messages appended between the call's plan and its commit: they come last in the
+            // view, after the `view_messages` it served.
+            let view = state.view();
+            let served = usize::try_from(s.view_messages).unwrap_or(usize::MAX).min(view.len());
+            let synced = cache.sync_prefix(&state, served);
             let digest = cache.digest();
-            let tokens = state.view_tokens();
-            let sum: u64 = state.view().iter().map(|i| u64::from(i.tokens)).sum();
+            let tokens: u64 = view.iter().take(served).map(|i| u64::from(i.tokens)).sum();
+            let sum: u64 = view.iter().map(|i| u64::from(i.tokens)).sum();
+            let late = view.get(served..).unwrap_or_default();
+            let appended_late =
+                late.iter().zip(state.message_count().saturating_sub(late.len() as u64)..).all(|(it, seq)| {
+                    it.item == crate::state::Item::Message(seq)
+                        && state.entry(seq).is_some_and(|e| e.edit.is_none() && !e.restored)
+                });
             let mut bad = |what: String| {
                 report.problems.push(format!("stream {stream} version {version} (call {}): {what}", s.call))
             };
             if digest != s.digest {
                 bad(format!("view digest {digest} differs from the recorded {}", s.digest));
             }
-            if tokens != s.view_tokens || sum != tokens {
-                bad(format!("view tokens: recorded {}, re-rendered {tokens}, sum of messages {sum}", s.view_tokens));
+            if tokens != s.view_tokens || sum != state.view_tokens() {
+                bad(format!(
+                    "view tokens: recorded {}, re-rendered {tokens}, sum of messages {sum} against {}",
+                    s.view_tokens,
+                    state.view_tokens()
+                ));
             }
-            if state.view().len() as u64 != s.view_messages {
-                bad(format!("view messages: recorded {}, re-rendered {}", s.view_messages, state.view().len()));
+            if (view.len() as u64) < s.view_messages || !appended_late {
+                bad(format!(
+                    "view messages: recorded {}, re-rendered {} of which the last {} are not messages appended \
+                     after the plan",
+                    s.view_messages,
+                    view.len(),
+                    late.len()
+                ));
             }
             if s.call > 0 && synced.appended_only != s.prefix_reused {
                 bad(format!(

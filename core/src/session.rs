@@ -11,15 +11,20 @@ use uuid::Uuid;
 use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
-use crate::event::{Event, MessageAppended, RequestServed, Restored, SessionStarted, SummaryMode, SummaryPrepared};
+use crate::event::{
+    Event, GuardKind, MessageAppended, RequestServed, Restored, SessionStarted, SummaryMode, SummaryPrepared,
+};
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
+use crate::policy::guards;
+use crate::request::{self, Request, RequestOptions, ServedView};
 use crate::state::{State, Violation};
 use crate::store::{BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId, Version};
 use crate::summary::{self, SummaryJob};
 use crate::time::Millis;
 use crate::tokens::text_tokens;
-use crate::view::{render_item_with, ViewCache};
+use crate::usage::Usage;
+use crate::view::{render_item_with, thousands, ViewCache};
 use crate::wire::{self, BlobSource, Media, RenderOpts, WireError, WireFormat};
 
 /// Records read per store round trip during replay.
@@ -66,23 +71,89 @@ pub enum SessionError {
         /// What is wrong.
         error: WireError,
     },
-    /// The plan was made against an older state.
-    #[error("stale plan: made at version {planned}, session is at version {current}")]
+    /// The plan can no longer be committed: since it was made, something other than appends
+    /// changed the session (`by`: another call was committed, a summary prepared, a message
+    /// restored), or it belongs to another session. Plan again.
+    #[error("stale plan: made at version {planned}, session is at version {current}: {by}")]
     StalePlan {
         /// Version the plan was made at.
         planned: Version,
         /// Current version.
         current: Version,
+        /// What happened since.
+        by: StaleCause,
+    },
+    /// The log has no such call.
+    #[error("stream {stream}: no call {call} (the session served {calls})")]
+    NoSuchCall {
+        /// The stream.
+        stream: StreamId,
+        /// The call asked for.
+        call: u64,
+        /// Calls served.
+        calls: u64,
+    },
+    /// A call's view, rebuilt from the log, does not hash to the digest recorded for it.
+    #[error("stream {stream} call {call}: the rebuilt view hashes to {rebuilt}, the log recorded {recorded}")]
+    ViewMismatch {
+        /// The stream.
+        stream: StreamId,
+        /// The call.
+        call: u64,
+        /// Digest recorded in `RequestServed`.
+        recorded: String,
+        /// Digest of the rebuilt view.
+        rebuilt: String,
     },
     /// Encoding an event failed (a bug).
     #[error("cannot encode event: {0}")]
     Encode(String),
 }
 
+/// Why a plan can no longer be committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleCause {
+    /// Another call was committed since (its `RequestServed`, flush or edits).
+    CallCommitted,
+    /// A summary was prepared since (the plan did not see it).
+    SummaryPrepared,
+    /// A message was restored since.
+    Restored,
+    /// The session was reopened or caught up past the plan's version: this handle cannot
+    /// tell what was written before.
+    Reopened,
+    /// The plan was made by another session.
+    OtherSession,
+}
+
+impl StaleCause {
+    fn of(ev: &Event) -> StaleCause {
+        match ev {
+            Event::SummaryPrepared(_) => StaleCause::SummaryPrepared,
+            Event::Restored(_) => StaleCause::Restored,
+            Event::SessionStarted(_) => StaleCause::Reopened,
+            _ => StaleCause::CallCommitted,
+        }
+    }
+}
+
+impl std::fmt::Display for StaleCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StaleCause::CallCommitted => "another call was committed since",
+            StaleCause::SummaryPrepared => "a summary was prepared since",
+            StaleCause::Restored => "a message was restored since",
+            StaleCause::Reopened => "the session was reopened since",
+            StaleCause::OtherSession => "the plan belongs to another session",
+        })
+    }
+}
+
 /// A call decided but not yet committed. Dropping it (or [`Session::abort`]) writes nothing.
 #[derive(Debug, Clone)]
 #[must_use = "a plan is committed with Session::commit or dropped with Session::abort"]
 pub struct Plan {
+    stream: StreamId,
     base_version: Version,
     call: u64,
     decision: engine::Decision,
@@ -172,6 +243,9 @@ pub struct Session<S: Store> {
     stream: StreamId,
     state: State,
     cache: ViewCache,
+    /// Version and kind of the last event that was not an append: a plan made at or after it
+    /// can still be committed (appends since then are not part of the view it served).
+    settled: (Version, StaleCause),
 }
 
 impl<S: Store> Session<S> {
@@ -187,7 +261,13 @@ impl<S: Store> Session<S> {
         if store.head(id)?.is_some() {
             return Err(SessionError::Exists(id));
         }
-        let mut s = Session { store, stream: id, state: State::new(), cache: ViewCache::new() };
+        let mut s = Session {
+            store,
+            stream: id,
+            state: State::new(),
+            cache: ViewCache::new(),
+            settled: (0, StaleCause::Reopened),
+        };
         let ev = Event::SessionStarted(SessionStarted { session: id.0, format, config, at: now });
         s.state.check_event(1, &ev).map_err(|v| s.invariant(v))?;
         match s.persist_then_apply(vec![ev]) {
@@ -202,15 +282,19 @@ impl<S: Store> Session<S> {
             return Err(SessionError::NotFound(id));
         }
         let state = load_snapshot(&store, id)?.unwrap_or_default();
-        let mut s = Session { store, stream: id, state, cache: ViewCache::new() };
+        let settled = (state.version(), StaleCause::Reopened);
+        let mut s = Session { store, stream: id, state, cache: ViewCache::new(), settled };
         s.catch_up()?;
         Ok(s)
     }
 
     /// Folds records written since the state's version (by this or another writer).
     pub fn catch_up(&mut self) -> Result<(), SessionError> {
-        let (stream, state) = (self.stream, &mut self.state);
+        let (stream, state, settled) = (self.stream, &mut self.state, &mut self.settled);
         crate::replay::for_each_event(&self.store, stream, state.version() + 1, None, |version, ev| {
+            if !matches!(ev, Event::MessageAppended(_)) {
+                *settled = (version, StaleCause::of(&ev));
+            }
             state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })
         })
     }
@@ -327,6 +411,7 @@ impl<S: Store> Session<S> {
         let digest = cache.as_ref().unwrap_or(&self.cache).digest();
         let prefix_reused = self.state.calls() > 0 && view_state.prefix_stable_since_last_call();
         Ok(Plan {
+            stream: self.stream,
             base_version: self.state.version(),
             call: self.state.calls(),
             digest,
@@ -338,18 +423,28 @@ impl<S: Store> Session<S> {
         })
     }
 
+    /// The request to send for `plan`, in the session's wire format: the view it serves with
+    /// media inlined, the host's fields from `opts` passed through (model, tools, …), and for
+    /// Anthropic the system prompt in `system` and the requested cache breakpoints. See
+    /// [`crate::request`] for the exact bytes. Fails with [`SessionError::StalePlan`] when the
+    /// plan can no longer be committed.
+    pub fn request(&self, plan: &Plan, opts: &RequestOptions) -> Result<Request, SessionError> {
+        let view = self.served_view(plan)?;
+        Ok(request::render(&view, self.format(), opts, &StoreBlobs(&self.store)))
+    }
+
     /// The planned view as the provider needs it: one JSON message per element, media
     /// inlined from the blob area. Missing blobs stay references and are returned.
     pub fn render_plan(&self, plan: &Plan) -> (Vec<String>, Vec<BlobId>) {
-        let state = plan.decision.scratch.as_ref().unwrap_or(&self.state);
+        let Ok(view) = self.served_view(plan) else { return (Vec::new(), Vec::new()) };
         let source = StoreBlobs(&self.store);
         let opts = RenderOpts { meta: false, media: Media::Inline(&source) };
         let mut missing = Vec::new();
-        let msgs = state
-            .view()
+        let msgs = view
+            .items
             .iter()
             .map(|it| {
-                let bytes = render_item_with(state, it.item, opts, &mut missing);
+                let bytes = render_item_with(view.state, it.item, opts, &mut missing);
                 String::from_utf8_lossy(bytes.strip_suffix(b"\n").unwrap_or(&bytes)).into_owned()
             })
             .collect();
@@ -358,16 +453,58 @@ impl<S: Store> Session<S> {
 
     /// The view bytes of a plan (media as references), one JSON message per element.
     pub fn plan_view(&self, plan: &Plan) -> Vec<Arc<[u8]>> {
-        plan.cache.as_ref().unwrap_or(&self.cache).bytes().to_vec()
+        self.served_view(plan).map(|v| v.bytes.to_vec()).unwrap_or_default()
+    }
+
+    /// The view `plan` serves: its own rendering when it changed the view, else the first
+    /// `view_messages` items of the session's (messages appended since come after them).
+    fn served_view<'a>(&'a self, plan: &'a Plan) -> Result<ServedView<'a>, SessionError> {
+        self.check_fresh(plan)?;
+        let (state, cache) = match (&plan.decision.scratch, &plan.cache) {
+            (Some(scratch), Some(cache)) => (scratch, cache),
+            _ => (&self.state, &self.cache),
+        };
+        let n = usize::try_from(plan.view_messages).unwrap_or(usize::MAX);
+        let (items, bytes) = (cache.items(), cache.bytes());
+        Ok(ServedView {
+            state,
+            items: items.get(..n).unwrap_or(items),
+            bytes: bytes.get(..n).unwrap_or(bytes),
+            digest: &plan.digest,
+        })
     }
 
     /// Commits a dispatched call: its tentative events plus `RequestServed`, as one batch.
-    /// `at` is when the dispatch completed; `reported` the provider's input tokens, if known.
-    pub fn commit(&mut self, plan: Plan, at: Millis, reported: Option<u64>) -> Result<Committed, SessionError> {
-        if plan.base_version != self.state.version() {
-            return Err(SessionError::StalePlan { planned: plan.base_version, current: self.state.version() });
+    /// `at` is when the dispatch completed; `usage` what the provider reported for it, if known.
+    ///
+    /// Messages appended since the plan was made do not make it stale: they were not part of
+    /// the view it served, which is what `RequestServed` records (its digest is the one sent).
+    /// Anything else written since (another call's commit, a prepared summary, a restore) does:
+    /// [`SessionError::StalePlan`], and nothing is written.
+    ///
+    /// The meter anchors on the reported prompt total ([`Usage::prompt_total`]) unless it is
+    /// below `usage_floor_ratio ×` the estimate of the served view: such a report is recorded
+    /// but not trusted, and raises `usage_below_estimate` once.
+    pub fn commit(&mut self, plan: Plan, at: Millis, usage: Option<Usage>) -> Result<Committed, SessionError> {
+        self.check_fresh(&plan)?;
+        let Plan { decision, cache, digest, view_messages, view_tokens, prefix_reused, call, base_version, .. } = plan;
+        let reported = usage.map(|u| u.prompt_total());
+        let config = self.config();
+        let anchored = reported.is_some_and(|r| config.trusts_usage(r, view_tokens));
+        let mut events = decision.events;
+        if let (Some(r), false) = (reported, anchored) {
+            let detail = format!(
+                "the provider reported {} prompt tokens for a view estimated at {}, below {}x the estimate; \
+                 the meter keeps the estimate. Likely cause: a partial count was passed, such as Anthropic's \
+                 `input_tokens` alone (it excludes cache reads and writes): pass the whole usage \
+                 (Usage::from_anthropic / from_openai_chat / from_openai_responses)",
+                thousands(r),
+                thousands(view_tokens),
+                config.usage_floor_ratio
+            );
+            let guard = guards::raise(&self.state, call, GuardKind::UsageBelowEstimate, detail, "usage_floor_ratio");
+            events.extend(guard);
         }
-        let Plan { decision, cache, digest, view_messages, view_tokens, prefix_reused, call, .. } = plan;
         let served = Event::RequestServed(RequestServed {
             call,
             at,
@@ -380,19 +517,35 @@ impl<S: Store> Session<S> {
             needed: decision.needed,
             prefix_reused,
             deferred: decision.deferred,
+            usage,
+            anchored,
         });
-        let served_version = self.state.version() + decision.events.len() as u64 + 1;
-        let mut events = decision.events;
-        let version = match decision.scratch {
+        let first = self.state.version() + 1;
+        let planned_here = base_version == self.state.version();
+        let scratch = match decision.scratch {
+            // Only appends since the plan: its decisions are taken again on top of them.
+            Some(_) if !planned_here => Some(self.replayed(&events, first)?),
+            // The scratch state holds the decided events; add the usage guard, if any.
+            Some(mut next) => {
+                let decided = usize::try_from(next.version() - base_version).unwrap_or(usize::MAX);
+                for (ev, version) in events.iter().skip(decided).zip(next.version() + 1..) {
+                    next.apply(version, ev).map_err(|v| self.invariant(v))?;
+                }
+                Some(next)
+            }
+            None if events.is_empty() => None,
+            None => Some(self.replayed(&events, first)?),
+        };
+        let version = match scratch {
             // The view changed: the scratch state already holds the batch; finish it there.
             Some(mut next) => {
-                next.apply(served_version, &served).map_err(|v| self.invariant(v))?;
+                next.apply(first + events.len() as u64, &served).map_err(|v| self.invariant(v))?;
                 events.push(served);
                 self.persist(events.clone(), next)?
             }
             // Only `RequestServed`: validate in place, no copy of the state.
             None => {
-                self.state.check_event(served_version, &served).map_err(|v| self.invariant(v))?;
+                self.state.check_event(first, &served).map_err(|v| self.invariant(v))?;
                 events.push(served);
                 self.persist_then_apply(events.clone())?
             }
@@ -401,6 +554,28 @@ impl<S: Store> Session<S> {
             self.cache = c;
         }
         Ok(Committed { version, events })
+    }
+
+    /// A copy of the state with `events` applied from `first` on (validating each).
+    fn replayed(&self, events: &[Event], first: Version) -> Result<State, SessionError> {
+        let mut next = self.state.clone();
+        for (ev, version) in events.iter().zip(first..) {
+            next.apply(version, ev).map_err(|v| self.invariant(v))?;
+        }
+        Ok(next)
+    }
+
+    /// Is `plan` still committable here: this session's, and nothing but appends since?
+    fn check_fresh(&self, plan: &Plan) -> Result<(), SessionError> {
+        let (changed, by) = self.settled;
+        let stale = |by| SessionError::StalePlan { planned: plan.base_version, current: self.state.version(), by };
+        if plan.stream != self.stream {
+            return Err(stale(StaleCause::OtherSession));
+        }
+        if changed > plan.base_version || plan.base_version > self.state.version() {
+            return Err(stale(by));
+        }
+        Ok(())
     }
 
     /// Drops a plan: nothing was written, nothing changes; the next call decides again.
@@ -503,6 +678,7 @@ impl<S: Store> Session<S> {
     fn persist_then_apply(&mut self, events: Vec<Event>) -> Result<Version, SessionError> {
         let first = self.state.version() + 1;
         let version = self.write(&events)?;
+        self.note_settled(&events, version);
         for (i, ev) in events.iter().enumerate() {
             self.state.apply(first + i as u64, ev).map_err(|v| self.invariant(v))?;
         }
@@ -512,8 +688,15 @@ impl<S: Store> Session<S> {
     /// Appends `events` (already applied to the copy `next`), then adopts `next`.
     fn persist(&mut self, events: Vec<Event>, next: State) -> Result<Version, SessionError> {
         let version = self.write(&events)?;
+        self.note_settled(&events, version);
         self.state = next;
         Ok(version)
+    }
+
+    fn note_settled(&mut self, events: &[Event], version: Version) {
+        if let Some(ev) = events.iter().rev().find(|e| !matches!(e, Event::MessageAppended(_))) {
+            self.settled = (version, StaleCause::of(ev));
+        }
     }
 
     /// Encodes `events` and appends them as one atomic batch at the current version.
@@ -524,9 +707,10 @@ impl<S: Store> Session<S> {
     }
 }
 
-struct StoreBlobs<'a, S: Store>(&'a S);
+/// A store's blob area as the renderer's blob source (a blob that cannot be read is missing).
+pub(crate) struct StoreBlobs<'a, S: Store + ?Sized>(pub &'a S);
 
-impl<S: Store> BlobSource for StoreBlobs<'_, S> {
+impl<S: Store + ?Sized> BlobSource for StoreBlobs<'_, S> {
     fn blob(&self, id: &BlobId) -> Option<Vec<u8>> {
         self.0.get_blob(id).ok().flatten()
     }

@@ -23,8 +23,8 @@ pub const MAX_ATTEMPTS: u32 = 30;
 pub struct Reply {
     /// When the response arrived (ms since the epoch).
     pub at: u64,
-    /// The provider's input tokens, if it said.
-    pub input_tokens: Option<u64>,
+    /// What the provider billed, if it said ([`ctxlog::Usage::from_anthropic`] and friends).
+    pub usage: Option<ctxlog::Usage>,
 }
 
 /// Why a call was not served.
@@ -102,7 +102,7 @@ fn serve_once<S: Store, E>(
     let plan = session.plan(now().max(not_before))?;
     let (request, _missing_blobs) = session.render_plan(&plan);
     match dispatch(&request) {
-        Ok(reply) => Ok(session.commit(plan, reply.at.max(not_before), reply.input_tokens)?),
+        Ok(reply) => Ok(session.commit(plan, reply.at.max(not_before), reply.usage)?),
         Err(e) => {
             session.abort(plan);
             Err(ServeError::Dispatch(e))
@@ -136,7 +136,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let id = ctxlog::StreamId::random();
     let mut on_a = Session::create(&worker_a, id, ctxlog::WireFormat::Anthropic, ctxlog::Config::default(), now())?;
     let ask = |text: &str| parse_message(&format!(r#"{{"role":"user","content":"{text}"}}"#));
-    let provider = |_: &[String]| Ok::<_, String>(Reply { at: now(), input_tokens: None });
+    let provider = |_: &[String]| Ok::<_, String>(Reply { at: now(), usage: None });
     let served = serve_call(&mut on_a, &[ask("first question")?], now, provider, |_| {});
     println!("worker A served call 0 at version {}", served.map_err(|e| format!("{e:?}"))?.version);
     let mut on_b = Session::open(&worker_b, id)?; // the next call lands on worker B

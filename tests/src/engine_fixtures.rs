@@ -244,7 +244,7 @@ impl Harness {
         let (level, view_tokens, view_messages, prefix_reused, digest) =
             (plan.level(), plan.view_tokens, plan.view_messages, plan.prefix_reused, plan.digest.clone());
         let call = plan.call();
-        let committed = self.session.commit(plan, self.now, reported).unwrap();
+        let committed = self.session.commit(plan, self.now, reported.map(ctxlog::Usage::prompt)).unwrap();
         for ev in &committed.events {
             let version = committed.version;
             if let Some(rec) = self.live.feed(version, ev, self.session.state()) {

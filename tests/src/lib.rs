@@ -1,7 +1,7 @@
 //! Workspace-level tests for ctxlog. The library part holds shared test support: the `Store`
 //! conformance suite ([`conformance`]), one fixture per backend ([`conformance_fixtures`]), the
-//! given/when/then harness for the fold ([`scenario`]) and the harness of the compaction-engine
-//! tests ([`engine_fixtures`]).
+//! given/when/then harness for the fold ([`scenario`]), the harness of the compaction-engine
+//! tests ([`engine_fixtures`]) and a fake model provider ([`provider`]).
 //! The test targets live in `tests/`.
 
 // This crate is test support only: a failed unwrap here is a failed test, which is what we want.
@@ -11,4 +11,5 @@ pub mod conformance;
 pub mod conformance_fixtures;
 pub mod engine_fixtures;
 pub mod postgres;
+pub mod provider;
 pub mod scenario;

@@ -84,6 +84,8 @@ fn build_every_kind() -> Vec<Event> {
             needed: true,
             prefix_reused: true,
             deferred: Some(Deferral::TooLittleFreed { cache_age_ms: 1_000, freed_tokens: 12, clear_at_least: 5_000 }),
+            usage: Some(ctxlog::Usage { input: 23, cache_read: 8_000, cache_write: 100, output: 7 }),
+            anchored: true,
         }),
         Event::RequestServed(RequestServed {
             call: 4,
@@ -102,6 +104,8 @@ fn build_every_kind() -> Vec<Event> {
                 flush_pending: true,
                 ladder_due: false,
             }),
+            usage: None,
+            anchored: false,
         }),
         Event::GuardRaised(GuardRaised {
             call: Some(3),
@@ -149,7 +153,9 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty(),
             Event::Flushed(e) => e.condensed.is_empty(),
-            Event::RequestServed(e) => e.deferred.is_none(),
+            Event::RequestServed(e) => {
+                e.deferred.is_none() && e.usage.is_none() && e.anchored == e.reported_tokens.is_some()
+            }
             Event::SummaryRetired(_) => false,
         };
         let Some(rec) = codec::legacy::encode(ev) else {
@@ -184,10 +190,48 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
         needed: false,
         prefix_reused: false,
         deferred: None,
+        usage: None,
+        anchored: false,
     });
     let rec = codec::legacy::encode(&served).unwrap().unwrap();
     assert_eq!(rec.body()[1], codec::kind::REQUEST_SERVED_V1);
     assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), served);
+}
+
+#[test]
+fn second_layout_set_kinds_decode_and_upcast_to_the_current_events() {
+    // Kinds 9 and 11, written today in their frozen layouts, decode to the current events: the
+    // usage floor at its default, no usage parts, anchored exactly when a report was given.
+    let mut written = 0;
+    for (i, ev) in every_kind().iter().enumerate() {
+        let Some(rec) = codec::legacy::encode_v2(ev) else { continue };
+        let rec = rec.unwrap();
+        assert!([codec::kind::SESSION_STARTED_V2, codec::kind::REQUEST_SERVED_V2].contains(&rec.body()[1]));
+        assert_eq!(&codec::decode(STREAM, i as u64 + 1, &rec).unwrap(), ev, "{}", ev.name());
+        written += 1;
+    }
+    assert!(written >= 2, "a SessionStarted and a RequestServed");
+    let mut anchored = request_served(0, 1);
+    if let Event::RequestServed(r) = &mut anchored {
+        r.reported_tokens = Some(900);
+        r.anchored = true;
+    }
+    let rec = codec::legacy::encode_v2(&anchored).unwrap().unwrap();
+    assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), anchored);
+    // Events the old layouts cannot hold are refused, not truncated.
+    let mut parts = anchored.clone();
+    if let Event::RequestServed(r) = &mut parts {
+        r.usage = Some(ctxlog::Usage::prompt(900));
+    }
+    assert!(codec::legacy::encode_v2(&parts).is_none());
+    let floor = Event::SessionStarted(ctxlog::event::SessionStarted {
+        session: STREAM.0,
+        format: ctxlog::WireFormat::Anthropic,
+        config: ctxlog::Config { usage_floor_ratio: 0.25, ..ctxlog::Config::default() },
+        at: T0,
+    });
+    assert!(codec::legacy::encode_v2(&floor).is_none());
+    assert_eq!(codec::encode(&floor).unwrap().body()[1], codec::kind::SESSION_STARTED);
 }
 
 #[test]
@@ -382,7 +426,7 @@ fn session_with_history(store: &MemoryStore) -> ctxlog::Session<&MemoryStore> {
         if m.role == ctxlog::message::Role::Assistant {
             let at = T0 + 1_000 * i as u64;
             let plan = s.plan(at).unwrap();
-            s.commit(plan, at, Some(1_000 + i as u64)).unwrap();
+            s.commit(plan, at, Some(ctxlog::Usage::prompt(1_000 + i as u64))).unwrap();
         }
         s.append(vec![m]).unwrap();
     }

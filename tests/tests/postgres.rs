@@ -45,7 +45,7 @@ fn turn(text: &str) -> Vec<ctxlog::Message> {
 }
 
 fn reply(at: u64) -> impl FnMut(&[String]) -> Result<Reply, String> {
-    move |_| Ok(Reply { at, input_tokens: None })
+    move |_| Ok(Reply { at, usage: None })
 }
 
 /// Waits until some statement of the cluster waits on a lock (our blocked append).

@@ -129,7 +129,7 @@ fn worker(url: &str) {
                     v.insert(s)
                 }
             };
-            let dispatch = |_: &[String]| Ok::<_, String>(Reply { at, input_tokens: None });
+            let dispatch = |_: &[String]| Ok::<_, String>(Reply { at, usage: None });
             let done =
                 serve_call(session, &job_turn(job), || at, dispatch, |e| retry(e)).map_err(|e| format!("{e:?}"))?;
             let digest = match done.events.last() {

@@ -6,6 +6,7 @@
 use ctxlog::codec;
 use ctxlog::event::Event;
 use ctxlog::replay::{self, Mode};
+use ctxlog::session::StaleCause;
 use ctxlog::state::{Invariant, State};
 use ctxlog::{ExpectedVersion, MemoryStore, Session, SessionError, Store, StreamId};
 use ctxlog_tests::scenario::*;
@@ -495,10 +496,13 @@ fn a_stale_plan_is_refused_and_abort_writes_nothing() {
     let head = store.head(s.id()).unwrap();
     s.abort(plan);
     assert_eq!(store.head(s.id()).unwrap(), head);
+    // Another call committed meanwhile: the first plan no longer describes the session.
     let stale = s.plan(T0 + 2000).unwrap();
-    s.append(vec![parse(r#"{"role":"user","content":"more"}"#)]).unwrap();
+    let competing = s.plan(T0 + 2000).unwrap();
+    s.commit(competing, T0 + 2000, None).unwrap();
     let head = store.head(s.id()).unwrap();
-    assert!(matches!(s.commit(stale, T0 + 2000, None), Err(SessionError::StalePlan { .. })));
+    let err = s.commit(stale, T0 + 3000, None).unwrap_err();
+    assert!(matches!(err, SessionError::StalePlan { by: StaleCause::CallCommitted, .. }), "{err:?}");
     assert_eq!(store.head(s.id()).unwrap(), head);
 }
 
@@ -546,6 +550,7 @@ fn served_with_usage(call: u64, at_secs: u64, view_tokens: u64, reported: u64) -
     let Event::RequestServed(mut r) = request_served(call, at_secs) else { unreachable!() };
     r.view_tokens = view_tokens;
     r.reported_tokens = Some(reported);
+    r.anchored = true;
     Event::RequestServed(r)
 }
 
@@ -560,7 +565,19 @@ fn the_meter_anchors_on_reported_usage_until_the_history_changes() {
     let st = fold(&events);
     let added = st.view_tokens() - estimate;
     assert!(added > 0);
-    assert_eq!(st.metered_tokens(st.view_tokens()), 9_000 + added, "last reported + estimate of what was added");
+    assert_eq!(
+        st.metered_tokens(st.view_tokens()),
+        9_000 + added * 9_000 / estimate,
+        "last reported + what was added, counted at the provider's rate"
+    );
+    // A provider that counts fewer tokens than the estimate: what was added counts as estimated.
+    let mut low = events.clone();
+    let Some(Event::RequestServed(r)) = low.iter_mut().rev().find(|e| matches!(e, Event::RequestServed(_))) else {
+        unreachable!()
+    };
+    r.reported_tokens = Some(estimate - 1);
+    let st = fold(&low);
+    assert_eq!(st.metered_tokens(st.view_tokens()), estimate - 1 + added);
     // An edit changes the history the provider counted: the anchor is void.
     events.push(removed(4));
     let st = fold(&events);
