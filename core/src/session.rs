@@ -237,7 +237,19 @@ pub enum Prepared {
     Discarded(String),
 }
 
-/// A session over a store.
+// A session, its plans and its requests move between threads (a worker pool, tokio's blocking
+// pool): checked here so that a field that is not `Send` fails this crate's build.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Session<crate::store::MemoryStore>>();
+    send::<Session<Arc<dyn Store>>>();
+    send::<Plan>();
+    send::<Request>();
+};
+
+/// A session over a store. `Send` when its store handle is: one shared store (`Arc<S>`, `&S`)
+/// serves any number of sessions on any number of threads; one session is driven by one thread
+/// at a time (`&mut self`).
 pub struct Session<S: Store> {
     store: S,
     stream: StreamId,
