@@ -4,6 +4,7 @@ pub mod args;
 pub mod commands;
 pub mod error;
 pub mod import;
+pub mod logs;
 pub mod output;
 pub mod stores;
 pub mod tail;
@@ -18,6 +19,8 @@ use ctxlog::config::Config;
 use crate::args::{Cli, Command, ConfigArgs, DemoArgs, ImportArgs};
 use crate::error::{output as out_err, CliError};
 use crate::import::{import, ImportOptions};
+use crate::logs::with_logs;
+pub use crate::logs::Logs;
 use crate::output::{details, header, json_line, row, summary, Out};
 use crate::stores::open_store;
 use crate::transcript::{FormatArg, Transcript};
@@ -32,16 +35,17 @@ pub fn run(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> i32 {
-    run_with_progress(args, stdout, stderr, false)
+    run_with_progress(args, stdout, stderr, false, Logs::Captured)
 }
 
 /// [`run`], printing progress of long work on `stderr` when `progress` is set (the binary sets
-/// it when stderr is a terminal).
+/// it when stderr is a terminal), and `-v` logs where `logs` says.
 pub fn run_with_progress(
     args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
     progress: bool,
+    logs: Logs,
 ) -> i32 {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
@@ -53,7 +57,9 @@ pub fn run_with_progress(
         }
     };
     let mut out = Out { stdout, stderr, progress };
-    match dispatch(cli.command, &mut out) {
+    let (result, captured) = with_logs(cli.verbose, logs, || dispatch(cli.command, &mut out));
+    let _ = out.stderr.write_all(&captured);
+    match result {
         Ok(()) => 0,
         // The reader went away (`ctxlog replay | head`): not an error of ours.
         Err(CliError::Output { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => 0,

@@ -21,6 +21,7 @@ pub mod store;
 pub mod summary;
 pub mod time;
 pub mod tokens;
+mod trace;
 pub mod transfer;
 pub mod usage;
 pub mod view;

@@ -290,13 +290,16 @@ impl<S: Store> Session<S> {
 
     /// Opens an existing session: the snapshot if it is valid, then a strict replay of the rest.
     pub fn open(store: S, id: StreamId) -> Result<Self, SessionError> {
+        let _span = tracing::info_span!("ctxlog.open", session = %id).entered();
         if store.head(id)?.is_none() {
             return Err(SessionError::NotFound(id));
         }
         let state = load_snapshot(&store, id)?.unwrap_or_default();
+        let snapshot = state.version();
         let settled = (state.version(), StaleCause::Reopened);
         let mut s = Session { store, stream: id, state, cache: ViewCache::new(), settled };
         s.catch_up()?;
+        tracing::debug!(snapshot, version = s.state.version(), "opened");
         Ok(s)
     }
 
@@ -342,6 +345,8 @@ impl<S: Store> Session<S> {
 
     /// Appends messages as one atomic batch. Media payloads go to the blob area first.
     pub fn append(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
+        let _span =
+            tracing::info_span!("ctxlog.append", session = %self.stream, version = self.state.version()).entered();
         let format = self.format();
         for (index, m) in messages.iter().enumerate() {
             wire::check_format(m, format).map_err(|error| SessionError::Message { index, error })?;
@@ -360,7 +365,12 @@ impl<S: Store> Session<S> {
         }
         // Validate without copying the state (appends are the hot path), persist, then apply.
         self.state.check_appends(self.state.version() + 1, &events).map_err(|v| self.invariant(v))?;
+        let messages = events.len();
         report.version = self.persist_then_apply(events)?;
+        for reason in &report.inline_fallbacks {
+            tracing::warn!(%reason, "a media payload stays inline: its blob could not be written");
+        }
+        tracing::debug!(messages, blobs = report.blobs.len(), version = report.version, "appended");
         Ok(report)
     }
 
@@ -408,6 +418,7 @@ impl<S: Store> Session<S> {
 
     /// Decides the next call at `now` without writing anything.
     pub fn plan(&mut self, now: Millis) -> Result<Plan, SessionError> {
+        let _span = self.call_span(self.state.calls()).entered();
         let decision = engine::decide(&self.state, now).map_err(|v| self.invariant(v))?;
         self.cache.sync(&self.state);
         let (cache, view_state) = match &decision.scratch {
@@ -422,6 +433,15 @@ impl<S: Store> Session<S> {
         };
         let digest = cache.as_ref().unwrap_or(&self.cache).digest();
         let prefix_reused = self.state.calls() > 0 && view_state.prefix_stable_since_last_call();
+        tracing::debug!(
+            view_messages = view_state.view().len(),
+            view_tokens = view_state.view_tokens(),
+            metered_tokens = decision.metered_tokens,
+            level = decision.level,
+            tentative_events = decision.events.len(),
+            prefix_reused,
+            "planned"
+        );
         Ok(Plan {
             stream: self.stream,
             base_version: self.state.version(),
@@ -441,8 +461,19 @@ impl<S: Store> Session<S> {
     /// [`crate::request`] for the exact bytes. Fails with [`SessionError::StalePlan`] when the
     /// plan can no longer be committed.
     pub fn request(&self, plan: &Plan, opts: &RequestOptions) -> Result<Request, SessionError> {
+        let _span = self.call_span(plan.call).entered();
         let view = self.served_view(plan)?;
-        Ok(request::render(&view, self.format(), opts, &StoreBlobs(&self.store)))
+        let request = request::render(&view, self.format(), opts, &StoreBlobs(&self.store));
+        if !request.missing_blobs().is_empty() {
+            tracing::warn!(missing = request.missing_blobs().len(), "media of the view are missing from the blob area");
+        }
+        tracing::debug!(bytes = request.body().len(), breakpoints = request.breakpoints(), "request rendered");
+        Ok(request)
+    }
+
+    /// The span of call `call`: session, call number, the version it starts from.
+    fn call_span(&self, call: u64) -> tracing::Span {
+        tracing::info_span!("ctxlog.call", session = %self.stream, call, version = self.state.version())
     }
 
     /// The planned view as the provider needs it: one JSON message per element, media
@@ -498,6 +529,7 @@ impl<S: Store> Session<S> {
     /// below `usage_floor_ratio ×` the estimate of the served view: such a report is recorded
     /// but not trusted, and raises `usage_below_estimate` once.
     pub fn commit(&mut self, plan: Plan, at: Millis, usage: Option<Usage>) -> Result<Committed, SessionError> {
+        let _span = self.call_span(plan.call).entered();
         self.check_fresh(&plan)?;
         let Plan { decision, cache, digest, view_messages, view_tokens, prefix_reused, call, base_version, .. } = plan;
         let reported = usage.map(|u| u.prompt_total());
@@ -565,6 +597,7 @@ impl<S: Store> Session<S> {
         if let Some(c) = cache {
             self.cache = c;
         }
+        crate::trace::committed(&events, version);
         Ok(Committed { version, events })
     }
 
@@ -585,6 +618,7 @@ impl<S: Store> Session<S> {
             return Err(stale(StaleCause::OtherSession));
         }
         if changed > plan.base_version || plan.base_version > self.state.version() {
+            tracing::info!(planned = plan.base_version, changed_at = changed, %by, "stale plan");
             return Err(stale(by));
         }
         Ok(())
@@ -597,11 +631,15 @@ impl<S: Store> Session<S> {
 
     /// Undoes the edit (or flush) of `seq`, together with its tool partners.
     pub fn restore(&mut self, seq: u64, by: &str, why: &str) -> Result<Committed, SessionError> {
+        let _span =
+            tracing::info_span!("ctxlog.restore", session = %self.stream, version = self.state.version()).entered();
         let partners = self.restore_partners(seq);
+        let restored_with = partners.len();
         let ev = Event::Restored(Restored { seq, partners, by: by.to_owned(), why: why.to_owned() });
         let mut next = self.state.clone();
         next.apply(self.state.version() + 1, &ev).map_err(|v| self.invariant(v))?;
         let version = self.persist(vec![ev.clone()], next)?;
+        tracing::info!(seq, partners = restored_with, by, version, "restored");
         Ok(Committed { version, events: vec![ev] })
     }
 
@@ -642,6 +680,27 @@ impl<S: Store> Session<S> {
     /// smaller than what it replaces, or a condensed summary is over the job's `max_tokens`; a
     /// discarded summary writes nothing and says why.
     pub fn prepare(&mut self, job: &SummaryJob, text: String, produced: Produced) -> Result<Prepared, SessionError> {
+        let _span =
+            tracing::info_span!("ctxlog.prepare", session = %self.stream, version = self.state.version()).entered();
+        let mode = produced.used;
+        let prepared = self.try_prepare(job, text, produced)?;
+        match &prepared {
+            Prepared::Written(c) => tracing::info!(
+                from = job.from,
+                to = job.to,
+                condense = job.is_condense(),
+                mode = ?mode,
+                version = c.version,
+                "summary prepared"
+            ),
+            Prepared::Discarded(reason) => {
+                tracing::info!(from = job.from, to = job.to, condense = job.is_condense(), %reason, "summary discarded")
+            }
+        }
+        Ok(prepared)
+    }
+
+    fn try_prepare(&mut self, job: &SummaryJob, text: String, produced: Produced) -> Result<Prepared, SessionError> {
         if let Err(why) = summary::still_valid(&self.state, job) {
             return Ok(Prepared::Discarded(why));
         }
@@ -681,6 +740,7 @@ impl<S: Store> Session<S> {
     pub fn snapshot(&self) -> Result<(), SessionError> {
         let snap = encode_snapshot(&self.state).map_err(SessionError::Encode)?;
         self.store.put_snapshot(self.stream, &snap)?;
+        tracing::debug!(session = %self.stream, version = snap.version, bytes = snap.bytes.len(), "snapshot written");
         Ok(())
     }
 
@@ -715,7 +775,17 @@ impl<S: Store> Session<S> {
     fn write(&self, events: &[Event]) -> Result<Version, SessionError> {
         let records =
             events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
-        Ok(self.store.append(self.stream, ExpectedVersion::Exact(self.state.version()), &records)?)
+        let expected = ExpectedVersion::Exact(self.state.version());
+        match self.store.append(self.stream, expected, &records) {
+            Err(e @ StoreError::Conflict { .. }) => {
+                tracing::warn!(
+                    error = %e,
+                    "conflict: another handle wrote this session first; nothing was written (catch up, then plan again)"
+                );
+                Err(e.into())
+            }
+            other => Ok(other?),
+        }
     }
 }
 

@@ -288,9 +288,17 @@ impl FsStore {
             };
             let log = scan_stream(stream, entry.path())?;
             if let Some(t) = &log.1 {
+                tracing::warn!(
+                    stream = %t.stream, path = %t.path.display(), offset = t.offset, bytes_dropped = t.bytes_dropped,
+                    "torn tail truncated (an append that was never acknowledged)"
+                );
                 self.recovered.push(t.clone());
             }
             if let Some(d) = &log.0.damaged {
+                tracing::error!(
+                    stream = %d.stream, path = %d.path.display(), offset = d.offset, version = d.version, detail = %d.detail,
+                    "damaged stream: readable up to the damage, appends refused"
+                );
                 self.damaged.push(d.clone());
             }
             map.insert(stream, Arc::new(Mutex::new(log.0)));
