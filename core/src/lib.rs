@@ -1,9 +1,51 @@
-//! ctxlog: keeps an LLM conversation inside its context window without losing anything,
+//! ctxlog keeps an LLM conversation inside its context window without losing anything,
 //! without breaking the provider's prompt cache, and with every decision recorded as an event.
 //!
+//! A host appends messages to a [`Session`], asks it before each model call what to send
+//! ([`Session::plan`], pure: flush gate, ladder, guards), sends the exact body
+//! ([`Session::request`]), and commits what the provider reported ([`Session::commit`]): the
+//! call's decisions and the served request are appended to the session's log as one atomic
+//! batch, then applied. Between calls it writes the summaries the engine asks for.
+//!
+//! ```
+//! use ctxlog::{parse_message, Config, MemoryStore, Prepared, Produced, RequestOptions, Session, StreamId, Usage, WireFormat};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemoryStore::new(); // or SqliteStore, FsStore, SledStore, PgStore: the `Store` trait
+//! let config = Config { budget: 200_000, cache_aware: true, ..Config::default() };
+//! let mut now = 1_767_225_600_000; // the host's clock, milliseconds since the epoch
+//! let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, now)?;
+//! session.append(vec![parse_message(r#"{"role":"user","content":"Add CSV export to ~/src/ora."}"#)?])?;
+//! let opts = RequestOptions::new().model("claude-sonnet-4-5").max_tokens(4_096);
+//! for turn in 0..3 {
+//!     let plan = session.plan(now)?; // decided, nothing written
+//!     let request = session.request(&plan, &opts)?; // the exact JSON body to POST
+//!     // ... send `request.body()`; if the call fails: `session.abort(plan)` writes nothing.
+//!     let reported = serde_json::json!({"input_tokens": 30, "cache_read_input_tokens": 1_200 * turn, "output_tokens": 90});
+//!     now += 4_000;
+//!     session.commit(plan, now, Some(Usage::from_anthropic(&reported)?))?; // durable, then applied
+//!     session.append(vec![
+//!         parse_message(r#"{"role":"assistant","content":"Done: the exporter writes RFC 4180 CSV."}"#)?,
+//!         parse_message(r#"{"role":"user","content":"Now add a header row."}"#)?,
+//!     ])?;
+//!     // Effects the host fulfils between calls: summaries (the built-in one here, or a model).
+//!     while let Some(job) = session.summary_job() {
+//!         let text = session.summarize(&job)?;
+//!         if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive())? {
+//!             break;
+//!         }
+//!     }
+//! }
+//! // The log explains itself: every served view re-renders to the digest recorded for it.
+//! assert!(ctxlog::replay::verify(&store, session.id())?.ok());
+//! # Ok(()) }
+//! ```
+//!
 //! This crate is the sans-IO core: it performs no IO and reads no clock. Time comes in as an
-//! argument (`now`, `at`), storage through the [`store::Store`] trait, summaries through
-//! effects the host fulfils.
+//! argument (`now`, `at`), storage through the [`Store`] trait, summaries through effects the
+//! host fulfils. Backends live in their own crates (`ctxlog-store-sqlite`, `-fs`, `-sled`,
+//! `-postgres`); `ctxlog-tokio` runs a session's store IO off a tokio runtime's workers.
+//! Decisions are also emitted as `tracing` events (no message content above `trace`).
 
 pub mod codec;
 pub mod config;
@@ -30,11 +72,12 @@ pub mod wire;
 pub use config::Config;
 pub use event::Event;
 pub use message::Message;
-pub use request::{Request, RequestOptions};
-pub use session::{Plan, Session, SessionError};
+pub use request::{CacheTtl, Request, RequestOptions};
+pub use session::{Appended, Committed, Plan, Prepared, Produced, Session, SessionError, StaleCause};
 pub use state::State;
 pub use store::{
     BlobId, ExpectedVersion, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version,
 };
+pub use summary::SummaryJob;
 pub use usage::Usage;
-pub use wire::WireFormat;
+pub use wire::{parse_message, WireFormat};

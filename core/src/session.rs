@@ -262,6 +262,20 @@ pub struct Session<S: Store> {
 
 impl<S: Store> Session<S> {
     /// Creates a new session (writes `SessionStarted`).
+    ///
+    /// ```
+    /// use ctxlog::{Config, MemoryStore, Session, SessionError, StreamId, WireFormat};
+    /// # fn main() -> Result<(), SessionError> {
+    /// let store = MemoryStore::new();
+    /// let id = StreamId::random();
+    /// let config = Config { budget: 120_000, ..Config::default() };
+    /// let session = Session::create(&store, id, WireFormat::Anthropic, config.clone(), 1_767_225_600_000)?;
+    /// assert_eq!(session.config().budget, 120_000);
+    /// // An id is created once.
+    /// let again = Session::create(&store, id, WireFormat::Anthropic, config, 1_767_225_600_000);
+    /// assert!(matches!(again, Err(SessionError::Exists(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn create(
         store: S,
         id: StreamId,
@@ -289,6 +303,19 @@ impl<S: Store> Session<S> {
     }
 
     /// Opens an existing session: the snapshot if it is valid, then a strict replay of the rest.
+    ///
+    /// ```
+    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// let id = StreamId::random();
+    /// let mut first = Session::create(&store, id, WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// first.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// drop(first); // a restart
+    /// let reopened = Session::open(&store, id)?;
+    /// assert_eq!(reopened.state().message_count(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn open(store: S, id: StreamId) -> Result<Self, SessionError> {
         let _span = tracing::info_span!("ctxlog.open", session = %id).entered();
         if store.head(id)?.is_none() {
@@ -344,6 +371,20 @@ impl<S: Store> Session<S> {
     }
 
     /// Appends messages as one atomic batch. Media payloads go to the blob area first.
+    ///
+    /// ```
+    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+    /// let appended = session.append(vec![parse_message(&format!(
+    ///     r#"{{"role":"user","content":[{{"type":"text","text":"this screen"}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"{png}"}}}}]}}"#
+    /// ))?])?;
+    /// assert_eq!(appended.blobs.len(), 1); // the image went to the blob area; the log keeps a reference
+    /// # Ok(()) }
+    /// ```
     pub fn append(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
         let _span =
             tracing::info_span!("ctxlog.append", session = %self.stream, version = self.state.version()).entered();
@@ -417,6 +458,20 @@ impl<S: Store> Session<S> {
     }
 
     /// Decides the next call at `now` without writing anything.
+    ///
+    /// ```
+    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// # let head = ctxlog::Store::head(&store, session.id())?;
+    /// let plan = session.plan(2_000)?;
+    /// assert_eq!((plan.call(), plan.view_messages), (0, 1));
+    /// assert!(plan.events().is_empty()); // nothing to compact yet
+    /// assert_eq!(ctxlog::Store::head(&store, session.id())?, head); // nothing written
+    /// # Ok(()) }
+    /// ```
     pub fn plan(&mut self, now: Millis) -> Result<Plan, SessionError> {
         let _span = self.call_span(self.state.calls()).entered();
         let decision = engine::decide(&self.state, now).map_err(|v| self.invariant(v))?;
@@ -460,6 +515,24 @@ impl<S: Store> Session<S> {
     /// Anthropic the system prompt in `system` and the requested cache breakpoints. See
     /// [`crate::request`] for the exact bytes. Fails with [`SessionError::StalePlan`] when the
     /// plan can no longer be committed.
+    ///
+    /// ```
+    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// use ctxlog::{CacheTtl, RequestOptions};
+    /// let plan = session.plan(2_000)?;
+    /// let opts = RequestOptions::new().model("claude-sonnet-4-5").max_tokens(1_024).cache_breakpoints(CacheTtl::FiveMinutes);
+    /// let request = session.request(&plan, &opts)?;
+    /// assert_eq!(
+    ///     std::str::from_utf8(request.body())?,
+    ///     r#"{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"hi"}]}"#
+    /// );
+    /// assert_eq!(request.view_digest(), plan.digest);
+    /// # Ok(()) }
+    /// ```
     pub fn request(&self, plan: &Plan, opts: &RequestOptions) -> Result<Request, SessionError> {
         let _span = self.call_span(plan.call).entered();
         let view = self.served_view(plan)?;
@@ -528,6 +601,22 @@ impl<S: Store> Session<S> {
     /// The meter anchors on the reported prompt total ([`Usage::prompt_total`]) unless it is
     /// below `usage_floor_ratio ×` the estimate of the served view: such a report is recorded
     /// but not trusted, and raises `usage_below_estimate` once.
+    ///
+    /// ```
+    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// use ctxlog::{Event, Usage};
+    /// let plan = session.plan(2_000)?;
+    /// // The provider's usage object, as Anthropic returns it: most of the prompt from the cache.
+    /// let usage = serde_json::json!({"input_tokens": 3, "cache_read_input_tokens": 7, "output_tokens": 20});
+    /// let committed = session.commit(plan, 2_500, Some(Usage::from_anthropic(&usage)?))?;
+    /// let Some(Event::RequestServed(served)) = committed.events.last() else { unreachable!() };
+    /// assert_eq!(served.reported_tokens, Some(10)); // the whole prompt, cache included
+    /// # Ok(()) }
+    /// ```
     pub fn commit(&mut self, plan: Plan, at: Millis, usage: Option<Usage>) -> Result<Committed, SessionError> {
         let _span = self.call_span(plan.call).entered();
         self.check_fresh(&plan)?;
@@ -625,11 +714,44 @@ impl<S: Store> Session<S> {
     }
 
     /// Drops a plan: nothing was written, nothing changes; the next call decides again.
+    ///
+    /// ```
+    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// let plan = session.plan(2_000)?;
+    /// // ... the provider call failed ...
+    /// session.abort(plan);
+    /// assert_eq!(session.plan(3_000)?.call(), 0); // the same call, decided again
+    /// # Ok(()) }
+    /// ```
     pub fn abort(&mut self, plan: Plan) {
         drop(plan);
     }
 
     /// Undoes the edit (or flush) of `seq`, together with its tool partners.
+    ///
+    /// ```
+    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, SessionError, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// let config = Config { budget: 2_000, ..Config::default() };
+    /// let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, 0)?;
+    /// for i in 0..8 {
+    ///     session.append(vec![parse_message(&format!(r#"{{"role":"user","content":"question {i} {}"}}"#, "x".repeat(900)))?])?;
+    ///     session.append(vec![parse_message(r#"{"role":"assistant","content":"answer"}"#)?])?;
+    /// }
+    /// let plan = session.plan(1_000)?; // over the trigger: the ladder edits
+    /// session.commit(plan, 1_000, None)?;
+    /// let edited = (0..16).find(|&seq| session.state().entry(seq).is_some_and(|e| e.edit.is_some())).unwrap();
+    /// session.restore(edited, "support", "the user asked for the original")?;
+    /// assert!(session.state().in_view(edited));
+    /// // Restoring what is in the view is a mistake of the caller, refused with a typed error.
+    /// assert!(matches!(session.restore(edited, "support", "again"), Err(SessionError::Invariant { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn restore(&mut self, seq: u64, by: &str, why: &str) -> Result<Committed, SessionError> {
         let _span =
             tracing::info_span!("ctxlog.restore", session = %self.stream, version = self.state.version()).entered();
@@ -671,8 +793,35 @@ impl<S: Store> Session<S> {
     /// take more than their share. Pure: nothing is written until [`Session::prepare`]. A host
     /// may run jobs until this returns `None` (or a job is discarded); one that cannot condense
     /// may skip those jobs, and the engine then retires the oldest summaries instead.
+    ///
+    /// ```
+    /// # use ctxlog::{parse_message, Config, MemoryStore, Prepared, Produced, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// let config = Config { budget: 4_000, ..Config::default() };
+    /// let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, 0)?;
+    /// for i in 0..12 {
+    ///     session.append(vec![parse_message(&format!(r#"{{"role":"user","content":"step {i}: {}"}}"#, "details ".repeat(150)))?])?;
+    ///     session.append(vec![parse_message(r#"{"role":"assistant","content":"done"}"#)?])?;
+    /// }
+    /// let job = session.summary_job().expect("over the soft threshold");
+    /// let text = session.summarize(&job)?; // the built-in summarizer; a model call would go here
+    /// assert!(matches!(session.prepare(&job, text, Produced::extractive())?, Prepared::Written(_)));
+    /// assert_eq!(session.state().compacted(), job.to); // prepared: the next call's gate may flush it
+    /// # Ok(()) }
+    /// ```
     pub fn summary_job(&self) -> Option<SummaryJob> {
         summary::next_job(&self.state)
+    }
+
+    /// Runs the built-in summarizer for `job`: the condensed summary of summaries, or the
+    /// extractive summary of a span of messages. What a host without a model for summaries
+    /// hands to [`Session::prepare`].
+    pub fn summarize(&self, job: &SummaryJob) -> Result<String, SessionError> {
+        Ok(match job.is_condense() {
+            true => summary::condense(&self.state, job),
+            false => summary::extractive(&self.state, job),
+        })
     }
 
     /// Hands a summary back. It is written as `SummaryPrepared` unless the job went stale (the

@@ -333,7 +333,7 @@ impl Write for ViewSink {
 fn import_args(path: &Path, flags: &[String]) -> ctxlog_cli::args::ImportArgs {
     let argv = ["ctxlog", "import"].into_iter().map(String::from).chain([path.display().to_string()]);
     match Cli::try_parse_from(argv.chain(flags.iter().cloned())) {
-        Ok(Cli { command: CliCommand::Import(a) }) => a,
+        Ok(Cli { command: CliCommand::Import(a), .. }) => a,
         Ok(_) => fail("flags", "not an import"),
         Err(e) => fail("flags", e),
     }
