@@ -288,6 +288,10 @@ pub struct VerifyArgs {
     /// Only this session (default: all).
     #[arg(long)]
     pub session: Option<String>,
+    /// Do not fail on repairs earlier opens made (a torn write moved to a quarantine file):
+    /// list them and exit 0 if nothing else is wrong.
+    #[arg(long)]
+    pub accept_repairs: bool,
 }
 
 /// `export`.

@@ -8,9 +8,9 @@ use ctxlog::{Session, Store, StreamId};
 use serde_json::json;
 
 use crate::args::{CopyArgs, ExportArgs, InspectArgs, ReplayArgs, RestoreArgs, SessionArgs, StoreArgs, VerifyArgs};
-use crate::error::{output, CliError};
+use crate::error::{is_damage, output, CliError};
 use crate::output::{print_timeline, Out};
-use crate::stores::open_store;
+use crate::stores::{open_store, Access};
 
 /// Resolves `--session`, or the only session of the store.
 pub fn pick_session(store: &dyn Store, arg: Option<&str>) -> Result<StreamId, CliError> {
@@ -34,15 +34,15 @@ pub fn parse_session(s: &str) -> Result<StreamId, CliError> {
     s.parse().map_err(|e| CliError::Usage(format!("--session {s:?} is not a UUID: {e}")))
 }
 
-fn open_selected(args: &SessionArgs) -> Result<(Box<dyn Store>, StreamId), CliError> {
-    let store = open_store(&args.store.store)?;
+fn open_selected(args: &SessionArgs, access: Access) -> Result<(Box<dyn Store>, StreamId), CliError> {
+    let store = open_store(&args.store.store, access)?;
     let id = pick_session(store.as_ref(), args.session.as_deref())?;
     Ok((store, id))
 }
 
 /// `sessions`
 pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
-    let store = open_store(&args.store)?;
+    let store = open_store(&args.store, Access::ReadOnly)?;
     let mut rows = Vec::new();
     for id in store.streams()? {
         let session = Session::open(store.as_ref(), id)?;
@@ -66,7 +66,7 @@ pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
 
 /// `replay`
 pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
-    let (store, id) = open_selected(&args.session)?;
+    let (store, id) = open_selected(&args.session, Access::ReadOnly)?;
     let mode = if args.lenient { Mode::Lenient } else { Mode::Strict };
     let r = replay::replay(store.as_ref(), id, mode, args.until)?;
     print_timeline(out, &r.timeline, args.session.store.json)?;
@@ -99,9 +99,17 @@ fn status(st: &State, seq: u64) -> (&'static str, Option<String>) {
 
 /// `inspect`
 pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
-    let (store, id) = open_selected(&args.session)?;
+    let (store, id) = open_selected(&args.session, Access::ReadOnly)?;
     if args.version == Some(0) {
         return Err(CliError::Usage("--version counts from 1 (the SessionStarted event)".into()));
+    }
+    if let Some(v) = args.version {
+        let head = store.head(id)?.ok_or(ctxlog::SessionError::NotFound(id))?;
+        if v > head {
+            return Err(CliError::Usage(format!(
+                "--version {v} is past the head of session {id}, which is version {head}"
+            )));
+        }
     }
     let st = replay::replay(store.as_ref(), id, Mode::Strict, args.version)?.state;
     if args.view {
@@ -148,17 +156,49 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `verify`
+/// `verify`: the store as a whole (its backend's own checks, repairs earlier opens made),
+/// then every session (checksums, invariants, every served view, blobs, the snapshot).
 pub fn verify(args: &VerifyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
-    let store = open_store(&args.store.store)?;
+    let store = open_store(&args.store.store, Access::ReadOnly)?;
+    let integrity = store.check_integrity()?;
+    let bad = integrity.problems.len() + if args.accept_repairs { 0 } else { integrity.repairs.len() };
+    let json = args.store.json;
+    if !integrity.problems.is_empty() || !integrity.repairs.is_empty() {
+        if json {
+            out.line(
+                &json!({"store": args.store.store, "ok": bad == 0, "problems": integrity.problems,
+                        "repairs": integrity.repairs, "repairs_accepted": args.accept_repairs})
+                .to_string(),
+            )?;
+        } else {
+            for p in &integrity.problems {
+                out.line(&format!("BAD store: {p}"))?;
+            }
+            let tag = if args.accept_repairs { "repaired (accepted)" } else { "REPAIRED" };
+            for r in &integrity.repairs {
+                out.line(&format!("{tag}: {r}"))?;
+            }
+        }
+    }
+    for n in &integrity.notes {
+        out.err(&format!("note: {n}"))?;
+    }
     let ids = match &args.session {
         Some(s) => vec![parse_session(s)?],
         None => store.streams()?,
     };
-    let mut bad = 0;
+    let mut bad_sessions = 0;
     for id in ids {
-        let report = replay::verify(store.as_ref(), id)?;
-        if args.store.json {
+        let report = match replay::verify(store.as_ref(), id) {
+            Ok(report) => report,
+            // A stream the store cannot read at all (its head is damaged) is a finding like any
+            // other: report it and go on with the next session.
+            Err(ctxlog::SessionError::Store(e)) if is_damage(&e) => {
+                ctxlog::replay::VerifyReport { problems: vec![e.to_string()], ..Default::default() }
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if json {
             out.line(
                 &json!({"session": id.to_string(), "ok": report.ok(), "events": report.events, "calls": report.calls,
                         "blobs": report.blobs, "snapshot_checked": report.snapshot_checked, "problems": report.problems})
@@ -179,18 +219,31 @@ pub fn verify(args: &VerifyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             }
         }
         if !report.ok() {
-            bad += 1;
+            bad_sessions += 1;
         }
     }
-    if bad > 0 {
-        return Err(CliError::InvalidLog(format!("{bad} session(s) failed verification")));
+    let mut failed = Vec::new();
+    if !integrity.problems.is_empty() {
+        failed.push(format!("{} problem(s) with the store", integrity.problems.len()));
     }
-    Ok(())
+    if !integrity.repairs.is_empty() && !args.accept_repairs {
+        failed.push(format!(
+            "{} repair(s) made by an earlier open (pass --accept-repairs once you have looked at them)",
+            integrity.repairs.len()
+        ));
+    }
+    if bad_sessions > 0 {
+        failed.push(format!("{bad_sessions} session(s) failed verification"));
+    }
+    match failed.is_empty() {
+        true => Ok(()),
+        false => Err(CliError::InvalidLog(failed.join("; "))),
+    }
 }
 
 /// `export`
 pub fn export(args: &ExportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
-    let (store, id) = open_selected(&args.session)?;
+    let (store, id) = open_selected(&args.session, Access::ReadOnly)?;
     let st = replay::replay(store.as_ref(), id, Mode::Strict, None)?.state;
     let source = |b: &ctxlog::BlobId| store.get_blob(b).ok().flatten();
     let opts = RenderOpts { meta: true, media: Media::Inline(&source) };
@@ -214,7 +267,7 @@ pub fn export(args: &ExportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
 
 /// `restore`
 pub fn restore(args: &RestoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
-    let (store, id) = open_selected(&args.session)?;
+    let (store, id) = open_selected(&args.session, Access::ReadWrite)?;
     let mut session = Session::open(store.as_ref(), id)?;
     // A restore the invariants refuse (nothing to restore, no such seq) is a bad `--seq`, not a
     // bad log: exit 2 like any other input error.
@@ -234,8 +287,8 @@ pub fn restore(args: &RestoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
 
 /// `copy`
 pub fn copy(args: &CopyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
-    let from = open_store(&args.from)?;
-    let to = open_store(&args.to)?;
+    let from = open_store(&args.from, Access::ReadOnly)?;
+    let to = open_store(&args.to, Access::Create)?;
     let ids = match &args.session {
         Some(s) => vec![parse_session(s)?],
         None => from.streams()?,

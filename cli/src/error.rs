@@ -6,9 +6,10 @@ use ctxlog::SessionError;
 
 /// Exit code: bad input (a transcript line, a flag, a config value).
 pub const EXIT_INPUT: i32 = 2;
-/// Exit code: the store failed (IO, lock, conflict, corruption while reading).
+/// Exit code: the store failed or is not there (IO, lock, conflict, "no store at …").
 pub const EXIT_STORE: i32 = 3;
-/// Exit code: `verify` or a strict replay found a problem in the log.
+/// Exit code: the log is invalid or damaged (`verify` problems, a strict replay violation, a
+/// corrupt record, a damaged store file, an unaccepted repair).
 pub const EXIT_INVALID_LOG: i32 = 4;
 
 /// Everything a command can fail with.
@@ -65,11 +66,20 @@ impl CliError {
                 | SessionError::Exists(_)
                 | SessionError::NotFound(_),
             ) => EXIT_INPUT,
-            CliError::Session(SessionError::Store(ctxlog::StoreError::Corrupt { .. }))
-            | CliError::Store(ctxlog::StoreError::Corrupt { .. }) => EXIT_INVALID_LOG,
+            CliError::Session(SessionError::Store(e)) | CliError::Store(e) if is_damage(e) => EXIT_INVALID_LOG,
             _ => EXIT_STORE,
         }
     }
+}
+
+/// Whether a store error means damaged data (exit 4) rather than a failure to get at it.
+pub fn is_damage(e: &ctxlog::StoreError) -> bool {
+    matches!(
+        e,
+        ctxlog::StoreError::Corrupt { .. }
+            | ctxlog::StoreError::CorruptBlob { .. }
+            | ctxlog::StoreError::Damaged { .. }
+    )
 }
 
 /// Maps an IO error while writing output.

@@ -22,7 +22,7 @@ use crate::import::{import, ImportOptions};
 use crate::logs::with_logs;
 pub use crate::logs::Logs;
 use crate::output::{details, header, json_line, row, summary, Out};
-use crate::stores::open_store;
+use crate::stores::{open_store, Access};
 use crate::transcript::{FormatArg, Transcript};
 
 /// Budget the demo runs with unless `--budget` says otherwise: small enough that the bundled
@@ -130,7 +130,7 @@ fn run_import(
     out: &mut Out<'_>,
 ) -> Result<(), CliError> {
     let (config, session) = config_of(config_args, base)?;
-    let store = open_store(&store_args.store)?;
+    let store = open_store(&store_args.store, Access::Create)?;
     // The views go to `<path>.partial` and are renamed only once the session is stored, so a
     // failed import leaves no views file that describes a session that does not exist.
     let partial = views.map(|p| {

@@ -1,6 +1,8 @@
 //! Store URLs: `sqlite:PATH`, `sled:PATH`, `fs:PATH`, `postgres://…` (or `postgresql://…`), `mem:`.
 
-use ctxlog::{MemoryStore, Store};
+use std::path::Path;
+
+use ctxlog::{MemoryStore, Store, StoreError};
 use ctxlog_store_fs::FsStore;
 use ctxlog_store_postgres::PgStore;
 use ctxlog_store_sled::SledStore;
@@ -8,17 +10,50 @@ use ctxlog_store_sqlite::SqliteStore;
 
 use crate::error::CliError;
 
-/// Opens the store a URL names.
-pub fn open_store(url: &str) -> Result<Box<dyn Store>, CliError> {
+/// How a command uses its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read an existing store without changing a byte of it, next to a running writer or on
+    /// read-only media (`verify`, `sessions`, `replay`, `inspect`, `export`, `copy --from`).
+    ReadOnly,
+    /// Write to an existing store (`restore`).
+    ReadWrite,
+    /// Write, creating the store if there is none (`import`, `demo`, `copy --to`).
+    Create,
+}
+
+/// Opens the store a URL names. A store that does not exist is [`StoreError::Missing`] unless
+/// `access` is [`Access::Create`].
+pub fn open_store(url: &str, access: Access) -> Result<Box<dyn Store>, CliError> {
     let (scheme, rest) = url.split_once(':').ok_or_else(|| bad(url))?;
-    match (scheme, rest) {
-        ("mem", "") => Ok(Box::new(MemoryStore::new())),
-        ("sqlite", path) if !path.is_empty() => Ok(Box::new(SqliteStore::open(path)?)),
-        ("sled", path) if !path.is_empty() => Ok(Box::new(SledStore::open(path)?)),
-        ("fs", path) if !path.is_empty() => Ok(Box::new(FsStore::open(path)?)),
-        ("postgres" | "postgresql", rest) if rest.starts_with("//") => Ok(Box::new(PgStore::open(url)?)),
-        _ => Err(bad(url)),
-    }
+    let missing = |backend: &'static str, exists: bool| match (exists, access) {
+        (false, Access::ReadWrite) => Err(StoreError::Missing { backend, location: rest.to_owned() }),
+        _ => Ok(()),
+    };
+    let store: Box<dyn Store> = match (scheme, rest, access) {
+        ("mem", "", _) => Box::new(MemoryStore::new()),
+        ("sqlite", path, Access::ReadOnly) if !path.is_empty() => Box::new(SqliteStore::open_read_only(path)?),
+        ("sqlite", path, _) if !path.is_empty() => {
+            missing("sqlite", Path::new(path).is_file())?;
+            Box::new(SqliteStore::open(path)?)
+        }
+        ("sled", path, Access::ReadOnly) if !path.is_empty() => Box::new(SledStore::open_read_only(path)?),
+        ("sled", path, _) if !path.is_empty() => {
+            missing("sled", Path::new(path).join("conf").is_file())?;
+            Box::new(SledStore::open(path)?)
+        }
+        ("fs", path, Access::ReadOnly) if !path.is_empty() => Box::new(FsStore::open_read_only(path)?),
+        ("fs", path, _) if !path.is_empty() => {
+            missing("fs", Path::new(path).join("FORMAT").is_file())?;
+            Box::new(FsStore::open(path)?)
+        }
+        ("postgres" | "postgresql", rest, Access::ReadOnly) if rest.starts_with("//") => {
+            Box::new(PgStore::open_read_only(url)?)
+        }
+        ("postgres" | "postgresql", rest, _) if rest.starts_with("//") => Box::new(PgStore::open(url)?),
+        _ => return Err(bad(url)),
+    };
+    Ok(store)
 }
 
 fn bad(url: &str) -> CliError {

@@ -9,13 +9,13 @@ use std::time::Duration;
 use ctxlog::replay::{for_each_event, CallRecord, Timeline};
 use ctxlog::store::StoreError;
 use ctxlog::{SessionError, State, Store, StreamId};
-use ctxlog_store_postgres::{Listener, PgStore};
+use ctxlog_store_postgres::Listener;
 
 use crate::args::TailArgs;
 use crate::commands::pick_session;
 use crate::error::CliError;
 use crate::output::{details, header, json_line, row, Out};
-use crate::stores::open_store;
+use crate::stores::{open_store, Access};
 
 /// Folds a stream incrementally and turns each committed call into its timeline record.
 struct Follower {
@@ -73,9 +73,9 @@ pub fn tail(args: &TailArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let poll = Duration::from_secs_f64(args.poll);
     let url = &args.session.store.store;
     let json = args.session.store.json;
-    // A reader never writes: on PostgreSQL every connection is read-only.
-    let store: Box<dyn Store> =
-        if is_postgres(url) { Box::new(PgStore::open_read_only(url)?) } else { open_store(url)? };
+    // A reader never writes: every store is opened read-only. A read-only open of a file store
+    // sees the files as they were when it opened (sled's is even a copy), so polling reopens it.
+    let mut store: Box<dyn Store> = open_store(url, Access::ReadOnly)?;
     let id = pick_session(store.as_ref(), args.session.session.as_deref())?;
     if !args.follow && store.head(id)?.is_none() {
         return Err(SessionError::NotFound(id).into());
@@ -102,7 +102,13 @@ pub fn tail(args: &TailArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     }
     let mut down = false;
     while printed < limit {
-        let step = wake.wait(poll).map_err(SessionError::from).and_then(|()| follower.read_new(store.as_ref()));
+        let step = (|| -> Result<Vec<CallRecord>, CliError> {
+            wake.wait(poll)?;
+            if !is_postgres(url) {
+                store = open_store(url, Access::ReadOnly)?;
+            }
+            Ok(follower.read_new(store.as_ref())?)
+        })();
         match step {
             Ok(records) => {
                 if down {
@@ -115,14 +121,17 @@ pub fn tail(args: &TailArgs, out: &mut Out<'_>) -> Result<(), CliError> {
                 }
             }
             // A server restart is not the end of a live session: say so once, keep trying.
-            Err(SessionError::Store(e @ StoreError::Unavailable { .. })) => {
+            Err(
+                CliError::Store(e @ StoreError::Unavailable { .. })
+                | CliError::Session(SessionError::Store(e @ StoreError::Unavailable { .. })),
+            ) => {
                 if !down {
                     out.err(&format!("tail: {e}; retrying every {:.1} s", poll.as_secs_f64()))?;
                     down = true;
                 }
                 std::thread::sleep(poll);
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
     }
     Ok(())

@@ -76,7 +76,8 @@ pub use request::{CacheTtl, Request, RequestOptions};
 pub use session::{Appended, Committed, Plan, Prepared, Produced, Session, SessionError, StaleCause};
 pub use state::State;
 pub use store::{
-    BlobId, ExpectedVersion, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version,
+    BlobId, ExpectedVersion, IntegrityReport, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId,
+    Version,
 };
 pub use summary::SummaryJob;
 pub use usage::Usage;

@@ -295,6 +295,35 @@ pub enum StoreError {
         /// What failed.
         detail: String,
     },
+    /// The store as a whole is damaged (a file the backend cannot read, a log it would cut
+    /// short on recovery), as opposed to one record ([`StoreError::Corrupt`]).
+    #[error("{backend} store {location} is damaged: {detail}")]
+    Damaged {
+        /// Backend name.
+        backend: &'static str,
+        /// The damaged file or directory.
+        location: String,
+        /// What is wrong and what to do.
+        detail: String,
+    },
+    /// Nothing to open: a read-only open never creates a store.
+    #[error("no {backend} store at {location}")]
+    Missing {
+        /// Backend name.
+        backend: &'static str,
+        /// Where one was expected.
+        location: String,
+    },
+    /// A write to a store opened read-only.
+    #[error("{backend} store {location} is open read-only: {operation} refused")]
+    ReadOnly {
+        /// Backend name.
+        backend: &'static str,
+        /// Path of the store.
+        location: String,
+        /// The refused operation.
+        operation: &'static str,
+    },
     /// An error of the underlying library or the OS.
     #[error("{backend}: {context}: {source}")]
     Backend {
@@ -317,6 +346,18 @@ impl StoreError {
     ) -> StoreError {
         StoreError::Backend { backend, context: context.into(), source: source.into() }
     }
+}
+
+/// What [`Store::check_integrity`] found about a store as a whole.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IntegrityReport {
+    /// Damage, each naming the file (and the stream and version when known).
+    pub problems: Vec<String>,
+    /// Repairs an earlier open made (a torn tail moved aside, say), each naming where the cut
+    /// bytes were kept. Not damage, but acknowledged by a person before they stop being reported.
+    pub repairs: Vec<String>,
+    /// Worth knowing, not wrong (a torn tail a writer's open will move aside, say).
+    pub notes: Vec<String>,
 }
 
 /// The storage contract every backend implements.
@@ -344,6 +385,12 @@ pub trait Store: Send + Sync {
     fn put_blob(&self, bytes: &[u8]) -> Result<BlobId, StoreError>;
     /// The blob's bytes, verified against the id, or `None` if missing.
     fn get_blob(&self, id: &BlobId) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Checks what reading each stream cannot: the backend's own structure and bookkeeping, and
+    /// repairs made by earlier opens (`ctxlog verify` reports them). The default has nothing to
+    /// check.
+    fn check_integrity(&self) -> Result<IntegrityReport, StoreError> {
+        Ok(IntegrityReport::default())
+    }
 }
 
 macro_rules! forward_store {
@@ -372,6 +419,9 @@ macro_rules! forward_store {
             }
             fn get_blob(&self, id: &BlobId) -> Result<Option<Vec<u8>>, StoreError> {
                 (**self).get_blob(id)
+            }
+            fn check_integrity(&self) -> Result<IntegrityReport, StoreError> {
+                (**self).check_integrity()
             }
         }
     )*};

@@ -83,6 +83,7 @@ pub fn check_body(len: usize, body: &[u8]) -> bool {
 }
 
 /// If a complete, checksum-valid frame starts at `buf[0]`, its total length.
+#[cfg(test)]
 pub fn valid_frame_len(buf: &[u8]) -> Option<usize> {
     let len = check_header(buf)?;
     let body = buf.get(HEADER_LEN..HEADER_LEN + len + TRAILER_LEN)?;

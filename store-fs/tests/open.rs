@@ -75,3 +75,60 @@ fn damaged_snapshot_header_reads_as_no_snapshot() {
     std::fs::write(&path, bytes).unwrap();
     assert_eq!(store.get_snapshot(s).unwrap(), None);
 }
+
+#[test]
+fn damaged_format_file_is_damage_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(FsStore::open(dir.path()).unwrap());
+    for bad in ["ctxlog-fs 1", "ctxlog-fs 0\n", "ctxlog-fq 1\n", "ctxlog-fs 1\n\0", "ctxlog-fs 01\n"] {
+        std::fs::write(dir.path().join("FORMAT"), bad).unwrap();
+        for e in [FsStore::open(dir.path()).unwrap_err(), FsStore::open_read_only(dir.path()).unwrap_err()] {
+            match &e {
+                StoreError::Damaged { backend: "fs", location, detail } => {
+                    assert!(location.ends_with("FORMAT"), "{location}");
+                    assert!(detail.contains("damaged"), "{detail}");
+                }
+                other => panic!("{bad:?}: expected Damaged, got {other}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn read_only_open_of_a_missing_store_is_missing_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let nope = dir.path().join("nope");
+    let e = FsStore::open_read_only(&nope).unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Missing { backend: "fs", location } if location == &nope.display().to_string()),
+        "{e}"
+    );
+    assert!(!nope.exists(), "a read-only open created the directory");
+    // A directory that is not a store is no store either, and stays as it was.
+    std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+    assert!(matches!(FsStore::open_read_only(dir.path()), Err(StoreError::Missing { .. })));
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["notes.txt"]);
+}
+
+#[test]
+fn readers_open_next_to_a_writer_and_see_what_it_wrote_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = FsStore::open(dir.path()).unwrap();
+    let s = StreamId::random();
+    writer.append(s, ExpectedVersion::Exact(0), &[Record::seal(b"one".to_vec())]).unwrap();
+    let reader = FsStore::open_read_only(dir.path()).expect("a reader needs no lock");
+    assert!(reader.is_read_only() && !writer.is_read_only());
+    writer.append(s, ExpectedVersion::Exact(1), &[Record::seal(b"two".to_vec())]).unwrap();
+    assert_eq!(reader.head(s).unwrap(), Some(1), "what was written before the reader opened");
+    assert_eq!(FsStore::open_read_only(dir.path()).unwrap().head(s).unwrap(), Some(2));
+    for refused in [
+        reader.append(s, ExpectedVersion::Any, &[Record::seal(b"x".to_vec())]).map(|_| ()),
+        reader.put_blob(b"x").map(|_| ()),
+        reader.put_snapshot(s, &ctxlog::store::Snapshot::seal(1, b"s".to_vec())),
+    ] {
+        assert!(matches!(refused, Err(StoreError::ReadOnly { backend: "fs", .. })), "{refused:?}");
+    }
+    // The writer still holds its lock: a second writer is refused.
+    assert!(matches!(FsStore::open(dir.path()), Err(StoreError::Locked { .. })));
+}

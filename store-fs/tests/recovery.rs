@@ -1,6 +1,7 @@
 //! Byte-level recovery tests of the fs store (fjall `journal_truncation_*` style): cut a log
-//! at every byte, append junk, damage a middle frame; check what `open` keeps, truncates and
-//! refuses to touch.
+//! at every byte, append junk, damage any frame; check what `open` keeps, moves to a
+//! quarantine file and refuses to touch. Only an incomplete final frame or an all-zero tail is
+//! a torn write; every single-bit flip, the last frame included, is damage.
 
 // Test helpers outside #[test] fns: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
@@ -8,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use ctxlog::store::{ExpectedVersion, Record, Store, StoreError, StreamId, Version};
-use ctxlog_store_fs::FsStore;
+use ctxlog_store_fs::{FsStore, TruncatedTail};
 
 struct Log {
     stream: StreamId,
@@ -76,11 +77,21 @@ fn cut_at_every_byte_keeps_exactly_the_whole_batches_before_the_cut() {
         } else {
             let t = &store.recovered()[0];
             assert_eq!((t.stream, t.offset, t.bytes_dropped), (log.stream, end, cut as u64 - end), "cut {cut}");
+            assert_quarantined(t, &log.bytes[end as usize..cut]);
+            std::fs::remove_file(&t.quarantine).unwrap();
         }
         assert_prefix(&store, &log, head);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), end, "cut {cut}: file truncated to the last whole frame");
         drop(store);
     }
+}
+
+/// The cut bytes are kept, byte for byte, in `<log>.torn-<offset>` next to the log.
+fn assert_quarantined(t: &TruncatedTail, cut: &[u8]) {
+    let name = t.quarantine.file_name().unwrap().to_str().unwrap();
+    assert_eq!(name, format!("{}.log.torn-{}", t.stream, t.offset));
+    assert_eq!(t.quarantine.parent(), t.path.parent());
+    assert_eq!(std::fs::read(&t.quarantine).unwrap(), cut, "the quarantine file holds exactly the cut bytes");
 }
 
 #[test]
@@ -103,7 +114,7 @@ fn after_recovery_appends_continue_and_reopen_is_clean() {
 }
 
 #[test]
-fn junk_after_an_intact_log_is_truncated() {
+fn a_torn_tail_after_an_intact_log_is_moved_to_quarantine() {
     let log = build_log();
     let (_, head) = *log.batches.last().unwrap();
     let last_start = log.batches[log.batches.len() - 2].0 as usize;
@@ -116,8 +127,7 @@ fn junk_after_an_intact_log_is_truncated() {
     let junks: Vec<(&str, Vec<u8>)> = vec![
         ("one zero byte", vec![0]),
         ("zeros", vec![0; 100]),
-        ("0xff", vec![0xff; 37]),
-        ("pseudo-random", pseudo_random),
+        ("seven bytes, too short for a frame header", pseudo_random[..7].to_vec()),
         ("a frame header alone", log.bytes[last_start..last_start + 8].to_vec()),
         ("the last frame minus one byte", log.bytes[last_start..log.bytes.len() - 1].to_vec()),
         ("a frame header claiming 1 GiB", {
@@ -136,22 +146,117 @@ fn junk_after_an_intact_log_is_truncated() {
         assert!(store.damaged().is_empty(), "{what}");
         let t = store.recovered().first().unwrap_or_else(|| panic!("{what}: nothing truncated"));
         assert_eq!((t.offset, t.bytes_dropped), (log.bytes.len() as u64, junk.len() as u64), "{what}");
+        assert_quarantined(t, &junk);
         assert_prefix(&store, &log, head);
         assert_eq!(std::fs::read(stream_file(dir.path(), log.stream)).unwrap(), log.bytes, "{what}");
     }
 }
 
 #[test]
-fn damaged_last_frame_with_nothing_after_it_is_a_torn_tail() {
+fn garbage_after_an_intact_log_is_damage_not_a_torn_write() {
+    // An append writes a whole frame with one `write`: a crash leaves a prefix of it, never
+    // a full-length run of garbage.
+    let log = build_log();
+    let mut x: u32 = 777;
+    let noise: Vec<u8> = (0..333)
+        .map(|_| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            (x >> 16) as u8
+        })
+        .collect();
+    for (what, junk) in [("0xff", vec![0xffu8; 37]), ("pseudo-random", noise)] {
+        let mut bytes = log.bytes.clone();
+        bytes.extend_from_slice(&junk);
+        eprintln!("{what}");
+        assert_damaged_and_untouched(&log, bytes, log.batches.last().unwrap().1 + 1, log.bytes.len() as u64);
+    }
+}
+
+#[test]
+fn damaged_last_frame_is_corruption_not_a_torn_tail() {
+    // Before: a bad checksum in the last frame was taken for a torn write and cut away by any
+    // open, so one flipped bit in an imported session (one frame) erased the whole session.
     let log = build_log();
     let (prev_end, prev_head) = log.batches[log.batches.len() - 2];
-    let mut bytes = log.bytes.clone();
-    let mid = (prev_end as usize + bytes.len()) / 2;
-    bytes[mid] ^= 0x40;
-    let dir = dir_with(log.stream, &bytes);
-    let store = FsStore::open(dir.path()).unwrap();
-    assert_eq!(store.recovered()[0].offset, prev_end);
-    assert_prefix(&store, &log, prev_head);
+    for at in [prev_end as usize, prev_end as usize + 5, (prev_end as usize + log.bytes.len()) / 2, log.bytes.len() - 1]
+    {
+        let mut bytes = log.bytes.clone();
+        bytes[at] ^= 0x40;
+        assert_damaged_and_untouched(&log, bytes, prev_head + 1, prev_end);
+    }
+}
+
+#[test]
+fn no_single_bit_flip_of_a_log_is_ever_repaired_away() {
+    let log = build_log();
+    let dir = tempfile::tempdir().unwrap();
+    drop(FsStore::open(dir.path()).unwrap());
+    let path = stream_file(dir.path(), log.stream);
+    for bit in 0..log.bytes.len() * 8 {
+        let mut bytes = log.bytes.clone();
+        bytes[bit / 8] ^= 1 << (bit % 8);
+        std::fs::write(&path, &bytes).unwrap();
+        let store = FsStore::open(dir.path()).unwrap();
+        assert!(store.recovered().is_empty(), "bit {bit}: a flip was taken for a torn write");
+        let d = store.damaged().first().unwrap_or_else(|| panic!("bit {bit}: the flip went unnoticed"));
+        assert!(matches!(store.head(log.stream), Err(StoreError::Corrupt { version, .. }) if version == d.version));
+        drop(store);
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "bit {bit}: the file was modified");
+    }
+}
+
+#[test]
+fn a_read_only_open_leaves_a_torn_tail_in_place_and_reads_up_to_it() {
+    let log = build_log();
+    let (end3, head3) = log.batches[3];
+    let cut = &log.bytes[..end3 as usize + 9];
+    let dir = dir_with(log.stream, cut);
+    let store = FsStore::open_read_only(dir.path()).unwrap();
+    assert!(store.recovered().is_empty());
+    let t = &store.torn_tails()[0];
+    assert_eq!((t.stream, t.offset, t.bytes), (log.stream, end3, 9));
+    assert_prefix(&store, &log, head3);
+    let report = store.check_integrity().unwrap();
+    assert!(report.problems.is_empty() && report.repairs.is_empty(), "{report:?}");
+    assert!(report.notes[0].contains("torn write") && report.notes[0].contains(&log.stream.to_string()), "{report:?}");
+    assert!(matches!(
+        store.append(log.stream, ExpectedVersion::Any, &[Record::seal(b"x".to_vec())]),
+        Err(StoreError::ReadOnly { operation: "append", .. })
+    ));
+    drop(store);
+    assert_eq!(std::fs::read(stream_file(dir.path(), log.stream)).unwrap(), cut, "a reader changes nothing");
+}
+
+#[test]
+fn a_repair_is_reported_by_every_later_integrity_check_until_its_file_is_removed() {
+    let log = build_log();
+    let (end2, _) = log.batches[2];
+    let dir = dir_with(log.stream, &log.bytes[..end2 as usize + 20]);
+    let repaired = FsStore::open(dir.path()).unwrap().recovered()[0].clone();
+    for reopen in [FsStore::open(dir.path()).unwrap(), FsStore::open_read_only(dir.path()).unwrap()] {
+        assert!(reopen.recovered().is_empty(), "the tail was already cut");
+        let report = reopen.check_integrity().unwrap();
+        assert_eq!(report.repairs.len(), 1, "{report:?}");
+        let r = &report.repairs[0];
+        assert!(r.contains(&repaired.quarantine.display().to_string()) && r.contains("20 bytes"), "{r}");
+        assert!(r.contains(&format!("offset {end2}")) && r.contains(&log.stream.to_string()), "{r}");
+    }
+    std::fs::remove_file(&repaired.quarantine).unwrap();
+    assert!(FsStore::open_read_only(dir.path()).unwrap().check_integrity().unwrap().repairs.is_empty());
+}
+
+#[test]
+fn a_second_repair_at_the_same_offset_keeps_the_first_quarantine_file() {
+    let log = build_log();
+    let (end2, _) = log.batches[2];
+    let dir = dir_with(log.stream, &log.bytes[..end2 as usize + 3]);
+    let first = FsStore::open(dir.path()).unwrap().recovered()[0].clone();
+    let path = stream_file(dir.path(), log.stream);
+    std::fs::write(&path, &log.bytes[..end2 as usize + 11]).unwrap();
+    let second = FsStore::open(dir.path()).unwrap().recovered()[0].clone();
+    assert_ne!(first.quarantine, second.quarantine);
+    assert_eq!(std::fs::read(&first.quarantine).unwrap(), &log.bytes[end2 as usize..end2 as usize + 3]);
+    assert_eq!(std::fs::read(&second.quarantine).unwrap(), &log.bytes[end2 as usize..end2 as usize + 11]);
 }
 
 fn assert_damaged_and_untouched(log: &Log, bytes: Vec<u8>, bad_version: Version, bad_offset: u64) {

@@ -23,15 +23,22 @@
 // the workspace lint table no longer lists it).
 #![warn(clippy::indexing_slicing)]
 
+mod mirror;
+mod open;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use ctxlog::store::{
-    check_expected, BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version,
+    check_expected, BlobId, ExpectedVersion, IntegrityReport, Record, Snapshot, Store, StoreError, StoredRecord,
+    StreamId, Version,
 };
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::{Batch, Transactional};
+
+use crate::mirror::{Mirror, MirrorWriter};
 
 const BACKEND: &str = "sled";
 
@@ -53,13 +60,34 @@ pub struct SledStore {
     heads: sled::Tree,
     blobs: sled::Tree,
     snapshots: sled::Tree,
+    meta: sled::Tree,
     location: String,
     path: PathBuf,
     gate: RwLock<()>,
     /// With [`Durability::FlushAndFsync`]: sled's log file, to fdatasync after each flush.
     fsync: Option<std::fs::File>,
-    // Declared last so it is dropped after the sled handles above (fields drop in order).
-    _release: LockRelease,
+    read_only: bool,
+    /// A writer's handle on `ctxlog.heads` (see [`mirror`]).
+    mirror: Option<Mutex<MirrorWriter>>,
+    /// What `ctxlog.heads` said when the store was opened.
+    mirrored: Mirror,
+    /// Why the last update of `ctxlog.heads` failed, if it did (the append itself had succeeded).
+    mirror_error: Mutex<Option<String>>,
+    mirror_problems: Vec<String>,
+    mirror_missing: bool,
+    /// Streams sled holds less of than was acknowledged.
+    lost: BTreeMap<StreamId, Lost>,
+    // Declared after the sled handles so it is dropped after them (fields drop in order).
+    release: Option<LockRelease>,
+    /// The temporary copy a read-only store reads; removed only once sled has let go of it.
+    _copy: Option<tempfile::TempDir>,
+}
+
+/// A stream sled's recovery shortened: from `version` on, what was acknowledged is gone.
+#[derive(Debug, Clone)]
+struct Lost {
+    version: Version,
+    detail: String,
 }
 
 /// Waits, on drop, until sled has really let go of its directory lock. sled's IO threadpool
@@ -90,6 +118,11 @@ impl std::fmt::Debug for SledStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SledStore").field("path", &self.path).finish_non_exhaustive()
     }
+}
+
+fn lock_ignoring_poison<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Each guarded value is replaced whole: a panic elsewhere cannot leave it half-written.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn record_key(stream: StreamId, version: Version, chunk: u32) -> [u8; 28] {
@@ -146,20 +179,110 @@ impl SledStore {
     pub fn open_with(path: impl AsRef<Path>, durability: Durability) -> Result<SledStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         let location = path.display().to_string();
-        let db = sled::Config::new().path(&path).cache_capacity(CACHE_CAPACITY).open().map_err(|e| match e {
-            // sled reports its directory lock as a plain io error; give it our typed variant.
-            sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
-                StoreError::Locked { backend: BACKEND, location: location.clone(), detail: io.to_string() }
-            }
-            e => StoreError::backend(BACKEND, format!("{location}: open"), e),
-        })?;
+        // Read before sled opens: it never touches this file.
+        let heads_mirror = Mirror::read(&path, &path)
+            .map_err(|e| StoreError::backend(BACKEND, format!("{location}: read {}", mirror::FILE), e))?;
+        let db = open::sled(&path, &location, false)?;
+        let mut store = Self::assemble(db, path.clone(), location.clone(), heads_mirror, None)?;
+        store.init_schema()?;
+        // sled's log and lock file is `<dir>/db` (sled 0.34.7 `Config::db_path`).
+        let log_file = path.join("db");
+        if durability == Durability::FlushAndFsync {
+            store.fsync =
+                Some(std::fs::File::open(&log_file).map_err(|e| {
+                    StoreError::backend(BACKEND, format!("{}: open for fdatasync", log_file.display()), e)
+                })?);
+        }
+        store.start_mirror()?;
+        store.release = Some(LockRelease { lock_file: log_file });
+        Ok(store)
+    }
+
+    /// Opens the existing store in directory `path` read-only. sled 0.34.7 has no read-only
+    /// mode and rewrites its files whenever it opens them, so the directory is copied to a
+    /// temporary directory (`$TMPDIR`) and the copy is opened: nothing in `path` is written,
+    /// it works on read-only media and while a writer holds the store (the copy is retried
+    /// until no file changed while it was taken). The cost is one read and one write of the
+    /// whole directory per open (`BENCHMARKS.md`). A directory without a sled store is
+    /// [`StoreError::Missing`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<SledStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let location = path.display().to_string();
+        if !path.join("conf").is_file() || !path.join("db").is_file() {
+            return Err(StoreError::Missing { backend: BACKEND, location });
+        }
+        let copy = open::stable_copy(&path, &location)?;
+        let heads_mirror = Mirror::read(copy.path(), &path)
+            .map_err(|e| StoreError::backend(BACKEND, format!("{location}: read {}", mirror::FILE), e))?;
+        let db = open::sled(copy.path(), &location, true)?;
+        let log_file = copy.path().join("db");
+        let mut store = Self::assemble(db, path, location, heads_mirror, Some(copy))?;
+        store.release = Some(LockRelease { lock_file: log_file });
+        let found = store.meta.get("schema").map_err(|e| store.err("read schema", e))?;
+        match found {
+            Some(v) if le_u64(&v, 0) == Some(SCHEMA_VERSION) && v.len() == 8 => Ok(store),
+            Some(v) => Err(StoreError::Schema {
+                backend: BACKEND,
+                location: store.location.clone(),
+                found: le_u64(&v, 0).unwrap_or(0),
+                supported: SCHEMA_VERSION,
+            }),
+            // Every stream the mirror knows is reported lost by reading it.
+            None if store.heads.is_empty() && store.records.is_empty() && !store.lost.is_empty() => Ok(store),
+            None if store.heads.is_empty() && store.records.is_empty() => Err(StoreError::Missing {
+                backend: BACKEND,
+                location: format!("{} (an empty sled database)", store.location),
+            }),
+            None => Err(StoreError::Schema {
+                backend: BACKEND,
+                location: store.location.clone(),
+                found: 0,
+                supported: SCHEMA_VERSION,
+            }),
+        }
+    }
+
+    fn assemble(
+        db: sled::Db,
+        path: PathBuf,
+        location: String,
+        heads_mirror: Mirror,
+        copy: Option<tempfile::TempDir>,
+    ) -> Result<SledStore, StoreError> {
         let tree = |name: &str| {
-            db.open_tree(name).map_err(|e| StoreError::backend(BACKEND, format!("{location}: open tree {name}"), e))
+            db.open_tree(name).map_err(|e| open::error(&location, &format!("open tree {name}"), e, copy.is_some()))
         };
         let (records, heads, blobs, snapshots, meta) =
             (tree("records")?, tree("heads")?, tree("blobs")?, tree("snapshots")?, tree("meta")?);
-        let found =
-            meta.get("schema").map_err(|e| StoreError::backend(BACKEND, format!("{location}: read schema"), e))?;
+        let mut store = SledStore {
+            db,
+            records,
+            heads,
+            blobs,
+            snapshots,
+            meta,
+            location,
+            path,
+            gate: RwLock::new(()),
+            fsync: None,
+            read_only: copy.is_some(),
+            mirror: None,
+            mirrored: Mirror::default(),
+            mirror_error: Mutex::new(None),
+            mirror_problems: heads_mirror.problems.clone(),
+            mirror_missing: !heads_mirror.exists,
+            lost: BTreeMap::new(),
+            _copy: copy,
+            release: None,
+        };
+        store.lost = store.compare_with_mirror(&heads_mirror)?;
+        store.mirrored = heads_mirror;
+        Ok(store)
+    }
+
+    fn init_schema(&self) -> Result<(), StoreError> {
+        let found = self.meta.get("schema").map_err(|e| self.err("read schema", e))?;
+        let location = self.location.clone();
         match found {
             Some(v) => {
                 let found = le_u64(&v, 0).unwrap_or(0);
@@ -167,24 +290,76 @@ impl SledStore {
                     return Err(StoreError::Schema { backend: BACKEND, location, found, supported: SCHEMA_VERSION });
                 }
             }
-            None if records.is_empty() && heads.is_empty() && blobs.is_empty() && snapshots.is_empty() => {
-                meta.insert("schema", &SCHEMA_VERSION.to_le_bytes())
-                    .and_then(|_| db.flush())
-                    .map_err(|e| StoreError::backend(BACKEND, format!("{location}: write schema"), e))?;
+            None if self.records.is_empty()
+                && self.heads.is_empty()
+                && self.blobs.is_empty()
+                && self.snapshots.is_empty() =>
+            {
+                self.meta
+                    .insert("schema", &SCHEMA_VERSION.to_le_bytes())
+                    .and_then(|_| self.db.flush())
+                    .map_err(|e| self.err("write schema", e))?;
             }
             None => return Err(StoreError::Schema { backend: BACKEND, location, found: 0, supported: SCHEMA_VERSION }),
         }
-        // sled's log and lock file is `<dir>/db` (sled 0.34.7 `Config::db_path`).
-        let log_file = path.join("db");
-        let fsync =
-            match durability {
-                Durability::Flush => None,
-                Durability::FlushAndFsync => Some(std::fs::File::open(&log_file).map_err(|e| {
-                    StoreError::backend(BACKEND, format!("{}: open for fdatasync", log_file.display()), e)
-                })?),
+        Ok(())
+    }
+
+    /// Streams whose head in sled is behind the mirror, or whose last record is not the one
+    /// the mirror recorded: what sled's recovery lost.
+    fn compare_with_mirror(&self, mirrored: &Mirror) -> Result<BTreeMap<StreamId, Lost>, StoreError> {
+        let mut lost = BTreeMap::new();
+        for (stream, entry) in &mirrored.entries {
+            let head = self.raw_head(*stream)?;
+            let why = if head < entry.head {
+                format!(
+                    "sled holds versions up to {head}, but version {} was acknowledged ({} says so): sled's recovery \
+                     dropped the rest of its log, which is damaged (a flipped bit in {}/db?)",
+                    entry.head,
+                    mirror::FILE,
+                    self.location
+                )
+            } else if head == entry.head && head > 0 {
+                if self.read_record(*stream, head).ok().flatten().map(|r| mirror::last_hash(&r))
+                    == Some(entry.last_hash)
+                {
+                    continue;
+                }
+                format!("the record at version {head} is not the one {} recorded", mirror::FILE)
+            } else {
+                // Ahead of the mirror: a crash between sled's flush and the mirror's update.
+                continue;
             };
-        let _release = LockRelease { lock_file: log_file };
-        Ok(SledStore { db, records, heads, blobs, snapshots, location, path, gate: RwLock::new(()), fsync, _release })
+            let version = if head < entry.head { head + 1 } else { head };
+            lost.insert(*stream, Lost { version, detail: format!("{}: {why}", self.location) });
+        }
+        Ok(lost)
+    }
+
+    /// A writer keeps the mirror; a store written before it existed gets one from its heads.
+    fn start_mirror(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let fail =
+            |e: std::io::Error| StoreError::backend(BACKEND, format!("{}: open {}", path.display(), mirror::FILE), e);
+        let mut writer = MirrorWriter::open(&path, &self.mirrored).map_err(fail)?;
+        if self.mirror_missing {
+            for kv in self.heads.iter() {
+                let (k, _) = kv.map_err(|e| self.err("list streams", e))?;
+                let Ok(id) = uuid::Uuid::from_slice(&k) else { continue };
+                let stream = StreamId(id);
+                let head = self.raw_head(stream)?;
+                if let Some(last) = self.read_record(stream, head)? {
+                    writer.set(stream, head, &last).map_err(fail)?;
+                }
+            }
+        }
+        self.mirror = Some(Mutex::new(writer));
+        Ok(())
+    }
+
+    /// Whether this store reads a temporary copy of its directory (read-only opens do).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// The database directory.
@@ -214,7 +389,49 @@ impl SledStore {
         }
     }
 
+    /// Records an acknowledged head in `ctxlog.heads`. A failure does not fail the append (it
+    /// is durable in sled already); the mirror just lags, and `check_integrity` says why.
+    fn mirror_head(&self, stream: StreamId, head: Version, last: &Record) {
+        let Some(m) = &self.mirror else { return };
+        let mut m = lock_ignoring_poison(m);
+        if let Err(e) = m.set(stream, head, last.as_bytes()) {
+            *lock_ignoring_poison(&self.mirror_error) = Some(format!("{}: {e}", m.path().display()));
+        }
+    }
+
+    fn refuse_if_read_only(&self, operation: &'static str) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly { backend: BACKEND, location: self.location.clone(), operation });
+        }
+        Ok(())
+    }
+
+    fn lost_error(&self, stream: StreamId) -> Option<StoreError> {
+        self.lost.get(&stream).map(|l| StoreError::Corrupt { stream, version: l.version, detail: l.detail.clone() })
+    }
+
+    /// The stream's head; `Corrupt` if sled lost part of what was acknowledged.
     fn head_of(&self, stream: StreamId) -> Result<Version, StoreError> {
+        match self.lost_error(stream) {
+            Some(e) => Err(e),
+            None => self.raw_head(stream),
+        }
+    }
+
+    /// The record at `version`, its chunks put together (`None` if it has none).
+    fn read_record(&self, stream: StreamId, version: Version) -> Result<Option<Vec<u8>>, StoreError> {
+        let start = record_key(stream, version, 0);
+        let end = record_key(stream, version, u32::MAX);
+        let mut out: Option<Vec<u8>> = None;
+        for kv in self.records.range(&start[..]..=&end[..]) {
+            let (_, v) = kv.map_err(|e| self.err(&format!("stream {stream}: read version {version}"), e))?;
+            out.get_or_insert_with(Vec::new).extend_from_slice(&v);
+        }
+        Ok(out)
+    }
+
+    /// The head the `heads` tree holds, whatever the mirror says.
+    fn raw_head(&self, stream: StreamId) -> Result<Version, StoreError> {
         let v = self.heads.get(stream.0.as_bytes()).map_err(|e| self.err(&format!("stream {stream}: read head"), e))?;
         match v {
             None => Ok(0),
@@ -280,6 +497,10 @@ impl SledStore {
 
 impl Store for SledStore {
     fn append(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError> {
+        self.refuse_if_read_only("append")?;
+        if let Some(e) = self.lost_error(stream) {
+            return Err(e);
+        }
         let _gate = self.write_gate();
         let sid = stream.0.as_bytes();
         let result = (&self.records, &self.heads).transaction(|(tx_records, tx_heads)| {
@@ -313,8 +534,9 @@ impl Store for SledStore {
             Err(TransactionError::Abort(e)) => return Err(e),
             Err(TransactionError::Storage(e)) => return Err(self.err(&format!("stream {stream}: append"), e)),
         };
-        if !records.is_empty() {
+        if let Some(last) = records.last() {
             self.flush(&format!("stream {stream} append up to version {version}"))?;
+            self.mirror_head(stream, version, last);
         }
         Ok(version)
     }
@@ -325,11 +547,18 @@ impl Store for SledStore {
             return Ok(Vec::new());
         }
         let _gate = self.read_gate();
-        let head = self.head_of(stream)?;
+        let head = self.raw_head(stream)?;
+        let wanted_last = from.saturating_add(max as u64 - 1);
+        // What sled still holds of a shortened stream stays readable, for a postmortem.
+        if let Some(lost) = self.lost.get(&stream) {
+            if wanted_last >= lost.version {
+                return Err(StoreError::Corrupt { stream, version: lost.version, detail: lost.detail.clone() });
+            }
+        }
         if from > head {
             return Ok(Vec::new());
         }
-        let last = head.min(from.saturating_add(max as u64 - 1));
+        let last = head.min(wanted_last);
         let start = record_key(stream, from, 0);
         let end = record_key(stream, last, u32::MAX);
         let mut out: Vec<StoredRecord> = Vec::new();
@@ -393,16 +622,18 @@ impl Store for SledStore {
 
     fn streams(&self) -> Result<Vec<StreamId>, StoreError> {
         let _gate = self.read_gate();
-        let mut out = Vec::new();
+        // The mirror's streams too: a stream sled lost entirely is listed, and reading it says so.
+        let mut out: BTreeSet<StreamId> = self.mirrored.entries.keys().copied().collect();
         for kv in self.heads.iter() {
             let (k, _) = kv.map_err(|e| self.err("list streams", e))?;
             let id = uuid::Uuid::from_slice(&k).map_err(|e| self.err("heads tree holds a malformed stream id", e))?;
-            out.push(StreamId(id));
+            out.insert(StreamId(id));
         }
-        Ok(out)
+        Ok(out.into_iter().collect())
     }
 
     fn put_snapshot(&self, stream: StreamId, snap: &Snapshot) -> Result<(), StoreError> {
+        self.refuse_if_read_only("put_snapshot")?;
         let _gate = self.write_gate();
         let head = self.head_of(stream)?;
         if snap.version > head {
@@ -456,6 +687,7 @@ impl Store for SledStore {
     }
 
     fn put_blob(&self, bytes: &[u8]) -> Result<BlobId, StoreError> {
+        self.refuse_if_read_only("put_blob")?;
         let id = BlobId::of(bytes);
         let _gate = self.write_gate();
         let key = id.hex().as_bytes().to_vec();
@@ -490,5 +722,20 @@ impl Store for SledStore {
             .map_err(|detail| StoreError::CorruptBlob { id: id.clone(), detail })?;
         id.verify(&bytes)?;
         Ok(Some(bytes))
+    }
+
+    fn check_integrity(&self) -> Result<IntegrityReport, StoreError> {
+        let mut report = IntegrityReport { problems: self.mirror_problems.clone(), ..IntegrityReport::default() };
+        if self.mirror_missing {
+            report.notes.push(format!(
+                "{}: no {} (written by an older build); lost versions cannot be detected until a writer opens it",
+                self.location,
+                mirror::FILE
+            ));
+        }
+        if let Some(e) = lock_ignoring_poison(&self.mirror_error).as_ref() {
+            report.notes.push(format!("{}: the last update of {} failed: {e}", self.location, mirror::FILE));
+        }
+        Ok(report)
     }
 }

@@ -1,53 +1,65 @@
 //! SQLite backend for the ctxlog [`Store`] contract: the embedded default.
 //!
-//! One database file holds every stream. The connection runs in WAL mode with
-//! `synchronous=FULL`, so an `append` that returns `Ok` has been fsynced (one fsync per
-//! transaction, i.e. per batch: group commit is "pass many records to one `append`").
+//! One database file holds every stream. A writer runs in WAL mode with `synchronous=FULL`,
+//! so an `append` that returns `Ok` has been fsynced (one fsync per transaction, i.e. per
+//! batch: group commit is "pass many records to one `append`"). Every append is then followed
+//! by an empty transaction (the *seal*), so that no acknowledged append is ever the last
+//! transaction of the `-wal`: damage there would look like a torn write, which SQLite's
+//! recovery drops without an error; anywhere else it is followed by a commit, and reported.
 //!
 //! Schema (version [`SCHEMA_VERSION`], recorded in `PRAGMA user_version`):
 //!
 //! ```sql
 //! records(stream BLOB, version INTEGER, bytes BLOB, PRIMARY KEY(stream, version)) WITHOUT ROWID
+//! heads(stream BLOB PRIMARY KEY, head INTEGER, last_hash BLOB) WITHOUT ROWID  -- the mirror
+//! wal_seal(id INTEGER PRIMARY KEY CHECK (id = 0), n INTEGER)                   -- the seal
 //! blobs(id TEXT PRIMARY KEY, bytes BLOB)
 //! snapshots(stream BLOB PRIMARY KEY, version INTEGER, bytes BLOB)
 //! ```
 //!
 //! `stream` is the 16 raw bytes of the UUID, so `ORDER BY stream` is the order of [`StreamId`].
+//! `heads` mirrors each stream's head and the hash of its last record in a second b-tree:
+//! every append checks it against `MAX(version)`, so damage that hides the end of a stream is
+//! `Corrupt`, not a shorter stream (and a primary-key clash at `head + 1` is `Corrupt` too, never
+//! a `Conflict` a host would retry forever).
+//!
 //! Several processes may open the same file: appends run inside `BEGIN IMMEDIATE` (the head
-//! check and the insert see the same snapshot) and the primary key turns any duplicate version
-//! into [`StoreError::Conflict`] as a backstop.
+//! check and the insert see the same snapshot). [`SqliteStore::open_read_only`] never writes
+//! a byte of the database, its `-wal` or its `-shm` (see its docs for how).
+//!
+//! Before SQLite touches a `-wal` file, [`wal`] reads it: if it holds committed transactions
+//! after a frame that fails its checks (SQLite's recovery would stop there and drop them
+//! without an error), the open fails with [`StoreError::Damaged`] naming the file, and nothing
+//! is checkpointed.
 
 // No unchecked indexing in code that parses what it reads from disk (kept here even though
 // the workspace lint table no longer lists it).
 #![warn(clippy::indexing_slicing)]
+
+mod integrity;
+mod schema;
+mod wal;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use ctxlog::store::{
-    check_expected, BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StoredRecord, StreamId, Version,
+    check_expected, BlobId, ExpectedVersion, IntegrityReport, Record, Snapshot, Store, StoreError, StoredRecord,
+    StreamId, Version,
 };
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+
+pub use schema::SCHEMA_VERSION;
 
 const BACKEND: &str = "sqlite";
-
-/// The on-disk schema this build reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u64 = 1;
 
 /// How long a writer waits for another connection's write lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-const SCHEMA_SQL: &str = "
-CREATE TABLE IF NOT EXISTS records(
-    stream BLOB NOT NULL,
-    version INTEGER NOT NULL,
-    bytes BLOB NOT NULL,
-    PRIMARY KEY(stream, version)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS blobs(id TEXT PRIMARY KEY NOT NULL, bytes BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS snapshots(stream BLOB PRIMARY KEY NOT NULL, version INTEGER NOT NULL, bytes BLOB NOT NULL);
-";
+/// SQLite checkpoints the WAL once it holds this many pages (its default), which bounds the
+/// `-wal` a killed writer leaves behind.
+pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 1000;
 
 /// A [`Store`] in one SQLite database. `Send + Sync`: the connection sits behind a mutex, so
 /// calls from several threads are serialised (SQLite admits one writer at a time anyway).
@@ -55,16 +67,42 @@ pub struct SqliteStore {
     conn: Mutex<Connection>,
     location: String,
     path: Option<PathBuf>,
+    read_only: bool,
+    /// The schema has the `heads` mirror (version 2; a read-only open of version 1 has not).
+    mirror: bool,
+    /// A read-only open of a database with a hot `-wal` and no `-shm` works on a copy.
+    copy: Option<tempfile::TempDir>,
+    /// A writer's second connection, `synchronous=NORMAL`, that commits the seal after each
+    /// append (see [`SqliteStore::seal`]). Locked only while `conn` is held.
+    sealer: Option<Mutex<Connection>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore").field("location", &self.location).finish_non_exhaustive()
+        f.debug_struct("SqliteStore")
+            .field("location", &self.location)
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
     }
 }
 
+fn is_corruption(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase))
+}
+
+/// An error of SQLite while doing `what`: damage of the file if SQLite says so.
 fn err(location: &str, what: &str, e: rusqlite::Error) -> StoreError {
-    StoreError::backend(BACKEND, format!("{location}: {what}"), e)
+    if is_corruption(&e) {
+        StoreError::Damaged {
+            backend: BACKEND,
+            location: location.to_owned(),
+            detail: format!(
+                "{what}: {e}; restore the database from a backup (`ctxlog verify` lists what can still be read)"
+            ),
+        }
+    } else {
+        StoreError::backend(BACKEND, format!("{location}: {what}"), e)
+    }
 }
 
 fn version_to_sql(v: Version) -> Result<i64, StoreError> {
@@ -77,21 +115,162 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
             || f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
 }
 
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// How many times a `-wal` that keeps changing while it is read is read again.
+const WAL_READS: usize = 3;
+
+/// Reads `<db>-wal` and fails if SQLite's recovery would silently drop committed transactions.
+/// Returns the scan (frames in the file), or `None` if there is no `-wal`.
+///
+/// A `-wal` that changes while it is read belongs to a running writer (in another process):
+/// SQLite then reads it through that writer's index and never recovers it, and a read taken
+/// while the writer restarts the file could mix two generations, so only a `-wal` that holds
+/// still is judged.
+fn check_wal(db: &Path) -> Result<Option<wal::WalScan>, StoreError> {
+    let path = sibling(db, "-wal");
+    let stamp = || std::fs::metadata(&path).map(|m| (m.len(), m.modified().ok()));
+    let mut scan = None;
+    for _ in 0..WAL_READS {
+        let before = match stamp() {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::backend(BACKEND, format!("{}: stat", path.display()), e)),
+        };
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::backend(BACKEND, format!("{}: read", path.display()), e)),
+        };
+        let read = wal::scan(&bytes, &path);
+        if stamp().ok() == Some(before) {
+            scan = Some(read);
+            break;
+        }
+        // Changing under us: a live writer. Keep what was read, without a verdict.
+        scan = Some(wal::WalScan { damage: None, ..read });
+    }
+    let Some(scan) = scan else { return Ok(None) };
+    match &scan.damage {
+        Some(damage) => Err(StoreError::Damaged {
+            backend: BACKEND,
+            location: path.display().to_string(),
+            detail: format!(
+                "{damage}. Nothing was opened and nothing checkpointed. Keep a copy of this file; restore from a \
+                 backup, or accept the loss by moving the -wal file aside (the database then holds what was \
+                 checkpointed before the damage)"
+            ),
+        }),
+        None => Ok(Some(scan)),
+    }
+}
+
+/// A `file:` URI for `path` with query `params` (the characters URIs reserve are escaped).
+fn uri(path: &Path, query: &str) -> Result<String, StoreError> {
+    let text = path.to_str().ok_or_else(|| {
+        StoreError::backend(BACKEND, format!("{}: open", path.display()), "the path is not valid UTF-8")
+    })?;
+    let mut out = String::from("file:");
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out.push('?');
+    out.push_str(query);
+    Ok(out)
+}
+
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path`, switches it to WAL and checks the
-    /// schema version.
+    /// Opens (creating if needed) the database at `path` for writing: checks its `-wal` first
+    /// (see the crate docs), switches it to WAL, checks (or creates, or upgrades) the schema.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref();
         let location = path.display().to_string();
+        check_wal(path)?;
         let conn = Connection::open(path).map_err(|e| err(&location, "open", e))?;
-        Self::init(conn, location, Some(path.to_path_buf()))
+        let mut store = Self::init_writer(conn, location, Some(path.to_path_buf()))?;
+        let sealer = Connection::open(path).map_err(|e| err(&store.location, "open the seal connection", e))?;
+        sealer.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&store.location, "set busy_timeout", e))?;
+        // The seal need not be durable: it only has to follow the append in the file, and
+        // NORMAL keeps WAL checkpoints and restarts as safe as FULL does.
+        sealer
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| err(&store.location, "set synchronous=NORMAL on the seal connection", e))?;
+        store.sealer = Some(Mutex::new(sealer));
+        // A WAL left by an older writer (or a killed one), checked above, goes into the
+        // database now.
+        store.checkpoint(&store.lock());
+        Ok(store)
     }
 
     /// A private in-memory database (tests, `mem`-like use with SQLite semantics).
     pub fn open_in_memory() -> Result<SqliteStore, StoreError> {
         let location = ":memory:".to_owned();
         let conn = Connection::open_in_memory().map_err(|e| err(&location, "open", e))?;
-        Self::init(conn, location, None)
+        Self::init_writer(conn, location, None)
+    }
+
+    /// Opens the existing database at `path` read-only. Nothing is created, written, locked
+    /// out or checkpointed, so this works on read-only media and next to a running writer:
+    ///
+    /// * no `-wal` (or an empty one and no `-shm`): nothing to recover, the file is opened
+    ///   `immutable` (no locks, no `-wal`/`-shm` files created);
+    /// * a `-wal` and a `-shm`: `mode=ro&readonly_shm=1`, which reads a live writer's shared
+    ///   memory without writing it, or rebuilds the WAL index in private memory when no
+    ///   writer is left (a killed one);
+    /// * a `-wal` with frames and no `-shm`: the database and its `-wal` are copied to a
+    ///   temporary directory and the copy is opened (SQLite cannot read such a WAL without
+    ///   creating a `-shm` next to it).
+    ///
+    /// The `-wal` is checked first as in [`SqliteStore::open`]. A missing file is
+    /// [`StoreError::Missing`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref();
+        let location = path.display().to_string();
+        if !path.is_file() {
+            return Err(StoreError::Missing { backend: BACKEND, location });
+        }
+        let frames = check_wal(path)?.map(|s| s.frames);
+        let shm = sibling(path, "-shm").exists();
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let (conn, copy) = match (frames, shm) {
+            (None, _) | (Some(0), false) => {
+                (Connection::open_with_flags(uri(path, "mode=ro&immutable=1")?, flags), None)
+            }
+            (Some(_), true) => (Connection::open_with_flags(uri(path, "mode=ro&readonly_shm=1")?, flags), None),
+            (Some(_), false) => {
+                let dir = tempfile::tempdir()
+                    .map_err(|e| StoreError::backend(BACKEND, format!("{location}: make a temporary copy"), e))?;
+                let copy = dir.path().join("ctxlog.db");
+                for (from, to) in [(path.to_path_buf(), copy.clone()), (sibling(path, "-wal"), sibling(&copy, "-wal"))]
+                {
+                    std::fs::copy(&from, &to).map_err(|e| {
+                        StoreError::backend(BACKEND, format!("{}: copy to {}", from.display(), to.display()), e)
+                    })?;
+                }
+                (Connection::open(&copy), Some(dir))
+            }
+        };
+        let conn = conn.map_err(|e| err(&location, "open read-only", e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&location, "set busy_timeout", e))?;
+        conn.pragma_update(None, "query_only", true).map_err(|e| err(&location, "set query_only", e))?;
+        let mirror = schema::check(&conn, &location)?;
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            location,
+            path: Some(path.to_path_buf()),
+            read_only: true,
+            mirror,
+            copy,
+            sealer: None,
+        })
     }
 
     /// The database path (`None` for an in-memory database).
@@ -99,7 +278,17 @@ impl SqliteStore {
         self.path.as_deref()
     }
 
-    fn init(mut conn: Connection, location: String, path: Option<PathBuf>) -> Result<SqliteStore, StoreError> {
+    /// Whether the store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Whether a read-only open works on a temporary copy (see [`SqliteStore::open_read_only`]).
+    pub fn reads_a_copy(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    fn init_writer(mut conn: Connection, location: String, path: Option<PathBuf>) -> Result<SqliteStore, StoreError> {
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&location, "set busy_timeout", e))?;
         // `journal_mode` answers with a row, so it must be set with a query (rusqlite#273):
         // `execute` would fail, and a silently refused switch would leave us in rollback mode.
@@ -117,28 +306,21 @@ impl SqliteStore {
         // FULL: in WAL mode NORMAL may lose the last commits on power loss, and an
         // acknowledged append must survive that.
         conn.pragma_update(None, "synchronous", "FULL").map_err(|e| err(&location, "set synchronous=FULL", e))?;
-
-        // Schema check and creation in one write transaction so two processes opening a
-        // fresh file at once do not both initialise it.
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| err(&location, "begin schema transaction", e))?;
-        let found: i64 = tx
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|e| err(&location, "read user_version", e))?;
-        let tables: i64 = tx
-            .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0))
-            .map_err(|e| err(&location, "list tables", e))?;
-        let found = u64::try_from(found).unwrap_or(u64::MAX);
-        if found == 0 && tables == 0 {
-            tx.execute_batch(SCHEMA_SQL).map_err(|e| err(&location, "create schema", e))?;
-            tx.pragma_update(None, "user_version", SCHEMA_VERSION as i64)
-                .map_err(|e| err(&location, "write user_version", e))?;
-        } else if found != SCHEMA_VERSION {
-            return Err(StoreError::Schema { backend: BACKEND, location, found, supported: SCHEMA_VERSION });
-        }
-        tx.commit().map_err(|e| err(&location, "commit schema", e))?;
-        Ok(SqliteStore { conn: Mutex::new(conn), location, path })
+        // SQLite's own checkpoints (PASSIVE, once the WAL reaches 1,000 pages) bound the
+        // `-wal`; the next writer then reuses the file from its start, which the WAL check
+        // tells apart by the salts.
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+            .map_err(|e| err(&location, "set wal_autocheckpoint", e))?;
+        schema::init(&mut conn, &location)?;
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            location,
+            path,
+            read_only: false,
+            mirror: true,
+            copy: None,
+            sealer: None,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -147,14 +329,66 @@ impl SqliteStore {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Copies the WAL into the database and truncates it, without waiting for readers (if
+    /// they hold an older snapshot it does what it can). Best effort by design: what it copies
+    /// is already durable in the WAL.
+    fn checkpoint(&self, conn: &Connection) {
+        if self.path.is_none() || self.read_only {
+            return;
+        }
+        let _ = conn.busy_timeout(Duration::ZERO);
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        let _ = conn.busy_timeout(BUSY_TIMEOUT);
+    }
+
+    /// Commits a seal after an append: a transaction that only increments the counter of
+    /// `wal_seal`, so the append is never the last transaction of the WAL, the one place where
+    /// damage looks like a torn write that recovery drops silently ([`wal`]). Damage anywhere
+    /// in the append's frames is then followed by a commit and reported; damage in the seal
+    /// loses nothing. The seal is committed on a second connection with `synchronous=NORMAL`:
+    /// not fsynced (the next append's fsync covers it), so it costs a write, not a device
+    /// flush. After a power cut the last append may be unsealed; after a process crash never.
+    /// (A checkpoint after every append would also keep appends out of the WAL's last
+    /// transaction, at six times the cost of a commit; `ARCHITECTURE.md`.)
+    fn seal(&self) {
+        let Some(sealer) = &self.sealer else { return };
+        let sealer = sealer.lock().unwrap_or_else(|e| e.into_inner());
+        // A failure leaves the append as durable as before, only not sealed.
+        let _ = sealer.execute("UPDATE wal_seal SET n = n + 1 WHERE id = 0", []);
+    }
+
+    fn refuse_if_read_only(&self, operation: &'static str) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly { backend: BACKEND, location: self.location.clone(), operation });
+        }
+        Ok(())
+    }
+
+    /// The stream's head: `MAX(version)`, checked against the `heads` mirror.
     fn head_of(&self, conn: &Connection, stream: StreamId) -> Result<Version, StoreError> {
-        let mut stmt = conn
+        let sid = stream.0.as_bytes();
+        let records: Option<i64> = conn
             .prepare_cached("SELECT MAX(version) FROM records WHERE stream = ?1")
-            .map_err(|e| err(&self.location, "prepare head", e))?;
-        let head: Option<i64> = stmt
-            .query_row(params![stream.0.as_bytes()], |r| r.get(0))
-            .map_err(|e| err(&self.location, &format!("read head of stream {stream}"), e))?;
-        Ok(head.map_or(0, |h| u64::try_from(h).unwrap_or(0)))
+            .and_then(|mut s| s.query_row(params![sid], |r| r.get(0)))
+            .map_err(|e| self.err_stream(stream, "read head", e))?;
+        let records = records.map_or(0, |h| u64::try_from(h).unwrap_or(0));
+        if !self.mirror {
+            return Ok(records);
+        }
+        let mirrored = schema::mirrored(conn, sid).map_err(|e| self.err_stream(stream, "read mirrored head", e))?;
+        let mirrored = mirrored.map_or(0, |(h, _)| u64::try_from(h).unwrap_or(0));
+        if mirrored != records {
+            return Err(StoreError::Corrupt {
+                stream,
+                version: mirrored.min(records) + 1,
+                detail: format!(
+                    "{}: the heads table says the stream ends at version {mirrored}, the records table at version \
+                     {records}: the database is damaged (run `ctxlog verify`, restore from a backup)",
+                    self.location
+                ),
+            });
+        }
+        Ok(records)
     }
 
     fn err_stream(&self, stream: StreamId, what: &str, e: rusqlite::Error) -> StoreError {
@@ -164,6 +398,7 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     fn append(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError> {
+        self.refuse_if_read_only("append")?;
         let mut conn = self.lock();
         // IMMEDIATE takes the write lock up front: the head we read cannot change before our
         // insert, and a concurrent writer waits (busy_timeout) instead of failing mid-way.
@@ -172,9 +407,7 @@ impl Store for SqliteStore {
             .map_err(|e| self.err_stream(stream, "begin append", e))?;
         let head = self.head_of(&tx, stream)?;
         check_expected(stream, expected, head)?;
-        if records.is_empty() {
-            return Ok(head);
-        }
+        let Some(last) = records.last() else { return Ok(head) };
         let mut version = head;
         {
             let mut insert = tx
@@ -184,16 +417,36 @@ impl Store for SqliteStore {
                 version += 1;
                 match insert.execute(params![stream.0.as_bytes(), version_to_sql(version)?, record.as_bytes()]) {
                     Ok(_) => {}
-                    // Cannot happen under BEGIN IMMEDIATE unless another writer bypasses it;
-                    // whatever the cause, a duplicate version is a lost race, not an IO error.
+                    // Under BEGIN IMMEDIATE no other writer can have inserted it since we read
+                    // the head: a row past the head is damage, and a host retrying a Conflict
+                    // would loop forever.
                     Err(e) if is_unique_violation(&e) => {
-                        return Err(StoreError::Conflict { stream, expected, actual: head });
+                        return Err(StoreError::Corrupt {
+                            stream,
+                            version,
+                            detail: format!(
+                                "{}: a row for version {version} already exists although the head is {head}: the \
+                                 records table is damaged (run `ctxlog verify`)",
+                                self.location
+                            ),
+                        });
                     }
                     Err(e) => return Err(self.err_stream(stream, &format!("insert version {version}"), e)),
                 }
             }
+            let new_head = version_to_sql(version)?;
+            tx.prepare_cached(
+                "INSERT INTO heads(stream, head, last_hash) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(stream) DO UPDATE SET head = excluded.head, last_hash = excluded.last_hash",
+            )
+            .and_then(|mut s| {
+                s.execute(params![stream.0.as_bytes(), new_head, &schema::last_hash(last.as_bytes())[..]])
+            })
+            .map_err(|e| self.err_stream(stream, &format!("mirror head {version}"), e))?;
         }
         tx.commit().map_err(|e| self.err_stream(stream, &format!("commit versions {}..={version}", head + 1), e))?;
+        // Still holding `conn`, so no other append comes between this one and its seal.
+        self.seal();
         Ok(version)
     }
 
@@ -203,22 +456,27 @@ impl Store for SqliteStore {
             return Ok(Vec::new());
         }
         let conn = self.lock();
+        let corrupt = |want: Version, e: rusqlite::Error| {
+            if is_corruption(&e) {
+                StoreError::Corrupt { stream, version: want, detail: format!("{}: {e}", self.location) }
+            } else {
+                self.err_stream(stream, &format!("read version {want}"), e)
+            }
+        };
         let mut stmt = conn
             .prepare_cached(
                 "SELECT version, bytes FROM records WHERE stream = ?1 AND version >= ?2 ORDER BY version LIMIT ?3",
             )
             .map_err(|e| self.err_stream(stream, "prepare read", e))?;
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
-        let mut rows = stmt
-            .query(params![stream.0.as_bytes(), version_to_sql(from)?, limit])
-            .map_err(|e| self.err_stream(stream, &format!("read from version {from}"), e))?;
+        let mut rows =
+            stmt.query(params![stream.0.as_bytes(), version_to_sql(from)?, limit]).map_err(|e| corrupt(from, e))?;
         let mut out = Vec::new();
         let mut want = from;
-        while let Some(row) = rows.next().map_err(|e| self.err_stream(stream, &format!("read version {want}"), e))? {
-            let version: i64 = row.get(0).map_err(|e| self.err_stream(stream, &format!("read version {want}"), e))?;
-            let bytes: Vec<u8> =
-                row.get(1).map_err(|e| self.err_stream(stream, &format!("read bytes of version {want}"), e))?;
-            // Versions are dense by construction; a hole means rows were deleted behind our back.
+        while let Some(row) = rows.next().map_err(|e| corrupt(want, e))? {
+            let version: i64 = row.get(0).map_err(|e| corrupt(want, e))?;
+            let bytes: Vec<u8> = row.get(1).map_err(|e| corrupt(want, e))?;
+            // Versions are dense by construction; a hole means rows were lost.
             if u64::try_from(version).ok() != Some(want) {
                 return Err(StoreError::Corrupt {
                     stream,
@@ -240,32 +498,11 @@ impl Store for SqliteStore {
 
     fn streams(&self) -> Result<Vec<StreamId>, StoreError> {
         let conn = self.lock();
-        let mut stmt = conn
-            // A skip-scan over the primary key: one index seek per stream instead of the full
-            // table scan `SELECT DISTINCT` does on a WITHOUT ROWID table.
-            .prepare_cached(
-                "WITH RECURSIVE s(stream) AS (
-                     SELECT MIN(stream) FROM records
-                     UNION ALL
-                     SELECT (SELECT MIN(stream) FROM records WHERE stream > s.stream) FROM s WHERE s.stream IS NOT NULL
-                 )
-                 SELECT stream FROM s WHERE stream IS NOT NULL",
-            )
-            .map_err(|e| err(&self.location, "prepare streams", e))?;
-        let rows =
-            stmt.query_map([], |r| r.get::<_, Vec<u8>>(0)).map_err(|e| err(&self.location, "list streams", e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let bytes = row.map_err(|e| err(&self.location, "list streams", e))?;
-            let uuid = uuid::Uuid::from_slice(&bytes).map_err(|e| {
-                StoreError::backend(BACKEND, format!("{}: records table holds a malformed stream id", self.location), e)
-            })?;
-            out.push(StreamId(uuid));
-        }
-        Ok(out)
+        integrity::streams(&conn, &self.location, self.mirror)
     }
 
     fn put_snapshot(&self, stream: StreamId, snap: &Snapshot) -> Result<(), StoreError> {
+        self.refuse_if_read_only("put_snapshot")?;
         let mut conn = self.lock();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -286,6 +523,7 @@ impl Store for SqliteStore {
             stmt.execute(params![stream.0.as_bytes(), version_to_sql(snap.version)?, &snap.bytes])
                 .map_err(|e| self.err_stream(stream, &format!("write snapshot at version {}", snap.version), e))?;
         }
+        // A snapshot is a cache: losing it to damage costs a replay, so it needs no seal.
         tx.commit().map_err(|e| self.err_stream(stream, "commit snapshot", e))
     }
 
@@ -302,11 +540,13 @@ impl Store for SqliteStore {
     }
 
     fn put_blob(&self, bytes: &[u8]) -> Result<BlobId, StoreError> {
+        self.refuse_if_read_only("put_blob")?;
         let id = BlobId::of(bytes);
         let conn = self.lock();
         let mut stmt = conn
             .prepare_cached("INSERT OR IGNORE INTO blobs(id, bytes) VALUES (?1, ?2)")
             .map_err(|e| err(&self.location, "prepare put_blob", e))?;
+        // A blob is written before the append that refers to it, which follows it in the WAL.
         stmt.execute(params![id.as_str(), bytes]).map_err(|e| err(&self.location, &format!("write blob {id}"), e))?;
         Ok(id)
     }
@@ -324,6 +564,23 @@ impl Store for SqliteStore {
             id.verify(b)?;
         }
         Ok(bytes)
+    }
+
+    fn check_integrity(&self) -> Result<IntegrityReport, StoreError> {
+        let conn = self.lock();
+        let mut report = integrity::check(&conn, &self.location, self.mirror);
+        if let (Some(path), None) = (&self.path, &self.copy) {
+            // Frames not yet checkpointed (a killed writer's, or a running writer's).
+            if let Ok(Some(scan)) = check_wal(path) {
+                if scan.kept > 0 {
+                    report.notes.push(format!(
+                        "{}-wal holds {} frames ({} committed transactions) not yet copied into the database",
+                        self.location, scan.kept, scan.kept_commits
+                    ));
+                }
+            }
+        }
+        Ok(report)
     }
 }
 
@@ -349,7 +606,7 @@ mod tests {
         drop(SqliteStore::open(&path).unwrap());
         Connection::open(&path).unwrap().pragma_update(None, "user_version", 7).unwrap();
         let e = SqliteStore::open(&path).unwrap_err();
-        assert!(matches!(e, StoreError::Schema { found: 7, supported: 1, .. }), "{e}");
+        assert!(matches!(e, StoreError::Schema { found: 7, supported: 2, .. }), "{e}");
         assert!(e.to_string().contains("x.db"), "{e}");
     }
 

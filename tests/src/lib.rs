@@ -13,3 +13,4 @@ pub mod engine_fixtures;
 pub mod postgres;
 pub mod provider;
 pub mod scenario;
+pub mod store_files;

@@ -63,8 +63,8 @@ fn conversation(turns: usize) -> String {
 
 // ---- Bad input -------------------------------------------------------------------------------
 
-/// Imports `bytes` as `name`; asserts exit 2, stderr naming the file and `expect`ed parts, and an
-/// empty store afterwards.
+/// Imports `bytes` as `name`; asserts exit 2, stderr naming the file and `expect`ed parts, and
+/// that no store was created (input is validated before the store is opened).
 fn rejected(name: &str, bytes: &[u8], expect: &[&str]) -> String {
     let env = Env::new();
     let file = env.file(name, bytes);
@@ -77,7 +77,10 @@ fn rejected(name: &str, bytes: &[u8], expect: &[&str]) -> String {
         assert!(err.contains(e), "stderr should contain {e:?}: {err}");
     }
     assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(sessions(&store), Value::Array(vec![]), "the store holds no session");
+    assert!(!env.path("x.db").exists(), "nothing was written, not even an empty store");
+    let (code, _, missing) = cli(&["sessions", "--store", &store]);
+    assert_eq!(code, 3, "{missing}");
+    assert!(missing.contains("no sqlite store at"), "{missing}");
     err
 }
 

@@ -158,7 +158,7 @@ fn a_torn_tail_repaired_by_the_fs_store_is_logged() {
         assert_eq!(store.recovered().len(), 1);
         assert_eq!(store.head(id).unwrap(), Some(2));
     });
-    assert!(log.contains("torn tail truncated"), "{log}");
+    assert!(log.contains("torn tail cut into a quarantine file"), "{log}");
     assert!(log.contains(&format!("stream={id}")) && log.contains("bytes_dropped=7"), "{log}");
 }
 

@@ -434,7 +434,8 @@ fn backend_run(
     let resident = if backend == "mem" {
         resident(mem, id, now, policy.version)
     } else {
-        let store = ctxlog_cli::stores::open_store(&url).unwrap_or_else(|e| fail("open store", e));
+        let store = ctxlog_cli::stores::open_store(&url, ctxlog_cli::stores::Access::ReadWrite)
+            .unwrap_or_else(|e| fail("open store", e));
         resident(store.as_ref(), id, now, policy.version)
     };
     let _ = std::fs::remove_dir_all(&store_dir);
