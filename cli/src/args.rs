@@ -46,6 +46,17 @@ pub enum Command {
     Copy(CopyArgs),
     /// Print a session's calls as they are committed (`--follow`), like `tail -f`.
     Tail(TailArgs),
+    /// Draw a session: one self-contained HTML page with a chart over its calls and the calls
+    /// as a table (or, with `--out FILE.svg`, the chart alone).
+    Report(ReportArgs),
+    /// Say in one paragraph what happened to one message, at which call, by which rule and
+    /// under which guard, and whether it is in the latest view.
+    Why(WhyArgs),
+    /// Re-run a recorded session's inputs through the engine with other knobs (in memory) and
+    /// print how its decisions differ from the recorded ones: the regression check.
+    Rerun(RerunArgs),
+    /// Compare the timelines of two sessions call by call, as `rerun` does.
+    Diff(DiffArgs),
 }
 
 /// `--store` and `--json`.
@@ -147,14 +158,7 @@ impl ConfigArgs {
         let Some(path) = &self.config else { return Ok(self.apply(base)) };
         let input = |message: String| crate::error::CliError::input(path, 0, message);
         let text = std::fs::read_to_string(path).map_err(|e| input(format!("cannot read: {e}")))?;
-        let file: ConfigArgs = toml::from_str(&text).map_err(|e| {
-            // toml renders "at line L, column C", a source excerpt, then the message.
-            let msg = e.to_string();
-            let mut lines = msg.lines().filter(|l| !l.trim_start().starts_with('|') && !l.trim().is_empty());
-            let first = lines.next().unwrap_or_default().trim();
-            let last = lines.next_back().unwrap_or_default().trim();
-            input(format!("{first}: {last}"))
-        })?;
+        let file: ConfigArgs = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
         Ok(self.apply(file.apply(base)))
     }
 
@@ -207,6 +211,18 @@ impl ConfigArgs {
     }
 }
 
+/// A `--config` file that does not parse, with the line and the key it is about.
+fn toml_error(path: &std::path::Path, text: &str, e: &toml::de::Error) -> crate::error::CliError {
+    let start = e.span().map_or(0, |s| s.start).min(text.len());
+    let line = text.get(..start).map_or(0, |t| t.matches('\n').count()) + 1;
+    let message = e.message().trim();
+    // serde names an unknown key in its message; otherwise the key is the one on that line.
+    let named = message.split('`').nth(1).filter(|_| message.starts_with("unknown field"));
+    let key = text.lines().nth(line - 1).and_then(|l| l.split_once('=')).map(|(k, _)| k.trim().trim_matches('"'));
+    let field = named.or(key).unwrap_or_default();
+    crate::error::CliError::input_field(path, line, field, message.to_owned())
+}
+
 /// `demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -257,8 +273,11 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub session: SessionArgs,
     /// Stop after this stream version.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "call")]
     pub until: Option<u64>,
+    /// Stop after this call (0-based, as in the `call` column).
+    #[arg(long)]
+    pub call: Option<u64>,
     /// Go on past invariant violations (clamp or skip), reporting each.
     #[arg(long)]
     pub lenient: bool,
@@ -271,8 +290,11 @@ pub struct InspectArgs {
     #[command(flatten)]
     pub session: SessionArgs,
     /// Inspect the state at this stream version (default: the head).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "call")]
     pub version: Option<u64>,
+    /// Inspect the state right after this call (0-based): its view is what the call sent.
+    #[arg(long)]
+    pub call: Option<u64>,
     /// Print the view at that version instead: one JSON message per line, exactly as it
     /// would be sent (media as blob references).
     #[arg(long)]
@@ -355,4 +377,76 @@ pub struct TailArgs {
     /// Seconds between re-reads of the log (PostgreSQL: a fallback behind its notifications).
     #[arg(long, default_value_t = 1.0)]
     pub poll: f64,
+}
+
+/// `report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Session selection.
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Where to write: `FILE.html` (the page) or `FILE.svg` (the chart alone).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Draw the session up to this call (0-based) and mark it.
+    #[arg(long)]
+    pub call: Option<u64>,
+}
+
+/// `why`.
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// Session selection.
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// The message.
+    #[arg(long)]
+    pub seq: u64,
+}
+
+/// `rerun`.
+#[derive(Debug, Args)]
+#[command(mut_arg("session", |a| a.help("The recorded session (may be omitted when the store holds exactly one)")))]
+pub struct RerunArgs {
+    /// Store and output.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Knobs to change, on top of the ones the session was recorded with (same flags and
+    /// `--config` file as `import`).
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Summaries: `recorded` reuses a recorded summary wherever the engine asks for the same
+    /// span, and re-makes the others with the built-in summarizer; `remake` re-makes them all.
+    #[arg(long, value_enum, default_value = "recorded")]
+    pub summaries: SummariesArg,
+    /// Exit with 1 when some call differs (for CI).
+    #[arg(long)]
+    pub exit_code: bool,
+}
+
+/// `rerun --summaries`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SummariesArg {
+    /// Reuse recorded summaries where they fit.
+    Recorded,
+    /// Re-make every summary with the built-in summarizer.
+    Remake,
+}
+
+/// `diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The first session (the baseline).
+    pub a: String,
+    /// The second session.
+    pub b: String,
+    /// Store of both sessions, and output.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The second session is in this store instead.
+    #[arg(long, value_name = "URL")]
+    pub store_b: Option<String>,
+    /// Exit with 1 when some call differs (for CI).
+    #[arg(long)]
+    pub exit_code: bool,
 }

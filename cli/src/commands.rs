@@ -7,10 +7,12 @@ use ctxlog::wire::{Media, RenderOpts};
 use ctxlog::{Session, Store, StreamId};
 use serde_json::json;
 
+use crate::analysis::{analyze, Decision, Keep, Until, What};
 use crate::args::{CopyArgs, ExportArgs, InspectArgs, ReplayArgs, RestoreArgs, SessionArgs, StoreArgs, VerifyArgs};
 use crate::error::{is_damage, output, CliError};
 use crate::output::{print_timeline, Out};
 use crate::stores::{open_store, Access};
+use crate::table::{Align, Columns};
 
 /// Resolves `--session`, or the only session of the store.
 pub fn pick_session(store: &dyn Store, arg: Option<&str>) -> Result<StreamId, CliError> {
@@ -20,18 +22,21 @@ pub fn pick_session(store: &dyn Store, arg: Option<&str>) -> Result<StreamId, Cl
     let streams = store.streams()?;
     match streams.as_slice() {
         [one] => Ok(*one),
-        [] => Err(CliError::Usage("the store holds no session".into())),
-        many => Err(CliError::Usage(format!(
-            "the store holds {} sessions; choose one with --session ({})",
-            many.len(),
-            many.iter().take(5).map(ToString::to_string).collect::<Vec<_>>().join(", ")
-        ))),
+        [] => Err(CliError::Flag { flag: "--session", message: "the store holds no session".into() }),
+        many => Err(CliError::Flag {
+            flag: "--session",
+            message: format!(
+                "the store holds {} sessions; choose one with --session ({})",
+                many.len(),
+                many.iter().take(5).map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        }),
     }
 }
 
 /// Parses a session id.
 pub fn parse_session(s: &str) -> Result<StreamId, CliError> {
-    s.parse().map_err(|e| CliError::Usage(format!("--session {s:?} is not a UUID: {e}")))
+    s.parse().map_err(|e| CliError::Flag { flag: "--session", message: format!("--session {s:?} is not a UUID: {e}") })
 }
 
 fn open_selected(args: &SessionArgs, access: Access) -> Result<(Box<dyn Store>, StreamId), CliError> {
@@ -56,9 +61,16 @@ pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             .collect();
         out.line(&serde_json::to_string(&list).unwrap_or_default())?;
     } else {
-        out.line(&format!("{:<36}  {:>7}  {:>8}  {:>6}", "session", "events", "messages", "calls"))?;
-        for (id, v, m, c) in rows {
-            out.line(&format!("{id:<36}  {v:>7}  {m:>8}  {c:>6}"))?;
+        let heads =
+            [("session", Align::Left), ("events", Align::Right), ("messages", Align::Right), ("calls", Align::Right)];
+        let cells: Vec<Vec<String>> = rows
+            .iter()
+            .map(|(id, v, m, c)| vec![id.to_string(), v.to_string(), m.to_string(), c.to_string()])
+            .collect();
+        let table = Columns::new(&heads).gap(2).fitted(&cells);
+        out.line(&table.header())?;
+        for r in &cells {
+            out.line(&table.line(r))?;
         }
     }
     Ok(())
@@ -68,8 +80,14 @@ pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
 pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let (store, id) = open_selected(&args.session, Access::ReadOnly)?;
     let mode = if args.lenient { Mode::Lenient } else { Mode::Strict };
-    let r = replay::replay(store.as_ref(), id, mode, args.until)?;
-    print_timeline(out, &r.timeline, args.session.store.json)?;
+    let until = match (args.until, args.call) {
+        (Some(v), _) => Until::Version(check_version(store.as_ref(), id, "--until", v)?),
+        (None, Some(c)) => Until::Call(c),
+        (None, None) => Until::Head,
+    };
+    let r = analyze(store.as_ref(), id, mode, until, Keep { views: false })?;
+    let timeline: Vec<_> = r.calls.iter().map(|c| c.record.clone()).collect();
+    print_timeline(out, &timeline, args.session.store.json)?;
     for v in &r.violations {
         out.err(&format!("violation (lenient replay went on): {v}"))?;
     }
@@ -85,6 +103,21 @@ pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A `--version`/`--until` that names a version of the session: from 1 to its head.
+fn check_version(store: &dyn Store, id: StreamId, flag: &'static str, v: u64) -> Result<u64, CliError> {
+    if v == 0 {
+        return Err(CliError::Flag { flag, message: format!("{flag} counts from 1 (the SessionStarted event)") });
+    }
+    let head = store.head(id)?.ok_or(ctxlog::SessionError::NotFound(id))?;
+    if v > head {
+        return Err(CliError::Flag {
+            flag,
+            message: format!("{flag} {v} is past the head of session {id}, which is version {head}"),
+        });
+    }
+    Ok(v)
+}
+
 /// Status of a message in the view, and the reason.
 fn status(st: &State, seq: u64) -> (&'static str, Option<String>) {
     let Some(e) = st.entry(seq) else { return ("missing", None) };
@@ -97,41 +130,67 @@ fn status(st: &State, seq: u64) -> (&'static str, Option<String>) {
     }
 }
 
+/// The decision that set a message's status: `(call, time, as JSON)`.
+fn set_by(d: Option<&Decision>) -> (String, String, serde_json::Value) {
+    let Some(d) = d else { return ("-".into(), "-".into(), serde_json::Value::Null) };
+    let event = match &d.what {
+        What::Flushed { .. } => "flushed",
+        What::Edited { .. } => "edited",
+        What::Restored { .. } => "restored",
+    };
+    let at = d.at_ms.map(ctxlog::time::format_rfc3339);
+    let call = match (d.call, d.after_call) {
+        (Some(c), _) => c.to_string(),
+        (None, Some(c)) => format!("after {c}"),
+        (None, None) => "before 0".to_owned(),
+    };
+    let clock = at.as_deref().and_then(|t| t.get(11..19)).unwrap_or("-").to_owned();
+    let json = json!({"event": event, "version": d.version, "call": d.call, "after_call": d.after_call, "at": at});
+    (call, clock, json)
+}
+
 /// `inspect`
 pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let (store, id) = open_selected(&args.session, Access::ReadOnly)?;
-    if args.version == Some(0) {
-        return Err(CliError::Usage("--version counts from 1 (the SessionStarted event)".into()));
-    }
-    if let Some(v) = args.version {
-        let head = store.head(id)?.ok_or(ctxlog::SessionError::NotFound(id))?;
-        if v > head {
-            return Err(CliError::Usage(format!(
-                "--version {v} is past the head of session {id}, which is version {head}"
-            )));
-        }
-    }
-    let st = replay::replay(store.as_ref(), id, Mode::Strict, args.version)?.state;
+    let until = match (args.version, args.call) {
+        (Some(v), _) => Until::Version(check_version(store.as_ref(), id, "--version", v)?),
+        (None, Some(c)) => Until::Call(c),
+        (None, None) => Until::Head,
+    };
+    let analysis = analyze(store.as_ref(), id, Mode::Strict, until, Keep { views: false })?;
+    let st = &analysis.state;
     if args.view {
         for it in st.view() {
-            out.raw(&ctxlog::view::render_item(&st, it.item))?;
+            out.raw(&ctxlog::view::render_item(st, it.item))?;
         }
         return Ok(());
     }
-    let rows: Vec<_> = (0..st.message_count())
-        .filter_map(|seq| {
-            let e = st.entry(seq)?;
-            let (status, reason) = status(&st, seq);
-            Some((seq, e.message.role.as_str(), e.tokens, status, reason))
+    let rows: Vec<_> = analysis
+        .messages
+        .iter()
+        .enumerate()
+        .map(|(seq, m)| {
+            let seq = seq as u64;
+            let last = m.decisions.last();
+            let (status, mut reason) = status(st, seq);
+            if let Some(Decision { what: What::Restored { by, why, partner_of }, .. }) = last {
+                let partner = partner_of.map_or_else(String::new, |p| format!(" with seq {p}"));
+                reason = Some(format!("restored{partner} by {by}: {why}"));
+            }
+            let (call, time, by) = set_by(last);
+            (seq, m.role.as_str(), m.tokens, status, reason, call, time, by)
         })
         .collect();
     if args.session.store.json {
         let messages: Vec<_> = rows
             .iter()
-            .map(|(seq, role, tokens, status, reason)| json!({"seq": seq, "role": role, "tokens": tokens, "status": status, "reason": reason}))
+            .map(|(seq, role, tokens, status, reason, _, _, by)| {
+                json!({"seq": seq, "role": role, "tokens": tokens, "status": status, "reason": reason, "set_by": by})
+            })
             .collect();
         let doc = json!({
             "version": st.version(),
+            "calls": st.calls(),
             "compacted": st.compacted(),
             "flushed": st.flushed(),
             "view_tokens": st.view_tokens(),
@@ -140,17 +199,42 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         out.line(&doc.to_string())?;
     } else {
         out.line(&format!(
-            "session {id} at version {}: {} messages, compacted {}, flushed {}, view {} messages / {} tokens",
+            "session {id} at version {}, {}: {} messages, compacted {}, flushed {}, view {} messages / {} tokens",
             st.version(),
+            st.calls().checked_sub(1).map_or_else(|| "before the first call".to_owned(), |c| format!("after call {c}")),
             st.message_count(),
             st.compacted(),
             st.flushed(),
             st.view().len(),
             st.view_tokens()
         ))?;
-        out.line(&format!("{:>6}  {:<9}  {:>7}  {:<9}  reason", "seq", "role", "tokens", "status"))?;
-        for (seq, role, tokens, status, reason) in rows {
-            out.line(&format!("{seq:>6}  {role:<9}  {tokens:>7}  {status:<9}  {}", reason.unwrap_or_default()))?;
+        let heads = [
+            ("seq", Align::Right),
+            ("role", Align::Left),
+            ("tokens", Align::Right),
+            ("status", Align::Left),
+            ("call", Align::Right),
+            ("time", Align::Right),
+            ("reason", Align::Left),
+        ];
+        let cells: Vec<Vec<String>> = rows
+            .into_iter()
+            .map(|(seq, role, tokens, status, reason, call, time, _)| {
+                vec![
+                    seq.to_string(),
+                    role.to_owned(),
+                    tokens.to_string(),
+                    status.to_owned(),
+                    call,
+                    time,
+                    reason.unwrap_or_default(),
+                ]
+            })
+            .collect();
+        let table = Columns::new(&heads).gap(2).fitted(&cells);
+        out.line(&table.header())?;
+        for r in &cells {
+            out.line(&table.line(r))?;
         }
     }
     Ok(())

@@ -4,6 +4,8 @@ use std::path::Path;
 
 use ctxlog::SessionError;
 
+/// Exit code: `rerun` or `diff` with `--exit-code` found calls that differ.
+pub const EXIT_DIFFERS: i32 = 1;
 /// Exit code: bad input (a transcript line, a flag, a config value).
 pub const EXIT_INPUT: i32 = 2;
 /// Exit code: the store failed or is not there (IO, lock, conflict, "no store at …").
@@ -22,12 +24,25 @@ pub enum CliError {
         file: String,
         /// 1-based line (0 = the file as a whole).
         line: usize,
+        /// The offending field (a JSON path or a config key), when known.
+        field: Option<String>,
         /// What is wrong (names the field).
         message: String,
     },
     /// A bad flag or argument.
     #[error("{0}")]
     Usage(String),
+    /// A flag whose value does not fit (past the head, no such call, not a UUID).
+    #[error("{message}")]
+    Flag {
+        /// The flag, e.g. `--version`.
+        flag: &'static str,
+        /// What is wrong, naming the flag.
+        message: String,
+    },
+    /// Knobs that cannot work together.
+    #[error(transparent)]
+    Config(#[from] ctxlog::config::ConfigError),
     /// The engine or the store failed.
     #[error(transparent)]
     Session(#[from] SessionError),
@@ -45,18 +60,56 @@ pub enum CliError {
     /// The log breaks its invariants or does not verify.
     #[error("{0}")]
     InvalidLog(String),
+    /// `rerun`/`diff --exit-code` found this many calls that differ (not an error: exit 1).
+    #[error("{0} call(s) differ")]
+    Differs(usize),
 }
 
 impl CliError {
     /// An input error at `file:line`.
     pub fn input(file: &Path, line: usize, message: String) -> CliError {
-        CliError::Input { file: file.display().to_string(), line, message }
+        CliError::Input { file: file.display().to_string(), line, field: None, message }
+    }
+
+    /// An input error at `file:line` in `field`.
+    pub fn input_field(file: &Path, line: usize, field: impl Into<String>, message: String) -> CliError {
+        let field = Some(field.into()).filter(|f: &String| !f.is_empty());
+        CliError::Input { file: file.display().to_string(), line, field, message }
+    }
+
+    /// A message that does not parse, at `file:line`.
+    pub fn wire(file: &Path, line: usize, e: &ctxlog::wire::WireError) -> CliError {
+        CliError::input_field(file, line, e.field.clone(), e.to_string())
+    }
+
+    /// The file, line and field this error is about, when it is about one.
+    pub fn location(&self) -> (Option<String>, Option<usize>, Option<String>) {
+        match self {
+            CliError::Input { file, line, field, .. } => {
+                (Some(file.clone()), Some(*line).filter(|l| *l > 0), field.clone())
+            }
+            CliError::Flag { flag, .. } => (None, None, Some((*flag).to_owned())),
+            CliError::Config(e) => (None, None, Some(e.key.to_owned())),
+            CliError::Session(SessionError::Config(e)) => (None, None, Some(e.key.to_owned())),
+            CliError::Session(SessionError::NotFound(_) | SessionError::Exists(_)) => {
+                (None, None, Some("--session".to_owned()))
+            }
+            CliError::Session(SessionError::Store(e)) | CliError::Store(e) => (store_location(e), None, None),
+            _ => (None, None, None),
+        }
+    }
+
+    /// The error as one JSON object (`--json`): `{"error", "exit", "file", "line", "field"}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let (file, line, field) = self.location();
+        serde_json::json!({"error": self.to_string(), "exit": self.exit_code(), "file": file, "line": line, "field": field})
     }
 
     /// The exit code this error means.
     pub fn exit_code(&self) -> i32 {
         match self {
-            CliError::Input { .. } | CliError::Usage(_) => EXIT_INPUT,
+            CliError::Differs(_) => EXIT_DIFFERS,
+            CliError::Input { .. } | CliError::Usage(_) | CliError::Flag { .. } | CliError::Config(_) => EXIT_INPUT,
             CliError::Session(SessionError::Invariant { .. } | SessionError::Decode(_)) | CliError::InvalidLog(_) => {
                 EXIT_INVALID_LOG
             }
@@ -69,6 +122,36 @@ impl CliError {
             CliError::Session(SessionError::Store(e)) | CliError::Store(e) if is_damage(e) => EXIT_INVALID_LOG,
             _ => EXIT_STORE,
         }
+    }
+}
+
+/// A command-line error from clap as the JSON object of `--json` (`field` = the flag it is about).
+pub fn clap_json(e: &clap::Error, exit: i32) -> serde_json::Value {
+    use clap::error::{ContextKind, ContextValue};
+    let text = e.to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default();
+    let mut message = first.strip_prefix("error: ").unwrap_or(first).to_owned();
+    // clap's tips ("a similar argument exists: '--budget'") are the useful part of a typo.
+    for tip in lines.filter(|l| l.starts_with("tip:")) {
+        message.push_str("; ");
+        message.push_str(tip);
+    }
+    let field = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(s)) => Some(s.split_whitespace().next().unwrap_or(s).to_owned()),
+        _ => None,
+    };
+    serde_json::json!({"error": message, "exit": exit, "file": null, "line": null, "field": field})
+}
+
+/// The file or directory a store error names.
+fn store_location(e: &ctxlog::StoreError) -> Option<String> {
+    match e {
+        ctxlog::StoreError::Locked { location, .. }
+        | ctxlog::StoreError::Schema { location, .. }
+        | ctxlog::StoreError::Damaged { location, .. }
+        | ctxlog::StoreError::Missing { location, .. } => Some(location.clone()),
+        _ => None,
     }
 }
 

@@ -1,14 +1,22 @@
 //! ctxlog command-line front end. [`run`] is the whole program, so tests drive it in-process.
 
+pub mod analysis;
 pub mod args;
+pub mod chart;
 pub mod commands;
+pub mod diff;
 pub mod error;
 pub mod import;
 pub mod logs;
+pub mod markup;
 pub mod output;
+pub mod report;
+pub mod rerun;
 pub mod stores;
+pub mod table;
 pub mod tail;
 pub mod transcript;
+pub mod why;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -21,7 +29,7 @@ use crate::error::{output as out_err, CliError};
 use crate::import::{import, ImportOptions};
 use crate::logs::with_logs;
 pub use crate::logs::Logs;
-use crate::output::{details, header, json_line, row, summary, Out};
+use crate::output::{details, json_line, summary, Out, TimelineTable};
 use crate::stores::{open_store, Access};
 use crate::transcript::{FormatArg, Transcript};
 
@@ -47,11 +55,17 @@ pub fn run_with_progress(
     progress: bool,
     logs: Logs,
 ) -> i32 {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // Decided before parsing, so that a flag clap rejects is reported as JSON too.
+    let json = args.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "--json");
+    let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { error::EXIT_INPUT } else { 0 };
-            let text = e.render().to_string();
+            let text = match (e.use_stderr() && json, e.use_stderr()) {
+                (true, _) => format!("{}\n", error::clap_json(&e, code)),
+                _ => e.render().to_string(),
+            };
             let _ = if e.use_stderr() { stderr.write_all(text.as_bytes()) } else { stdout.write_all(text.as_bytes()) };
             return code;
         }
@@ -63,8 +77,12 @@ pub fn run_with_progress(
         Ok(()) => 0,
         // The reader went away (`ctxlog replay | head`): not an error of ours.
         Err(CliError::Output { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(CliError::Differs(_)) => error::EXIT_DIFFERS,
         Err(e) => {
-            let _ = out.err(&format!("error: {e}"));
+            let _ = match json {
+                true => out.err(&e.to_json().to_string()),
+                false => out.err(&format!("error: {e}")),
+            };
             e.exit_code()
         }
     }
@@ -82,12 +100,16 @@ fn dispatch(command: Command, out: &mut Out<'_>) -> Result<(), CliError> {
         Command::Restore(a) => commands::restore(&a, out),
         Command::Copy(a) => commands::copy(&a, out),
         Command::Tail(a) => tail::tail(&a, out),
+        Command::Report(a) => report::report(&a, out),
+        Command::Why(a) => why::why(&a, out),
+        Command::Rerun(a) => rerun::rerun(&a, out),
+        Command::Diff(a) => diff::diff(&a, out),
     }
 }
 
 fn config_of(args: &ConfigArgs, base: Config) -> Result<(Config, Option<ctxlog::StreamId>), CliError> {
     let config = args.resolve(base)?;
-    config.validate().map_err(|e| CliError::Usage(e.to_string()))?;
+    config.validate()?;
     let session = args.session.as_deref().map(commands::parse_session).transpose()?;
     Ok((config, session))
 }
@@ -143,8 +165,9 @@ fn run_import(
         None => None,
     };
     let json = store_args.json;
+    let table = TimelineTable::sized_for(transcript.lines.len() as u64, config.budget);
     if !json {
-        out.line(&header())?;
+        out.line(&table.header())?;
     }
     let opts = ImportOptions {
         config,
@@ -159,7 +182,7 @@ fn run_import(
         if json {
             return out.line(&json_line(r));
         }
-        out.line(&row(r))?;
+        out.line(&table.row(r))?;
         details(r).iter().try_for_each(|d| out.line(d))
     });
     out.progress_done()?;

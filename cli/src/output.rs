@@ -6,6 +6,7 @@ use ctxlog::replay::CallRecord;
 use ctxlog::view::thousands;
 
 use crate::error::{output, CliError};
+use crate::table::{Align, Columns};
 
 /// Where a command writes.
 pub struct Out<'a> {
@@ -47,18 +48,82 @@ impl Out<'_> {
     }
 }
 
-/// The table header.
-pub fn header() -> String {
-    format!(
-        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6} {}",
-        "call", "version", "time", "msgs", "view", "tokens", "level", "flush", "edits", "guards", "reused", "deferred"
-    )
+/// The timeline's columns, and the widths a row of the bundled demo needs.
+const TIMELINE: [(&str, Align); 12] = [
+    ("call", Align::Right),
+    ("version", Align::Right),
+    ("time", Align::Right),
+    ("msgs", Align::Right),
+    ("view", Align::Right),
+    ("tokens", Align::Right),
+    ("level", Align::Right),
+    ("flush", Align::Left),
+    ("edits", Align::Right),
+    ("guards", Align::Left),
+    ("reused", Align::Right),
+    ("deferred", Align::Left),
+];
+const TIMELINE_MIN: [usize; 12] = [5, 7, 8, 5, 5, 9, 5, 26, 5, 22, 6, 0];
+
+/// The per-call table, with its column widths.
+#[derive(Debug, Clone)]
+pub struct TimelineTable(Columns);
+
+impl TimelineTable {
+    /// Widths for rows printed as they come (`tail`), before their numbers are known.
+    pub fn streaming() -> TimelineTable {
+        TimelineTable(Columns::new(&TIMELINE).at_least(&TIMELINE_MIN))
+    }
+
+    /// Widths that fit any call of a session of at most `messages` messages whose views stay
+    /// within ten times `budget` (`import`, `demo`: the transcript's length is known first).
+    pub fn sized_for(messages: u64, budget: u64) -> TimelineTable {
+        let n = messages.max(1).to_string().len();
+        // A call commits at most a few events per message (an append, an edit, a flush).
+        let versions = messages.saturating_mul(4).max(1).to_string().len();
+        let tokens = thousands(budget.saturating_mul(10)).len();
+        let mut min = TIMELINE_MIN;
+        for (i, w) in [(0, n), (1, versions), (3, n), (4, n), (5, tokens), (8, n)] {
+            if let Some(m) = min.get_mut(i) {
+                *m = (*m).max(w);
+            }
+        }
+        TimelineTable(Columns::new(&TIMELINE).at_least(&min))
+    }
+
+    /// Widths that fit every record of `records`.
+    pub fn fitted(records: &[CallRecord]) -> TimelineTable {
+        let mut c = Columns::new(&TIMELINE).at_least(&TIMELINE_MIN);
+        for r in records {
+            c.fit(&cells(r));
+        }
+        TimelineTable(c)
+    }
+
+    /// The header line.
+    pub fn header(&self) -> String {
+        self.0.header()
+    }
+
+    /// One call.
+    pub fn row(&self, r: &CallRecord) -> String {
+        self.0.line(&cells(r))
+    }
 }
 
-/// One table row.
+/// The table header, at the streaming widths.
+pub fn header() -> String {
+    TimelineTable::streaming().header()
+}
+
+/// One table row, at the streaming widths.
 pub fn row(r: &CallRecord) -> String {
+    TimelineTable::streaming().row(r)
+}
+
+fn cells(r: &CallRecord) -> Vec<String> {
     let time = ctxlog::time::format_rfc3339((r.at * 1000.0).round() as u64);
-    let clock = time.get(11..19).unwrap_or(&time);
+    let clock = time.get(11..19).unwrap_or(&time).to_owned();
     let flush = r.flush.as_ref().map_or_else(
         || "-".to_owned(),
         |f| match f.condensed {
@@ -71,21 +136,20 @@ pub fn row(r: &CallRecord) -> String {
     } else {
         r.guards.iter().map(|g| g.kind.as_str()).collect::<Vec<_>>().join(",")
     };
-    format!(
-        "{:>5} {:>7} {:>8} {:>5} {:>5} {:>9} {:>5} {:<26} {:>5} {:<22} {:>6} {}",
-        r.call,
-        r.version,
+    vec![
+        r.call.to_string(),
+        r.version.to_string(),
         clock,
-        r.messages,
-        r.view_messages,
+        r.messages.to_string(),
+        r.view_messages.to_string(),
         thousands(r.view_tokens),
-        r.level,
+        r.level.to_string(),
         flush,
-        r.edits.len(),
+        r.edits.len().to_string(),
         guards,
-        if r.prefix_reused { "yes" } else { "no" },
-        r.deferred.as_ref().map_or("-", |d| d.reason)
-    )
+        if r.prefix_reused { "yes" } else { "no" }.to_owned(),
+        r.deferred.as_ref().map_or("-", |d| d.reason).to_owned(),
+    ]
 }
 
 /// The reasons behind a row, for people: the flush, the edits grouped by kind and reason,
@@ -134,14 +198,15 @@ pub fn json_line(r: &CallRecord) -> String {
 
 /// Prints a whole timeline.
 pub fn print_timeline(out: &mut Out<'_>, records: &[CallRecord], json: bool) -> Result<(), CliError> {
+    let table = TimelineTable::fitted(records);
     if !json {
-        out.line(&header())?;
+        out.line(&table.header())?;
     }
     for r in records {
         if json {
             out.line(&json_line(r))?;
         } else {
-            out.line(&row(r))?;
+            out.line(&table.row(r))?;
             for d in details(r) {
                 out.line(&d)?;
             }

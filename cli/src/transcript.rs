@@ -82,7 +82,7 @@ pub fn read(mut reader: impl BufRead, path: &Path, format: FormatArg) -> Result<
         if text.is_empty() {
             continue;
         }
-        let message = wire::parse_message(text).map_err(|e| CliError::input(path, number, e.to_string()))?;
+        let message = wire::parse_message(text).map_err(|e| CliError::wire(path, number, &e))?;
         lines.push(Line { number, message });
     }
     if lines.is_empty() {

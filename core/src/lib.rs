@@ -49,6 +49,7 @@
 
 pub mod codec;
 pub mod config;
+pub mod cost;
 pub mod engine;
 pub mod event;
 pub mod json;

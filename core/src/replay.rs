@@ -356,7 +356,9 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
                     late.len()
                 ));
             }
-            if s.call > 0 && synced.appended_only != s.prefix_reused {
+            // Call 0 reused nothing (nothing was served before it); the first sync of the cache
+            // says so by itself, so every call is checked.
+            if synced.appended_only != s.prefix_reused {
                 bad(format!(
                     "prefix_reused recorded {} but the view bytes say {}",
                     s.prefix_reused, synced.appended_only

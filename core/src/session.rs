@@ -34,7 +34,8 @@ pub const READ_CHUNK: usize = 1024;
 /// 2: the target guards re-arm after a call that needs no compaction.
 /// 3: summaries carry their standing (pending, shown, condensed, retired); the view's summary
 /// tokens are kept.
-pub const SNAPSHOT_LAYOUT: u32 = 3;
+/// 4: the count of verbatim messages that carry tool ids includes system and first human ones.
+pub const SNAPSHOT_LAYOUT: u32 = 4;
 
 /// Everything a session command can fail with.
 #[derive(Debug, thiserror::Error)]

@@ -107,7 +107,7 @@ pub enum Invariant {
     SpanSplitsToolPair,
     /// An edit targets an existing message that is in the view, with a kind fit for it.
     EditTarget,
-    /// System and pinned messages are never edited.
+    /// System and pinned messages and the first human message are never edited.
     EditProtected,
     /// The last user message is never removed.
     LastUserRemoved,
@@ -175,7 +175,7 @@ pub struct State {
     view: Vec<ViewItem>,
     view_tokens: u64,
     view_summary_tokens: u64,
-    pinned_tool_messages: u64,
+    verbatim_tool_messages: u64,
 }
 
 fn violation(version: Version, ev: &Event, invariant: Invariant, detail: impl Into<String>) -> Violation {
@@ -353,17 +353,18 @@ impl State {
     }
 
     /// System, pinned and the first human message stay verbatim through a flush, together with
-    /// the whole tool group of a pinned message (its call and every result of that call, so no
-    /// pair is split: a pinned result of a parallel call keeps its siblings too).
+    /// the whole tool group of any of them (its call and every result of that call, so no pair
+    /// is split: a pinned result of a parallel call keeps its siblings too, and a system or
+    /// first human message that makes a call keeps its result).
     pub fn kept_through_flush(&self, seq: u64) -> bool {
-        let Some(e) = self.entry(seq) else { return false };
-        let m = &e.message;
-        if m.role.is_system() || m.is_pinned() || Some(seq) == self.first_human {
+        if self.kept_verbatim(seq) {
             return true;
         }
-        // Only a pinned call or result keeps a tool group: without one, skip the walk (a flush
-        // rebuilds the view over the whole session).
-        if self.pinned_tool_messages == 0 || (m.call_ids().next().is_none() && m.result_ids().next().is_none()) {
+        // Only a verbatim message (system, pinned, first human) that carries a call or result keeps
+        // a tool group: without one, skip the walk (a flush rebuilds the view over the whole session).
+        let Some(e) = self.entry(seq) else { return false };
+        let m = &e.message;
+        if self.verbatim_tool_messages == 0 || (m.call_ids().next().is_none() && m.result_ids().next().is_none()) {
             return false;
         }
         // Walk the tool group: calls to their results, results to their calls.
@@ -371,10 +372,10 @@ impl State {
         let mut i = 0;
         while let Some(&s) = group.get(i) {
             i += 1;
-            let Some(e) = self.entry(s) else { continue };
-            if e.message.is_pinned() {
+            if self.kept_verbatim(s) {
                 return true;
             }
+            let Some(e) = self.entry(s) else { continue };
             let links: Vec<u64> = e
                 .message
                 .call_ids()
@@ -388,6 +389,12 @@ impl State {
             }
         }
         false
+    }
+
+    /// Is `seq` itself one of the messages a flush never hides: system, pinned, first human?
+    fn kept_verbatim(&self, seq: u64) -> bool {
+        Some(seq) == self.first_human
+            || self.entry(seq).is_some_and(|e| e.message.role.is_system() || e.message.is_pinned())
     }
 
     /// Call ids of `seq` that have no result in the log yet.
@@ -605,6 +612,11 @@ impl State {
                 format!("seq {seq} is a {} message", if m.is_pinned() { "pinned" } else { "system" }),
             ));
         }
+        // The first human message holds the user's own instructions (the seeds' incident lost
+        // its project path with it); unlike the last one it never changes, so no edit is valid.
+        if Some(seq) == self.first_human {
+            return Err((Invariant::EditProtected, format!("seq {seq} is the first human message")));
+        }
         if entry.edit.as_ref().is_some_and(|e| e.kind == EditKind::Removed) {
             return Err((Invariant::AlreadyRemoved, format!("seq {seq} is already removed")));
         }
@@ -710,12 +722,14 @@ impl State {
                 for id in m.result_ids() {
                     self.result_at.insert(id.to_owned(), seq);
                 }
+                let first_human = m.is_human() && self.first_human.is_none();
                 if m.is_human() {
                     self.first_human.get_or_insert(seq);
                     self.last_human = Some(seq);
                 }
-                if m.is_pinned() && (m.call_ids().next().is_some() || m.result_ids().next().is_some()) {
-                    self.pinned_tool_messages += 1;
+                let verbatim = m.is_pinned() || m.role.is_system() || first_human;
+                if verbatim && (m.call_ids().next().is_some() || m.result_ids().next().is_some()) {
+                    self.verbatim_tool_messages += 1;
                 }
                 self.entries.push(Entry {
                     message: Arc::new(m.clone()),

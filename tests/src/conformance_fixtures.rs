@@ -1,4 +1,5 @@
-//! One [`Fixture`] per backend: how to build it, reopen it and damage its bytes.
+//! One [`Fixture`] per backend: how to build it, reopen it and damage its bytes. A damage hook
+//! that finds nothing to damage panics: a tamper test can fail, never skip.
 
 use std::path::PathBuf;
 
@@ -8,14 +9,16 @@ use ctxlog_store_sled::{Durability, SledStore};
 use ctxlog_store_sqlite::SqliteStore;
 use tempfile::TempDir;
 
-use crate::conformance::Fixture;
+use crate::conformance::{Fixture, TamperBlobs};
 
-/// The reference store. Reopening is a no-op (there are no files).
+/// The reference store. Reopening is a no-op (there are no files). It has no blob-tamper hook
+/// ([`TamperBlobs`]): its blobs live in the process's memory, out of reach of anything but the
+/// store itself, so there is no outside damage to simulate.
 pub struct Memory(MemoryStore);
 
 /// A fresh [`MemoryStore`].
-pub fn memory() -> Box<dyn Fixture> {
-    Box::new(Memory(MemoryStore::new()))
+pub fn memory() -> Memory {
+    Memory(MemoryStore::new())
 }
 
 impl Fixture for Memory {
@@ -23,12 +26,8 @@ impl Fixture for Memory {
         &self.0
     }
     fn reopen(&mut self) {}
-    fn flip_record_bit(&mut self, stream: StreamId, version: Version) -> bool {
-        assert!(self.0.tamper(stream, version, |b| b[0] ^= 0x01));
-        true
-    }
-    fn flip_blob_bit(&mut self, _id: &BlobId) -> bool {
-        false
+    fn flip_record_bit(&mut self, stream: StreamId, version: Version) {
+        assert!(self.0.tamper(stream, version, |b| b[0] ^= 0x01), "{stream} v{version} is not stored");
     }
 }
 
@@ -41,14 +40,14 @@ pub struct Sqlite {
 }
 
 /// A fresh SQLite store in a temp dir.
-pub fn sqlite() -> Box<dyn Fixture> {
+pub fn sqlite() -> Sqlite {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ctxlog.db");
-    Box::new(Sqlite { store: Some(SqliteStore::open(&path).unwrap()), path, _dir: dir })
+    Sqlite { store: Some(SqliteStore::open(&path).unwrap()), path, _dir: dir }
 }
 
 impl Sqlite {
-    fn flip(&self, select: &str, update: &str, key: &dyn rusqlite::ToSql, key2: Option<i64>) -> bool {
+    fn flip(&self, select: &str, update: &str, key: &dyn rusqlite::ToSql, key2: Option<i64>) {
         let conn = rusqlite::Connection::open(&self.path).unwrap();
         let mut bytes: Vec<u8> = match key2 {
             Some(v) => conn.query_row(select, rusqlite::params![key, v], |r| r.get(0)).unwrap(),
@@ -60,7 +59,7 @@ impl Sqlite {
             Some(v) => conn.execute(update, rusqlite::params![bytes, key, v]).unwrap(),
             None => conn.execute(update, rusqlite::params![bytes, key]).unwrap(),
         };
-        n == 1
+        assert_eq!(n, 1, "{update}");
     }
 }
 
@@ -72,7 +71,7 @@ impl Fixture for Sqlite {
         drop(self.store.take());
         self.store = Some(SqliteStore::open(&self.path).unwrap());
     }
-    fn flip_record_bit(&mut self, stream: StreamId, version: Version) -> bool {
+    fn flip_record_bit(&mut self, stream: StreamId, version: Version) {
         let key = stream.0.as_bytes().to_vec();
         self.flip(
             "SELECT bytes FROM records WHERE stream = ?1 AND version = ?2",
@@ -81,7 +80,10 @@ impl Fixture for Sqlite {
             Some(version as i64),
         )
     }
-    fn flip_blob_bit(&mut self, id: &BlobId) -> bool {
+}
+
+impl TamperBlobs for Sqlite {
+    fn flip_blob_bit(&mut self, id: &BlobId) {
         self.flip(
             "SELECT bytes FROM blobs WHERE id = ?1",
             "UPDATE blobs SET bytes = ?1 WHERE id = ?2",
@@ -99,9 +101,9 @@ pub struct Fs {
 }
 
 /// A fresh fs store in a temp dir.
-pub fn fs() -> Box<dyn Fixture> {
+pub fn fs() -> Fs {
     let dir = tempfile::tempdir().unwrap();
-    Box::new(Fs { store: Some(FsStore::open(dir.path()).unwrap()), dir })
+    Fs { store: Some(FsStore::open(dir.path()).unwrap()), dir }
 }
 
 /// Byte ranges of every record in an fs stream file, by version (1-based), parsed per
@@ -137,21 +139,22 @@ impl Fixture for Fs {
         assert!(store.damaged().is_empty());
         self.store = Some(store);
     }
-    fn flip_record_bit(&mut self, stream: StreamId, version: Version) -> bool {
+    fn flip_record_bit(&mut self, stream: StreamId, version: Version) {
         let path = self.dir.path().join("streams").join(format!("{stream}.log"));
         let mut bytes = std::fs::read(&path).unwrap();
         let r = fs_record_ranges(&bytes)[version as usize - 1].clone();
         bytes[(r.start + r.end) / 2] ^= 0x04;
         std::fs::write(&path, bytes).unwrap();
-        true
     }
-    fn flip_blob_bit(&mut self, id: &BlobId) -> bool {
+}
+
+impl TamperBlobs for Fs {
+    fn flip_blob_bit(&mut self, id: &BlobId) {
         let hex = id.hex();
         let path = self.dir.path().join("blobs").join(&hex[..2]).join(&hex[2..]);
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[0] ^= 0x80;
         std::fs::write(&path, bytes).unwrap();
-        true
     }
 }
 
@@ -163,19 +166,19 @@ pub struct Sled {
     dir: TempDir,
 }
 
-fn sled_with(durability: Durability) -> Box<dyn Fixture> {
+fn sled_with(durability: Durability) -> Sled {
     let dir = tempfile::tempdir().unwrap();
     let store = SledStore::open_with(dir.path().join("db"), durability).unwrap();
-    Box::new(Sled { store: Some(store), durability, dir })
+    Sled { store: Some(store), durability, dir }
 }
 
 /// A fresh sled store in a temp dir ([`Durability::Flush`]).
-pub fn sled() -> Box<dyn Fixture> {
+pub fn sled() -> Sled {
     sled_with(Durability::Flush)
 }
 
 /// A fresh sled store that also fdatasyncs its log after each flush.
-pub fn sled_fsync() -> Box<dyn Fixture> {
+pub fn sled_fsync() -> Sled {
     sled_with(Durability::FlushAndFsync)
 }
 
@@ -187,17 +190,22 @@ impl Fixture for Sled {
         drop(self.store.take());
         self.store = Some(SledStore::open_with(self.dir.path().join("db"), self.durability).unwrap());
     }
-    fn flip_record_bit(&mut self, stream: StreamId, version: Version) -> bool {
-        self.store
+    fn flip_record_bit(&mut self, stream: StreamId, version: Version) {
+        let found = self
+            .store
             .as_ref()
             .unwrap()
             .tamper_record(stream, version, |b| {
                 let mid = b.len() / 2;
                 b[mid] ^= 0x02;
             })
-            .unwrap()
+            .unwrap();
+        assert!(found, "{stream} v{version} is not stored");
     }
-    fn flip_blob_bit(&mut self, id: &BlobId) -> bool {
-        self.store.as_ref().unwrap().tamper_blob(id, |b| b[0] ^= 0x01).unwrap()
+}
+
+impl TamperBlobs for Sled {
+    fn flip_blob_bit(&mut self, id: &BlobId) {
+        assert!(self.store.as_ref().unwrap().tamper_blob(id, |b| b[0] ^= 0x01).unwrap(), "{id} is not stored");
     }
 }

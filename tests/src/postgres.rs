@@ -9,7 +9,7 @@ use ctxlog::store::{BlobId, Store, StreamId, Version};
 use ctxlog_store_postgres::test_support::{self, TestDatabase};
 use ctxlog_store_postgres::PgStore;
 
-use crate::conformance::Fixture;
+use crate::conformance::{Fixture, TamperBlobs};
 
 /// A fresh database for `test`, or `None` to skip (the reason has been printed). Panics (fails
 /// the test) when PostgreSQL is required and cannot be had.
@@ -44,14 +44,16 @@ pub struct Postgres {
 }
 
 /// A fresh PostgreSQL store (see [`available`] for the skip policy).
-pub fn fixture() -> Box<dyn Fixture> {
+pub fn fixture() -> Postgres {
     let db = database("conformance").expect("postgres fixture requested where PostgreSQL is unavailable");
-    Box::new(Postgres { store: Some(PgStore::open(db.url()).unwrap()), db })
+    Postgres { store: Some(PgStore::open(db.url()).unwrap()), db }
 }
 
 impl Postgres {
-    fn flip(&self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> bool {
-        self.db.connect().unwrap().execute(sql, params).unwrap() == 1
+    /// Runs a tampering statement; it must hit exactly one row (a broken test otherwise).
+    fn flip(&self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) {
+        let rows = self.db.connect().unwrap().execute(sql, params).unwrap();
+        assert_eq!(rows, 1, "tampering hit {rows} rows: no such record or blob");
     }
 }
 
@@ -67,10 +69,13 @@ impl Fixture for Postgres {
         drop(self.store.take());
         self.store = Some(PgStore::open(self.db.url()).unwrap());
     }
-    fn flip_record_bit(&mut self, stream: StreamId, version: Version) -> bool {
+    fn flip_record_bit(&mut self, stream: StreamId, version: Version) {
         self.flip(FLIP_RECORD, &[&stream.0, &(version as i64)])
     }
-    fn flip_blob_bit(&mut self, id: &BlobId) -> bool {
+}
+
+impl TamperBlobs for Postgres {
+    fn flip_blob_bit(&mut self, id: &BlobId) {
         self.flip(
             "UPDATE ctxlog_blobs SET bytes = set_byte(bytes, 0, get_byte(bytes, 0) # 128) WHERE id = $1",
             &[&id.as_str()],

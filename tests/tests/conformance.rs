@@ -3,21 +3,24 @@
 use ctxlog_tests::conformance as suite;
 use ctxlog_tests::conformance_fixtures as fixtures;
 
-/// `store_tests!(module, factory)` runs every rule of the contract on one backend.
+/// `store_tests!(module, factory; extra tests)` runs every rule of the contract on one backend,
+/// plus the extra tests its fixture supports (blob tampering needs [`suite::TamperBlobs`]).
 macro_rules! store_tests {
-    ($backend:ident, $factory:path) => {
-        store_tests!($backend, $factory, if always);
-    };
-    // `if $enabled`: a backend that may be missing on this machine (PostgreSQL) skips itself.
-    ($backend:ident, $factory:path, if $enabled:path) => {
+    // `if $enabled`: a backend that may be missing on this machine (PostgreSQL) skips itself
+    // (never in CI, where `available` panics instead).
+    ($backend:ident, $factory:path, if $enabled:path; $($extra:ident),*) => {
         mod $backend {
             use super::*;
             store_tests!(@tests $factory, $enabled;
                 append_and_read, read_bounds, head_and_streams, conflict_writes_nothing,
-                exact_zero_on_existing_stream_conflicts, batch_is_atomic, flipped_bit_is_corrupt, blobs,
-                snapshots, reopen_keeps_everything, many_streams, large_values,
-                concurrent_writers_one_stream, concurrent_writers_many_streams, model_matches_memory_store);
+                exact_zero_on_existing_stream_conflicts, stale_exact_append_conflicts_and_changes_nothing,
+                batch_is_atomic, flipped_bit_is_corrupt, blobs, snapshots, reopen_keeps_everything,
+                many_streams, large_values, concurrent_writers_one_stream, concurrent_writers_in_lockstep,
+                concurrent_writers_many_streams, model_matches_memory_store $(, $extra)*);
         }
+    };
+    ($backend:ident, $factory:path; $($extra:ident),*) => {
+        store_tests!($backend, $factory, if always; $($extra),*);
     };
     (@tests $factory:path, $enabled:path; $($name:ident),* $(,)?) => {$(
         #[test]
@@ -34,15 +37,18 @@ fn always() -> bool {
     true
 }
 
-store_tests!(memory, fixtures::memory);
-store_tests!(sqlite, fixtures::sqlite);
-store_tests!(fs, fixtures::fs);
-store_tests!(sled, fixtures::sled);
-store_tests!(sled_fsync, fixtures::sled_fsync);
-store_tests!(postgres, ctxlog_tests::postgres::fixture, if ctxlog_tests::postgres::available);
+// MemoryStore has no blob-tamper test: its blobs live in the process's memory, where nothing
+// but the store itself can reach them (see `conformance_fixtures::Memory`).
+store_tests!(memory, fixtures::memory;);
+store_tests!(sqlite, fixtures::sqlite; flipped_blob_bit_is_corrupt);
+store_tests!(fs, fixtures::fs; flipped_blob_bit_is_corrupt);
+store_tests!(sled, fixtures::sled; flipped_blob_bit_is_corrupt);
+store_tests!(sled_fsync, fixtures::sled_fsync; flipped_blob_bit_is_corrupt);
+store_tests!(postgres, ctxlog_tests::postgres::fixture, if ctxlog_tests::postgres::available; flipped_blob_bit_is_corrupt);
 
-/// Two connections to one SQLite file (as two processes would have) racing with `Exact`:
-/// `BEGIN IMMEDIATE` + the primary key make every loser a `Conflict`, never a duplicate.
+/// Two connections to one SQLite file (as two processes would have). In lockstep, every round
+/// has one winner and one `Conflict`; running free, `BEGIN IMMEDIATE` + the primary key keep
+/// the log dense with no version acknowledged twice.
 #[test]
 fn sqlite_two_connections_race_on_one_stream() {
     use ctxlog::store::{ExpectedVersion, Store, StoreError, StreamId};
@@ -52,6 +58,9 @@ fn sqlite_two_connections_race_on_one_stream() {
         ctxlog_store_sqlite::SqliteStore::open(&path).unwrap(),
         ctxlog_store_sqlite::SqliteStore::open(&path).unwrap(),
     ];
+    let won = suite::race_in_lockstep(&[&stores[0], &stores[1]], StreamId::random(), 40);
+    assert_eq!(won.iter().sum::<u64>(), 40, "40 rounds, 40 winners, 40 conflicts");
+
     let s = StreamId::random();
     let won: Vec<Vec<u64>> = std::thread::scope(|scope| {
         let hs: Vec<_> = stores

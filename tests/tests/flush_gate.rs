@@ -592,5 +592,35 @@ fn clear_at_least_refuses_a_warm_rewrite_that_frees_too_little_unless_over_the_b
     grow_to(&mut h, 8_600, &mut next);
     let c = h.call().clone();
     assert!(!c.edits().is_empty(), "a rewrite freeing more than 3,000 tokens was refused");
+}
+
+#[test]
+fn flush_keeps_the_tool_partners_of_every_message_it_keeps_verbatim() {
+    // Found by the `transcript` fuzz target: a flush keeps system messages and the first human
+    // message verbatim, but hid their tool partners, leaving a call without its result (the
+    // commit was then refused with ToolPairs, and `ctxlog import` of that transcript failed).
+    // Given a first human message that makes a call and a system message that makes another,
+    let mut h = Harness::new(WireFormat::OpenAi, gate_config(false));
+    let w = h.wire;
+    let call = |role: &str, id: &str| {
+        ctxlog_tests::engine_fixtures::msg(serde_json::json!({
+            "role": role, "content": format!("{role} asks"),
+            "tool_calls": [{"id": id, "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]
+        }))
+    };
+    h.append(vec![call("user", "u"), w.result("u", &"u".repeat(4_000)), call("system", "s")]);
+    h.append(vec![w.result("s", &"s".repeat(4_000)), w.assistant("read both")]);
+    for i in 0..10 {
+        append_turn(&mut h, i, 1_200);
+    }
+    h.call();
+    assert!(h.prepare_extractive());
+    assert!(h.session.state().compacted() > 4, "the span does not cover both calls");
+    // when the next call flushes the span,
+    let c = h.call().clone();
+    assert_eq!(flushes(&c.events).len(), 1);
+    // then both calls keep their results in the view.
+    let answered = ["u", "s"].iter().map(|s| s.to_string()).chain((0..10).map(|i| format!("call{i}"))).collect();
+    assert_eq!(rendered_pair_problems(&c.view, &answered), Vec::<String>::new());
     h.assert_verified();
 }

@@ -12,7 +12,11 @@
 //!   so a host that declines to condense is exercised too.
 //!
 //! To write the newest golden set (only when a layout set is released):
-//! `CTXLOG_BLESS_GOLDEN=1 cargo test -p ctxlog-tests --test golden`.
+//! `CTXLOG_BLESS_GOLDEN=1 cargo test -p ctxlog-tests --test golden`. Blessing refuses to
+//! overwrite an existing set (a released set never changes, and re-blessing would turn a
+//! decoding regression into a new expectation), and the timeline it writes is the one the
+//! engine produced live, not a replay of the stores it then checks: even a blessing run
+//! compares two independent products.
 
 // Test support code: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -59,6 +63,18 @@ fn open(backend: &str, path: &Path) -> Box<dyn Store> {
 /// raises guards. The host declines condense jobs for the first three quarters of the calls, so the
 /// engine retires summaries, then condenses; at the end one edited message is restored.
 fn bless() {
+    let existing: Vec<PathBuf> = BACKENDS
+        .iter()
+        .map(|b| store_path(&golden(), NEWEST, b))
+        .chain([golden().join(format!("{NEWEST}-timeline.jsonl"))])
+        .filter(|p| p.exists())
+        .collect();
+    assert!(
+        existing.is_empty(),
+        "the golden set {NEWEST} exists ({existing:?}): a released set is never rewritten. Add a new \
+         set next to it (bump NEWEST); to redo a set that was never released, delete its files first \
+         (git rm), deliberately."
+    );
     let text = std::fs::read(golden().join("transcript.jsonl")).unwrap();
     let transcript = read(&text[..], Path::new("transcript.jsonl"), FormatArg::Auto).unwrap();
     let config = Config { budget: 4_000, cache_aware: true, summary_share: 0.1, ..Config::default() };
@@ -71,12 +87,19 @@ fn bless() {
     let mut session = Session::create(&mem, id, transcript.format, config, start).unwrap();
     let calls = transcript.lines.iter().filter(|l| l.message.role == Role::Assistant).count();
     let (mut clock, mut call, mut pending) = (start, 0, Vec::new());
+    let (mut live, mut records) = (ctxlog::replay::Timeline::new(), String::new());
     for (i, line) in transcript.lines.iter().enumerate() {
         if line.message.role == Role::Assistant {
             session.append(std::mem::take(&mut pending)).unwrap();
             clock = stamp(i).unwrap_or(clock + 30_000).max(clock);
             let plan = session.plan(clock).unwrap();
-            session.commit(plan, clock, None).unwrap();
+            let committed = session.commit(plan, clock, None).unwrap();
+            let first = committed.version + 1 - committed.events.len() as u64;
+            for (i, ev) in committed.events.iter().enumerate() {
+                if let Some(rec) = live.feed(first + i as u64, ev, session.state()) {
+                    records += &(serde_json::to_string(&rec).unwrap() + "\n");
+                }
+            }
             call += 1;
             while let Some(job) = session.summary_job() {
                 let text = match job.is_condense() {
@@ -96,8 +119,6 @@ fn bless() {
     session.restore(edited as u64, "golden", "golden").unwrap();
     for backend in BACKENDS {
         let path = store_path(&golden(), NEWEST, backend);
-        let _ = std::fs::remove_dir_all(&path);
-        let _ = std::fs::remove_file(&path);
         let store = open(backend, &path);
         ctxlog::transfer::copy_session(&mem, store.as_ref(), id).unwrap();
         drop(store);
@@ -106,8 +127,7 @@ fn bless() {
             let _ = std::fs::remove_file(path.join("LOCK"));
         }
     }
-    let store = open("sqlite", &store_path(&golden(), NEWEST, "sqlite"));
-    std::fs::write(golden().join(format!("{NEWEST}-timeline.jsonl")), timeline(store.as_ref())).unwrap();
+    std::fs::write(golden().join(format!("{NEWEST}-timeline.jsonl")), records).unwrap();
 }
 
 fn run(args: &[&str]) -> String {

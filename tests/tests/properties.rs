@@ -7,7 +7,9 @@
 //!     whether the bytes were reused;
 //! (b) the rendered JSON has no orphan tool result and no answered call without its result;
 //! (c) at the end `replay::verify` passes (snapshots taken at random points included), the
-//!     replayed timeline equals the live one, and reopening the session gives the live state.
+//!     replayed timeline equals the live one, and reopening the session gives the live state;
+//! (d) the first human message, mostly longer than the stub minimum (so the ladder *could* stub
+//!     it) and sometimes carrying an image, is in every served view verbatim and never edited.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, missing_docs)]
 
@@ -73,6 +75,7 @@ fn knobs() -> impl Strategy<Value = Config> {
 
 struct Run {
     h: Harness,
+    first_human: String,
     answered: BTreeSet<String>,
     restored_since_call: bool,
     next_id: usize,
@@ -102,6 +105,8 @@ impl Run {
         }
         assert_eq!(sum, served.view_tokens(), "call {}", c.call);
         assert_eq!(sum, c.view_tokens, "call {}", c.call);
+        // (d) the user's own instructions are served verbatim on every call.
+        assert!(c.view_text().contains(&self.first_human), "call {}: the first human message is not verbatim", c.call);
         // (b) on the rendered JSON, not through the engine's own check.
         let problems = rendered_pair_problems(&c.view, &self.answered);
         assert!(problems.is_empty(), "call {}: {problems:?}", c.call);
@@ -238,12 +243,17 @@ proptest! {
         config in knobs(),
         openai in any::<bool>(),
         ops in prop::collection::vec(op(), 1..45),
+        first_chars in prop_oneof![1 => 30usize..ctxlog::view::STUB_MIN_CHARS, 4 => ctxlog::view::STUB_MIN_CHARS..2_000],
+        first_image in prop::bool::weighted(0.2),
     ) {
         let format = if openai { WireFormat::OpenAi } else { WireFormat::Anthropic };
         let mut h = Harness::new(format, config);
         let w = h.wire;
-        h.append(vec![w.system("You are a careful assistant."), w.user("PROJECT PATH IS ~/Desktop/ora")]);
-        let mut run = Run { h, answered: BTreeSet::new(), restored_since_call: false, next_id: 0 };
+        let first_human: String =
+            "PROJECT PATH IS ~/Desktop/ora.".chars().chain(" human words".chars().cycle()).take(first_chars).collect();
+        let first = if first_image { w.user_with_image(&[&first_human]) } else { w.user(&first_human) };
+        h.append(vec![w.system("You are a careful assistant."), first]);
+        let mut run = Run { h, first_human, answered: BTreeSet::new(), restored_since_call: false, next_id: 0 };
         for op in &ops {
             run.apply(op);
         }

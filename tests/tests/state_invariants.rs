@@ -124,7 +124,7 @@ fn an_edit_of_a_missing_seq_is_rejected() {
 #[test]
 fn only_tool_results_can_be_truncated() {
     Scenario::given(conversation()).when(truncated(4)).then_violates(Invariant::EditTarget);
-    Scenario::given(conversation()).when(truncated(1)).then_violates(Invariant::EditTarget);
+    Scenario::given(conversation()).when(truncated(5)).then_violates(Invariant::EditTarget);
     let st = Scenario::given(conversation()).when(truncated(3)).then_ok();
     let e = st.entry(3).unwrap();
     assert!(e.edit.is_some());
@@ -135,7 +135,7 @@ fn only_tool_results_can_be_truncated() {
 fn only_user_messages_can_be_stubbed() {
     Scenario::given(conversation()).when(stubbed(4)).then_violates(Invariant::EditTarget);
     Scenario::given(conversation()).when(stubbed(2)).then_violates(Invariant::EditTarget);
-    Scenario::given(conversation()).when(stubbed(1)).then_ok();
+    Scenario::given(conversation()).when(stubbed(5)).then_ok();
 }
 
 #[test]
@@ -177,14 +177,54 @@ fn pinned_messages_are_never_edited() {
     Scenario::given(given).when(removed(3)).then_ok();
 }
 
+#[test]
+fn the_first_human_message_is_never_edited() {
+    // Given a conversation whose first human message (seq 1) holds the user's instructions and
+    // is long enough for the ladder to stub, followed by later human turns.
+    let long = "PROJECT PATH IS ~/Desktop/ora. ".repeat(20);
+    let given = vec![
+        started(),
+        system(0, "sys"),
+        user(1, &long),
+        assistant(2, "noted"),
+        user(3, &long),
+        assistant(4, "ok"),
+        user(5, "and again"),
+    ];
+    // When an edit of any kind targets it, then the fold rejects it, naming the rule.
+    for ev in [stubbed(1), removed(1)] {
+        let v = Scenario::given(given.clone()).when(ev).then_violates(Invariant::EditProtected);
+        assert!(v.detail.contains("first human"), "{}", v.detail);
+    }
+    // Truncation is refused too (it is not a tool result, and it is protected first).
+    let v = Scenario::given(given.clone()).when(truncated(1)).then_violates(Invariant::EditProtected);
+    assert!(v.detail.contains("first human"), "{}", v.detail);
+    // The same text at a later human turn is editable: the rule is about position, not content.
+    Scenario::given(given.clone()).when(stubbed(3)).then_ok();
+    Scenario::given(given.clone()).when(removed(3)).then_ok();
+    // A tool-result carrier before any human turn does not take the first human's place.
+    let tool_first = vec![
+        started(),
+        system(0, "sys"),
+        tool_use(1, "t0"),
+        tool_result(2, "t0"),
+        user(3, &long),
+        assistant(4, "ok"),
+        user(5, "later"),
+    ];
+    Scenario::given(tool_first.clone()).when(stubbed(3)).then_violates(Invariant::EditProtected);
+    Scenario::given(tool_first).when(truncated(2)).then_ok();
+}
+
 // ---- LastUserRemoved -------------------------------------------------------------------------
 
 #[test]
 fn the_last_user_message_is_never_removed() {
     Scenario::given(conversation()).when(removed(5)).then_violates(Invariant::LastUserRemoved);
-    // Stubbing it is allowed; removing an older user message too.
+    // Stubbing it is allowed; removing an older user message (not the first) too.
     Scenario::given(conversation()).when(stubbed(5)).then_ok();
-    Scenario::given(conversation()).when(removed(1)).then_ok();
+    let later = conversation_then(vec![assistant(6, "ok"), user(7, "next")]);
+    Scenario::given(later).when(removed(5)).then_ok();
     // A tool-result carrier after it does not make it any less the last *human* message.
     let given = conversation_then(vec![tool_use(6, "t2"), tool_result(7, "t2")]);
     Scenario::given(given).when(removed(5)).then_violates(Invariant::LastUserRemoved);
@@ -194,9 +234,9 @@ fn the_last_user_message_is_never_removed() {
 
 #[test]
 fn an_already_removed_message_is_not_edited_again() {
-    let given = conversation_then(vec![removed(4), removed(1)]);
+    let given = conversation_then(vec![assistant(6, "ok"), user(7, "next"), removed(4), removed(5)]);
     Scenario::given(given.clone()).when(removed(4)).then_violates(Invariant::AlreadyRemoved);
-    Scenario::given(given.clone()).when(stubbed(1)).then_violates(Invariant::AlreadyRemoved);
+    Scenario::given(given.clone()).when(stubbed(5)).then_violates(Invariant::AlreadyRemoved);
     // A truncated message is still in the view and can be removed later.
     Scenario::given(conversation_then(vec![truncated(3)])).when(removed(3)).then_ok();
 }
@@ -247,6 +287,22 @@ fn a_result_for_an_unknown_call_is_rejected() {
     let v = Scenario::given(conversation()).when(tool_result(6, "nope")).then_violates(Invariant::UnknownToolCall);
     assert!(v.detail.contains("nope"), "{}", v.detail);
     Scenario::given(conversation_then(vec![tool_use(6, "t2")])).when(tool_result(7, "t2")).then_ok();
+}
+
+#[test]
+fn a_message_making_one_call_cannot_answer_another_unknown_one() {
+    // A message that both calls `own` and answers: its own call is known, an unknown one is not.
+    let both = |answers: &str| {
+        appended(
+            6,
+            &format!(
+                r#"{{"role":"assistant","content":[{{"type":"tool_use","id":"own","name":"f","input":{{}}}},{{"type":"tool_result","tool_use_id":"{answers}","content":"x"}}]}}"#
+            ),
+        )
+    };
+    let v = Scenario::given(conversation()).when(both("nope")).then_violates(Invariant::UnknownToolCall);
+    assert!(v.detail.contains("nope"), "{}", v.detail);
+    Scenario::given(conversation()).when(both("own")).then_ok();
 }
 
 #[test]
@@ -320,7 +376,7 @@ fn a_flushed_message_can_be_restored_into_the_view() {
 fn view_tokens_are_exactly_the_sum_of_the_view_after_every_event() {
     let events = conversation_then(vec![
         truncated(3),
-        stubbed(1),
+        stubbed(5),
         request_served(0, 10),
         assistant(6, "more"),
         user(7, "again"),
@@ -361,6 +417,63 @@ fn lenient_apply_clamps_a_flush_beyond_compacted_and_reports_it() {
     // Replay went on past the bad event.
     assert_eq!(st.message_count(), 7);
     assert_eq!(st.version(), events.len() as u64);
+}
+
+#[test]
+fn lenient_apply_skips_an_event_whose_repair_still_breaks_an_invariant() {
+    // Given a summary that starts past the compacted prefix (seq 1, not 0), where the repaired
+    // span 0..3 would cut tool call t1 (seq 2) from its result (seq 3),
+    let mut st = fold(&conversation());
+    let version = st.version() + 1;
+    // when it is applied leniently,
+    let found = st.apply_lenient(version, &summary_prepared(1, 3));
+    // then the original violation is reported, the repair is not applied (it would split the
+    // pair), and replay goes on from the next version.
+    assert_eq!(found.iter().map(|v| v.invariant).collect::<Vec<_>>(), [Invariant::WatermarkBackwards]);
+    assert_eq!(st.compacted(), 0, "a repair that breaks another invariant is skipped");
+    assert_eq!(st.version(), version);
+    // A repair that holds is applied: the same summary ending after the pair.
+    let mut st = fold(&conversation());
+    let found = st.apply_lenient(version, &summary_prepared(1, 4));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(st.compacted(), 4, "repaired to 0..4");
+}
+
+#[test]
+fn lenient_apply_renumbers_a_served_call_and_clamps_its_time() {
+    // Given a session that served call 0 at 20 s,
+    let mut st = fold(&conversation_then(vec![request_served(0, 20)]));
+    let at_20 = st.last_request_at();
+    // when a record claims call 5, served at 10 s (before call 0),
+    let found = st.apply_lenient(st.version() + 1, &request_served(5, 10));
+    // then the violation is reported and the call is counted as call 1 at the previous time.
+    assert_eq!(found.iter().map(|v| v.invariant).collect::<Vec<_>>(), [Invariant::CallSequence]);
+    assert_eq!(st.calls(), 2, "repaired and applied, not dropped");
+    assert_eq!(st.last_request_at(), at_20, "time clamped, never backwards");
+    // The same with the right number but going back in time.
+    let found = st.apply_lenient(st.version() + 1, &request_served(2, 5));
+    assert_eq!(found.iter().map(|v| v.invariant).collect::<Vec<_>>(), [Invariant::TimeBackwards]);
+    assert_eq!((st.calls(), st.last_request_at()), (3, at_20));
+}
+
+#[test]
+fn lenient_apply_skips_a_flush_when_nothing_is_prepared() {
+    // Given nothing prepared (flushed = compacted = 0),
+    let mut st = fold(&conversation());
+    // when a flush claims 0..2, then it is reported and skipped (there is nothing to clamp to).
+    let found = st.apply_lenient(st.version() + 1, &flushed(0, 2));
+    assert_eq!(found.iter().map(|v| v.invariant).collect::<Vec<_>>(), [Invariant::Watermarks]);
+    assert_eq!((st.flushed(), st.compacted()), (0, 0));
+    // After a prepare, the same flush is clamped to what was prepared,
+    let mut st = fold(&conversation_then(vec![summary_prepared(0, 1)]));
+    let found = st.apply_lenient(st.version() + 1, &flushed(0, 2));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(st.flushed(), 1);
+    // and a flush that does not move forward is stretched to move by at least one message.
+    let mut st = fold(&conversation_then(vec![summary_prepared(0, 2)]));
+    let found = st.apply_lenient(st.version() + 1, &flushed(0, 0));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(st.flushed(), 1);
 }
 
 fn store_with(events: &[Event]) -> (MemoryStore, StreamId) {

@@ -1,7 +1,7 @@
 //! Prompt-cache and cost simulator: runs the bundled demo session through the engine with the
 //! cache-aware gate off and on, and prices every call with a provider-style prefix cache.
 //!
-//! The price model (5-minute prefix cache, read 0.1×, write 1.25×) is `ctxlog_bench::cache`.
+//! The price model (5-minute prefix cache, read 0.1×, write 1.25×) is `ctxlog::cost`.
 //!
 //! `cargo run --release -p ctxlog-bench --bin cache_sim [-- --budget N]`
 
@@ -12,9 +12,9 @@ use std::io::Write;
 use std::path::Path;
 
 use ctxlog::config::Config;
+use ctxlog::cost::PrefixCache;
 use ctxlog::replay::CallRecord;
 use ctxlog::MemoryStore;
-use ctxlog_bench::cache::PrefixCache;
 use ctxlog_bench::views::ViewTracker;
 use ctxlog_cli::import::{import, ImportOptions};
 use ctxlog_cli::transcript::{read, FormatArg};

@@ -5,7 +5,7 @@
 //! For each session length and configuration:
 //! - **policy** (one in-process import on a `MemoryStore`, with `--views` read as it is
 //!   written): calls over budget, max view ÷ budget, breaker trips, prefix rewrites (and how
-//!   many while the cache was warm), cost ÷ lower bound (`ctxlog_bench::cache`), views
+//!   many while the cache was warm), cost ÷ lower bound (`ctxlog::cost`), views
 //!   missing the first user message, summary tokens in the view ÷ target. These do not depend
 //!   on the backend: `import` runs the engine on a `MemoryStore` and copies the finished
 //!   session to the target; each backend's session is checked to end at the same version.
@@ -31,9 +31,9 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use clap::Parser as _;
+use ctxlog::cost::{PrefixCache, TTL_MS};
 use ctxlog::replay::CallRecord;
 use ctxlog::{MemoryStore, Session, Store, StreamId};
-use ctxlog_bench::cache::{PrefixCache, TTL_MS};
 use ctxlog_bench::machine;
 use ctxlog_bench::views::{Diff, ViewTracker};
 use ctxlog_cli::args::{Cli, Command as CliCommand};

@@ -1,5 +1,7 @@
 //! The provider's prompt cache as a price model (Anthropic's published rules, see
-//! `shared/research/baselines.md` §4), shared by `cache_sim` and `soak`.
+//! `shared/research/baselines.md` §4): what a sequence of views costs, and the least it could
+//! cost. Pure arithmetic, shared by the benchmarks (`cache_sim`, `soak`) and the CLI's
+//! postmortems (`ctxlog report`, `rerun`, `diff`).
 //!
 //! A call reads from the cache the longest prefix of whole messages it shares with the
 //! previous call if that call was less than the TTL (5 minutes) ago, and writes the rest.

@@ -1,0 +1,299 @@
+//! `ctxlog rerun`: the recorded session's inputs — its messages, its calls' times and reported
+//! usage, its summaries and restores — run again through the engine with other knobs, in
+//! memory, and compared with the recorded timeline ([`crate::diff`]).
+//!
+//! The rerun acts as the host `ctxlog import` is: after each call it runs every summary job the
+//! engine asks for. A recorded summary is reused only where the engine asks for exactly what it
+//! covers (the same span of messages, or the condensing of summaries with the same texts);
+//! anything else is re-made by the built-in summarizer, and the diff says which. Reported usage
+//! describes the recorded view: it is passed on as recorded where the rerun's view is the same,
+//! and scaled to the rerun's view otherwise. A restore is made again after the same call, and
+//! skipped (and listed) where the rerun left nothing to restore.
+
+use std::sync::Arc;
+
+use ctxlog::config::Config;
+use ctxlog::event::{Deferral, Event, SummaryPrepared};
+use ctxlog::message::Message;
+use ctxlog::replay::{for_each_event, Mode};
+use ctxlog::session::{Prepared, Produced};
+use ctxlog::summary::SummaryJob;
+use ctxlog::time::Millis;
+use ctxlog::wire::WireFormat;
+use ctxlog::{MemoryStore, Session, SessionError, Store, StreamId};
+use serde_json::{json, Value};
+
+use crate::analysis::{analyze, Analysis, Keep, Until};
+use crate::args::{RerunArgs, SessionArgs, StoreArgs, SummariesArg};
+use crate::diff::{compare, print_diff, Side};
+use crate::error::CliError;
+use crate::output::Out;
+
+/// The recorded inputs of a session.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// The session.
+    pub session: StreamId,
+    /// Its wire format.
+    pub format: WireFormat,
+    /// The knobs it was recorded with.
+    pub config: Config,
+    /// When it started.
+    pub started_at: Millis,
+    /// What happened, in order.
+    pub steps: Vec<Step>,
+    /// Every recorded summary, in prepare order (the indices `merged` refers to).
+    pub summaries: Vec<Arc<SummaryPrepared>>,
+}
+
+/// One recorded input.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Messages appended.
+    Append(Vec<Message>),
+    /// A call.
+    Call {
+        /// When it was planned: the dispatch time, or earlier when the log says how old the
+        /// cache was at the plan (a flush's or a deferral's `cache_age_ms`).
+        plan_at: Millis,
+        /// When its dispatch completed.
+        at: Millis,
+        /// The provider's input tokens, if reported.
+        reported: Option<u64>,
+        /// The recorded view's digest and tokens (what `reported` describes).
+        digest: String,
+        /// The recorded view's tokens.
+        view_tokens: u64,
+    },
+    /// An explicit restore.
+    Restore {
+        /// The message.
+        seq: u64,
+        /// Who.
+        by: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// What the rerun could not take over as recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Notes {
+    /// Recorded summaries reused.
+    pub summaries_reused: usize,
+    /// Summaries re-made by the built-in summarizer: `(from, to, condensed)`.
+    pub summaries_remade: Vec<(u64, u64, bool)>,
+    /// Restores with nothing to restore in the rerun.
+    pub restores_skipped: Vec<u64>,
+    /// Calls whose reported usage was scaled to a different view.
+    pub usage_scaled: usize,
+}
+
+impl Notes {
+    /// As JSON.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "summaries_reused": self.summaries_reused,
+            "summaries_remade": self.summaries_remade.iter()
+                .map(|(from, to, condensed)| json!({"from": from, "to": to, "condensed": condensed})).collect::<Vec<_>>(),
+            "restores_skipped": self.restores_skipped,
+            "usage_scaled": self.usage_scaled,
+        })
+    }
+
+    /// For people: one line each, nothing when there is nothing to say.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let remade = &self.summaries_remade;
+        if self.summaries_reused > 0 || !remade.is_empty() {
+            let mut line = format!(
+                "summaries: {} recorded reused, {} re-made by the built-in summarizer",
+                self.summaries_reused,
+                remade.len()
+            );
+            if !remade.is_empty() {
+                let spans: Vec<String> = remade
+                    .iter()
+                    .take(8)
+                    .map(|(f, t, c)| format!("{}{f}–{}", if *c { "condensed " } else { "" }, t.saturating_sub(1)))
+                    .collect();
+                let more = if remade.len() > 8 { format!(", … {} more", remade.len() - 8) } else { String::new() };
+                line.push_str(&format!(" (seq {}{more})", spans.join(", ")));
+            }
+            out.push(line);
+        }
+        if !self.restores_skipped.is_empty() {
+            let seqs: Vec<String> = self.restores_skipped.iter().map(ToString::to_string).collect();
+            out.push(format!("restores skipped (nothing to restore in the rerun): seq {}", seqs.join(", ")));
+        }
+        if self.usage_scaled > 0 {
+            out.push(format!(
+                "reported usage scaled to the rerun's view on {} call(s) whose view differs from the recorded one",
+                self.usage_scaled
+            ));
+        }
+        out
+    }
+}
+
+/// Reads the inputs of `session` from its log.
+pub fn inputs(store: &dyn Store, session: StreamId) -> Result<Inputs, CliError> {
+    if store.head(session)?.is_none() {
+        return Err(SessionError::NotFound(session).into());
+    }
+    let mut started = None;
+    let mut steps = Vec::new();
+    let mut summaries = Vec::new();
+    let mut batch: Vec<Message> = Vec::new();
+    let mut cache_age = None;
+    let mut last_at: Option<Millis> = None;
+    for_each_event(store, session, 1, None, |_, ev| {
+        if !matches!(ev, Event::MessageAppended(_)) && !batch.is_empty() {
+            steps.push(Step::Append(std::mem::take(&mut batch)));
+        }
+        match ev {
+            Event::SessionStarted(s) => started = Some((s.format, s.config, s.at)),
+            Event::MessageAppended(m) => batch.push(m.message),
+            Event::SummaryPrepared(s) => summaries.push(Arc::new(s)),
+            Event::Flushed(f) => cache_age = cache_age.or(f.cache_age_ms),
+            Event::Restored(r) => steps.push(Step::Restore { seq: r.seq, by: r.by, why: r.why }),
+            Event::RequestServed(s) => {
+                let deferred_age = match &s.deferred {
+                    Some(Deferral::WarmCache { cache_age_ms, .. } | Deferral::TooLittleFreed { cache_age_ms, .. }) => {
+                        Some(*cache_age_ms)
+                    }
+                    None => None,
+                };
+                let planned = last_at.zip(cache_age.take().or(deferred_age)).map(|(last, age)| last + age);
+                steps.push(Step::Call {
+                    plan_at: planned.filter(|p| *p <= s.at).unwrap_or(s.at),
+                    at: s.at,
+                    reported: s.reported_tokens,
+                    digest: s.digest,
+                    view_tokens: s.view_tokens,
+                });
+                last_at = Some(s.at);
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    if !batch.is_empty() {
+        steps.push(Step::Append(batch));
+    }
+    let Some((format, config, started_at)) = started else {
+        return Err(CliError::InvalidLog(format!("session {session}: the log does not start with SessionStarted")));
+    };
+    Ok(Inputs { session, format, config, started_at, steps, summaries })
+}
+
+/// Runs `inputs` through the engine with `config` in a fresh in-memory store.
+pub fn run(inputs: &Inputs, config: Config, summaries: SummariesArg) -> Result<(MemoryStore, Notes), CliError> {
+    let store = MemoryStore::new();
+    let mut notes = Notes::default();
+    let mut session = Session::create(&store, inputs.session, inputs.format, config, inputs.started_at)?;
+    for step in &inputs.steps {
+        match step {
+            Step::Append(messages) => {
+                session.append(messages.clone())?;
+            }
+            Step::Call { plan_at, at, reported, digest, view_tokens } => {
+                let plan = session.plan(*plan_at)?;
+                let reported = match reported {
+                    Some(r) if plan.digest != *digest && *view_tokens > 0 => {
+                        notes.usage_scaled += 1;
+                        Some((*r as f64 * plan.view_tokens as f64 / *view_tokens as f64).round() as u64)
+                    }
+                    r => *r,
+                };
+                session.commit(plan, *at, reported)?;
+                run_jobs(&mut session, &inputs.summaries, summaries, &mut notes)?;
+            }
+            Step::Restore { seq, by, why } => match session.restore(*seq, by, why) {
+                Ok(_) => {}
+                Err(SessionError::Invariant { .. }) => notes.restores_skipped.push(*seq),
+                Err(e) => return Err(e.into()),
+            },
+        }
+    }
+    drop(session);
+    Ok((store, notes))
+}
+
+/// Every job the engine asks for, as `ctxlog import` runs them.
+fn run_jobs<S: Store>(
+    session: &mut Session<S>,
+    recorded: &[Arc<SummaryPrepared>],
+    mode: SummariesArg,
+    notes: &mut Notes,
+) -> Result<(), CliError> {
+    while let Some(job) = session.summary_job() {
+        let fit = match mode {
+            SummariesArg::Recorded => fitting(session.state(), &job, recorded),
+            SummariesArg::Remake => None,
+        };
+        if let Some(r) = fit {
+            let produced = Produced { requested: r.mode_requested, used: r.mode_used, refusal: r.refusal.clone() };
+            if let Prepared::Written(_) = session.prepare(&job, r.text.clone(), produced)? {
+                notes.summaries_reused += 1;
+                continue;
+            }
+        }
+        let text = if job.is_condense() {
+            ctxlog::summary::condense(session.state(), &job)
+        } else {
+            ctxlog::summary::extractive(session.state(), &job)
+        };
+        match session.prepare(&job, text, Produced::extractive())? {
+            Prepared::Written(_) => notes.summaries_remade.push((job.from, job.to, job.is_condense())),
+            // Asking again would only repeat it; the next call asks anew.
+            Prepared::Discarded(_) => break,
+        }
+    }
+    Ok(())
+}
+
+fn text_of(list: &[Arc<SummaryPrepared>], i: u32) -> Option<&str> {
+    list.get(i as usize).map(|s| s.text.as_str())
+}
+
+/// The recorded summary that answers `job`, if one does: the same span of messages, or a
+/// condensing of summaries whose texts are the recorded ones it condensed.
+fn fitting<'a>(
+    state: &ctxlog::State,
+    job: &SummaryJob,
+    recorded: &'a [Arc<SummaryPrepared>],
+) -> Option<&'a SummaryPrepared> {
+    recorded.iter().map(AsRef::as_ref).find(|r| {
+        r.from == job.from
+            && r.to == job.to
+            && r.merged.len() == job.condense.len()
+            && r.merged
+                .iter()
+                .zip(&job.condense)
+                .all(|(&ri, &ji)| text_of(recorded, ri).is_some_and(|t| Some(t) == text_of(state.summaries(), ji)))
+    })
+}
+
+/// `rerun`
+pub fn rerun(args: &RerunArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+    let selection = SessionArgs {
+        store: StoreArgs { store: args.store.store.clone(), json: args.store.json },
+        session: args.config.session.clone(),
+    };
+    let (store, id) = crate::analysis::open_session(&selection)?;
+    let inputs = inputs(store.as_ref(), id)?;
+    let config = args.config.resolve(inputs.config.clone())?;
+    config.validate()?;
+    let recorded = analyze(store.as_ref(), id, Mode::Strict, Until::Head, Keep { views: false })?;
+    let (mem, notes) = run(&inputs, config.clone(), args.summaries)?;
+    let rerun: Analysis = analyze(&mem, id, Mode::Strict, Until::Head, Keep { views: false })?;
+    let left = Side { label: "recorded".into(), analysis: &recorded, config: &inputs.config };
+    let right = Side { label: "rerun".into(), analysis: &rerun, config: &config };
+    let diff = compare(&left, &right);
+    print_diff(out, &diff, &left, &right, Some(&notes), args.store.json)?;
+    match (args.exit_code, diff.differing()) {
+        (true, n) if n > 0 => Err(CliError::Differs(n)),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,104 @@
+//! Exact boundaries of the engine's comparisons, each one found untested by mutation testing
+//! (`scripts/mutants`, TESTING.md): a `>` that could be a `>=` and no test would notice. Every
+//! test drives a real session through the public API and sits on both sides of one boundary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, missing_docs)]
+
+use ctxlog::event::{Event, GuardKind};
+use ctxlog::WireFormat;
+use ctxlog_tests::engine_fixtures::{config, Harness};
+use ctxlog_tests::scenario;
+
+fn metered(c: &ctxlog_tests::engine_fixtures::Call) -> u64 {
+    match c.events.last() {
+        Some(Event::RequestServed(s)) => s.metered_tokens,
+        other => panic!("a call ends with RequestServed, not {other:?}"),
+    }
+}
+
+#[test]
+fn a_view_metered_exactly_at_the_budget_is_not_over_it() {
+    for (reported, over) in [(999, false), (1_000, false), (1_001, true)] {
+        // Given a call whose provider reported `reported` input tokens on a budget of 1,000,
+        let mut h = Harness::new(WireFormat::Anthropic, config(1_000, 0.85, 0.5));
+        let w = h.wire;
+        h.append(vec![w.system("You are a careful assistant."), w.user("Read the files.")]);
+        h.call_reported(Some(reported));
+        // when the next call serves the unchanged history (the meter anchors on that report),
+        let c = h.call().clone();
+        // then only a view over the budget raises over_budget.
+        assert_eq!(metered(&c), reported);
+        assert_eq!(c.guards().contains(&GuardKind::OverBudget), over, "metered {reported}: {:?}", c.guards());
+    }
+}
+
+/// System, a long first instruction, eight removable turns and a short last question.
+fn floor_session(budget: u64, trigger: f64, target: f64) -> Harness {
+    let mut h = Harness::new(WireFormat::Anthropic, config(budget, trigger, target));
+    let w = h.wire;
+    h.append(vec![w.system(&"You are a careful assistant. ".repeat(28)), w.user(&"The project is ~/ora. ".repeat(36))]);
+    for i in 0..4 {
+        h.append(vec![
+            w.assistant(&format!("step {i}: {}", "looked at it. ".repeat(28))),
+            w.user(&"go on. ".repeat(57)),
+        ]);
+    }
+    h.append(vec![w.assistant("all done"), w.user("Anything else?")]);
+    h
+}
+
+#[test]
+fn a_floor_exactly_at_the_target_still_lets_the_ladder_run() {
+    // Given the unremovable floor of a session (system, first and last human message),
+    let probe = floor_session(1_000_000, 0.5, 0.25);
+    let floor = ctxlog::policy::guards::unremovable_floor(probe.session.state(), &probe.session.config());
+    let view = probe.session.state().view_tokens();
+    for (target, infeasible) in [(floor, false), (floor - 1, true)] {
+        // and a budget whose target is exactly the floor (or one token under it), with the view
+        // between the trigger and the budget,
+        let mut h = floor_session(target * 4, 0.5, 0.25);
+        assert_eq!(h.session.config().target_tokens(), target);
+        assert!(view >= h.session.config().trigger_tokens() && view <= h.session.config().budget, "view {view}");
+        // when a call is planned, then only a floor *over* the target stops the ladder.
+        let c = h.call().clone();
+        assert_eq!(c.guards().contains(&GuardKind::TargetUnreachable), infeasible, "target {target}: {:?}", c.guards());
+        assert_eq!(c.edits().is_empty(), infeasible, "target {target}: edits {:?}", c.edits());
+    }
+}
+
+/// A served call that needed the ladder and was metered at `metered` against a budget of
+/// 100,000 (the scenario config's).
+fn served_needed(call: u64, metered: u64) -> Event {
+    let mut ev = scenario::request_served(call, 10 * (call + 1));
+    if let Event::RequestServed(s) = &mut ev {
+        s.needed = true;
+        s.metered_tokens = metered;
+    }
+    ev
+}
+
+#[test]
+fn a_pass_ending_exactly_at_the_budget_does_not_count_toward_the_breaker() {
+    let budget = scenario::config().budget;
+    // Given passes that needed the ladder and ended exactly at, then over, the budget,
+    let at = scenario::fold(&scenario::conversation_then(vec![served_needed(0, budget)]));
+    let over = scenario::fold(&scenario::conversation_then(vec![served_needed(0, budget + 1)]));
+    // then only the one over the budget counts.
+    assert_eq!((at.breaker_count(), over.breaker_count()), (0, 1));
+}
+
+#[test]
+fn a_restore_at_exactly_the_flushed_prefix_is_not_a_restore_out_of_a_flush() {
+    use scenario::*;
+    // Given messages 0..4 flushed, and message 4 (just past the flushed prefix) removed and
+    // restored: it came back from an edit, not from a flush,
+    let given = conversation_then(vec![summary_prepared(0, 4), flushed(0, 4), removed(4), restored(4, vec![])]);
+    // when a later flush covers it, then it is summarized away like any other message
+    // (a restore out of a flush would have kept it in the view).
+    let st = fold(&[given, vec![summary_prepared(4, 5), flushed(4, 5)]].concat());
+    assert!(st.hidden_by_flush(4));
+    assert!(!st.view().iter().any(|it| it.item == ctxlog::state::Item::Message(4)));
+    // A message restored from *inside* the flushed prefix does stay.
+    let st = fold(&conversation_then(vec![summary_prepared(0, 5), flushed(0, 5), restored(4, vec![])]));
+    assert!(!st.hidden_by_flush(4));
+}
