@@ -10,7 +10,7 @@ use ctxlog::session::{encode_snapshot, new_session_id, Prepared, Produced};
 use ctxlog::time::Millis;
 use ctxlog::transfer::copy_session;
 use ctxlog::wire::parse_timestamp_ms;
-use ctxlog::{MemoryStore, Session, SessionError, Store, StreamId};
+use ctxlog::{MemoryStore, Session, SessionError, Store, StreamId, Timestamp};
 
 use crate::error::{output, CliError};
 use crate::transcript::Transcript;
@@ -62,7 +62,7 @@ pub fn import(
     let start = first_ts.and_then(|t| parse_timestamp_ms(t).ok()).unwrap_or(DEFAULT_START_MS);
 
     let mem = MemoryStore::new();
-    let mut session = Session::create(&mem, id, transcript.format, opts.config.clone(), start)?;
+    let mut session = Session::create(&mem, id, transcript.format, opts.config.clone(), Timestamp::from_millis(start))?;
     let mut timeline = Timeline::new();
     let mut records = Vec::new();
     let mut pending = Vec::new();
@@ -77,11 +77,11 @@ pub fn import(
             // A call's clock never goes backwards, even if the transcript's does.
             clock = stamped.unwrap_or(clock + opts.call_interval_ms).max(clock);
             let reported = m.meta.usage.as_ref().and_then(|u| ctxlog::wire::usage_of(u).ok().flatten());
-            let plan = session.plan(clock)?;
+            let plan = session.plan(Timestamp::from_millis(clock))?;
             if let Some(w) = opts.views.as_deref_mut() {
                 write_view(w, &session, &plan, opts.inline_media)?;
             }
-            let committed = session.commit(plan, clock, reported)?;
+            let committed = session.commit(plan, Timestamp::from_millis(clock), reported)?;
             let first = committed.version + 1 - committed.events.len() as u64;
             for (i, ev) in committed.events.iter().enumerate() {
                 if let Some(rec) = timeline.feed(first + i as u64, ev, session.state()) {

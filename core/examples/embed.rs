@@ -1,14 +1,18 @@
 //! Embedding ctxlog in a host that calls a model, without async: append, plan, request,
 //! commit, summaries between calls. Run with `cargo run -p ctxlog --example embed`.
 
+use std::time::Duration;
+
 use ctxlog::{
-    parse_message, Config, MemoryStore, Prepared, Produced, RequestOptions, Session, StreamId, Usage, WireFormat,
+    parse_message, Config, MemoryStore, Prepared, Produced, RequestOptions, Session, StreamId, Timestamp, Usage,
+    WireFormat,
 };
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = MemoryStore::new(); // or ctxlog_store_sqlite::SqliteStore::open("ctxlog.db")?
     let config = Config { budget: 200_000, cache_aware: true, ..Config::default() };
-    let mut now = 1_767_225_600_000; // the host owns the clock: milliseconds since the epoch
+    // The host owns the clock: Timestamp::from_system_time(SystemTime::now()) in a service.
+    let mut now = Timestamp::from_secs(1_767_225_600);
     let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, now)?;
     session.append(vec![
         parse_message(r#"{"role":"system","content":"You are a careful coding agent."}"#)?,
@@ -31,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "input_tokens": 40, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 1_000 * turn,
             "output_tokens": 150
         });
-        now += 20_000;
+        now = now + Duration::from_secs(20);
         session.commit(plan, now, Some(Usage::from_anthropic(&usage)?))?; // durable first, then applied
         session.append(vec![parse_message(&format!(r#"{{"role":"assistant","content":"step {turn} done"}}"#))?])?;
         session.append(vec![parse_message(r#"{"role":"user","content":"continue"}"#)?])?;

@@ -8,12 +8,13 @@
 //! batch, then applied. Between calls it writes the summaries the engine asks for.
 //!
 //! ```
-//! use ctxlog::{parse_message, Config, MemoryStore, Prepared, Produced, RequestOptions, Session, StreamId, Usage, WireFormat};
+//! use std::time::Duration;
+//! use ctxlog::{parse_message, Config, MemoryStore, Prepared, Produced, RequestOptions, Session, StreamId, Timestamp, Usage, WireFormat};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = MemoryStore::new(); // or SqliteStore, FsStore, SledStore, PgStore: the `Store` trait
 //! let config = Config { budget: 200_000, cache_aware: true, ..Config::default() };
-//! let mut now = 1_767_225_600_000; // the host's clock, milliseconds since the epoch
+//! let mut now = Timestamp::from_secs(1_767_225_600); // the host's clock: Timestamp::from_system_time(SystemTime::now())
 //! let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, now)?;
 //! session.append(vec![parse_message(r#"{"role":"user","content":"Add CSV export to ~/src/ora."}"#)?])?;
 //! let opts = RequestOptions::new().model("claude-sonnet-4-5").max_tokens(4_096);
@@ -22,7 +23,7 @@
 //!     let request = session.request(&plan, &opts)?; // the exact JSON body to POST
 //!     // ... send `request.body()`; if the call fails: `session.abort(plan)` writes nothing.
 //!     let reported = serde_json::json!({"input_tokens": 30, "cache_read_input_tokens": 1_200 * turn, "output_tokens": 90});
-//!     now += 4_000;
+//!     now = now + Duration::from_secs(4);
 //!     session.commit(plan, now, Some(Usage::from_anthropic(&reported)?))?; // durable, then applied
 //!     session.append(vec![
 //!         parse_message(r#"{"role":"assistant","content":"Done: the exporter writes RFC 4180 CSV."}"#)?,
@@ -47,14 +48,22 @@
 //! `-postgres`); `ctxlog-tokio` runs a session's store IO off a tokio runtime's workers.
 //! Decisions are also emitted as `tracing` events (no message content above `trace`).
 
+// The public surface is curated (ARCHITECTURE.md "Public API", `docs/public-api.md` is the
+// semver list): the root re-exports what a host uses; the modules below hold the data types
+// a host reads (events, state, timeline). `#[doc(hidden)]` modules are the engine's parts that
+// the workspace's CLI, tests and benchmarks reach into; they are not part of the semver promise.
+// Private modules are reachable only through the root's re-exports.
+#[doc(hidden)]
 pub mod codec;
 pub mod config;
 pub mod cost;
-pub mod engine;
+mod engine;
 pub mod event;
-pub mod json;
+mod json;
+#[doc(hidden)]
 pub mod media;
 pub mod message;
+#[doc(hidden)]
 pub mod policy;
 pub mod replay;
 pub mod request;
@@ -63,23 +72,28 @@ pub mod state;
 pub mod store;
 pub mod summary;
 pub mod time;
+#[doc(hidden)]
 pub mod tokens;
 mod trace;
 pub mod transfer;
 pub mod usage;
+#[doc(hidden)]
 pub mod view;
+#[doc(hidden)]
 pub mod wire;
 
-pub use config::Config;
+pub use codec::DecodeError;
+pub use config::{Config, ConfigError};
 pub use event::Event;
 pub use message::Message;
-pub use request::{CacheTtl, Request, RequestOptions};
+pub use request::{CacheTtl, Request, RequestError, RequestOptions};
 pub use session::{Appended, Committed, Plan, Prepared, Produced, Session, SessionError, StaleCause};
-pub use state::State;
+pub use state::{State, Violation};
 pub use store::{
     BlobId, ExpectedVersion, IntegrityReport, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId,
     Version,
 };
 pub use summary::SummaryJob;
-pub use usage::Usage;
-pub use wire::{parse_message, WireFormat};
+pub use time::{Millis, Timestamp};
+pub use usage::{Usage, UsageError, UsageFormat};
+pub use wire::{parse_message, WireError, WireFormat};

@@ -47,7 +47,7 @@ pub struct CallRecord {
     /// The flush committed by this call.
     pub flush: Option<FlushRecord>,
     /// Edits committed by this call.
-    pub edits: Vec<EditRecord>,
+    pub edits: Vec<TimelineEdit>,
     /// Guards raised by this call.
     pub guards: Vec<GuardRecord>,
     /// The view was the previous view plus new messages, byte for byte.
@@ -80,9 +80,10 @@ pub struct FlushRecord {
     pub condensed: usize,
 }
 
-/// An edit in the timeline.
+/// An edit as a line of the timeline (what a call did). The edit in force on a message is
+/// [`crate::state::EditRecord`]; one name per concept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EditRecord {
+pub struct TimelineEdit {
     /// The message.
     pub seq: u64,
     /// `removed` | `truncated` | `stubbed` | `summary_retired` (then `seq` is the first seq the
@@ -106,7 +107,7 @@ pub struct GuardRecord {
 #[derive(Debug, Default)]
 pub struct Timeline {
     flush: Option<FlushRecord>,
-    edits: Vec<EditRecord>,
+    edits: Vec<TimelineEdit>,
     guards: Vec<GuardRecord>,
 }
 
@@ -128,10 +129,10 @@ impl Timeline {
                 })
             }
             Event::SummaryRetired(r) => {
-                self.edits.push(EditRecord { seq: r.from, kind: "summary_retired", reason: r.reason.clone() })
+                self.edits.push(TimelineEdit { seq: r.from, kind: "summary_retired", reason: r.reason.clone() })
             }
             Event::Edited(e) => {
-                self.edits.push(EditRecord { seq: e.seq, kind: e.kind.as_str(), reason: e.reason.describe() })
+                self.edits.push(TimelineEdit { seq: e.seq, kind: e.kind.as_str(), reason: e.reason.describe() })
             }
             Event::GuardRaised(GuardRaised { call: Some(_), kind, detail, knob }) => {
                 self.guards.push(GuardRecord { kind: kind.name(), detail: format!("{detail} (knob: {knob})") })
@@ -323,17 +324,37 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
             // messages appended between the call's plan and its commit: they come last in the
             // view, after the `view_messages` it served.
             let view = state.view();
-            let served = usize::try_from(s.view_messages).unwrap_or(usize::MAX).min(view.len());
-            let synced = cache.sync_prefix(&state, served);
+            let recorded = usize::try_from(s.view_messages).unwrap_or(usize::MAX).min(view.len());
+            // Messages appended after the plan can only be plain, unedited messages at the end.
+            let late_from = view.len()
+                - view
+                    .iter()
+                    .rev()
+                    .zip((0..state.message_count()).rev())
+                    .take_while(|(it, seq)| {
+                        it.item == crate::state::Item::Message(*seq)
+                            && state.entry(*seq).is_some_and(|e| e.edit.is_none() && !e.restored)
+                    })
+                    .count();
+            let mut synced = Some(cache.sync_prefix(&state, recorded));
+            let mut served = recorded;
+            if cache.digest() != s.digest {
+                // A wrong `view_messages` alone: another prefix the late appends allow hashes to
+                // the recorded digest. Then that is the one problem (not a digest and a count).
+                let other = (late_from..=view.len()).rev().filter(|&n| n != recorded).find(|&n| {
+                    let mut c = ViewCache::new();
+                    c.sync_prefix(&state, n);
+                    c.digest() == s.digest
+                });
+                if let Some(n) = other {
+                    served = n;
+                    cache.sync_prefix(&state, n);
+                    synced = None; // the chain to the previous call is not known through a lie
+                }
+            }
             let digest = cache.digest();
             let tokens: u64 = view.iter().take(served).map(|i| u64::from(i.tokens)).sum();
             let sum: u64 = view.iter().map(|i| u64::from(i.tokens)).sum();
-            let late = view.get(served..).unwrap_or_default();
-            let appended_late =
-                late.iter().zip(state.message_count().saturating_sub(late.len() as u64)..).all(|(it, seq)| {
-                    it.item == crate::state::Item::Message(seq)
-                        && state.entry(seq).is_some_and(|e| e.edit.is_none() && !e.restored)
-                });
             let mut bad = |what: String| {
                 report.problems.push(format!("stream {stream} version {version} (call {}): {what}", s.call))
             };
@@ -347,18 +368,18 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
                     state.view_tokens()
                 ));
             }
-            if (view.len() as u64) < s.view_messages || !appended_late {
+            if served != recorded || (view.len() as u64) < s.view_messages || served < late_from {
                 bad(format!(
-                    "view messages: recorded {}, re-rendered {} of which the last {} are not messages appended \
-                     after the plan",
+                    "view messages: recorded {}, re-rendered {served} of a view of {} whose last {} are \
+                     messages appended after the plan",
                     s.view_messages,
                     view.len(),
-                    late.len()
+                    view.len() - late_from
                 ));
             }
             // Call 0 reused nothing (nothing was served before it); the first sync of the cache
             // says so by itself, so every call is checked.
-            if synced.appended_only != s.prefix_reused {
+            if let Some(synced) = synced.filter(|sy| sy.appended_only != s.prefix_reused) {
                 bad(format!(
                     "prefix_reused recorded {} but the view bytes say {}",
                     s.prefix_reused, synced.appended_only

@@ -21,7 +21,7 @@ use crate::request::{self, Request, RequestOptions, ServedView};
 use crate::state::{State, Violation};
 use crate::store::{BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId, Version};
 use crate::summary::{self, SummaryJob};
-use crate::time::Millis;
+use crate::time::Timestamp;
 use crate::tokens::text_tokens;
 use crate::usage::Usage;
 use crate::view::{render_item_with, thousands, ViewCache};
@@ -47,8 +47,19 @@ pub enum SessionError {
     /// A record did not decode.
     #[error(transparent)]
     Decode(#[from] DecodeError),
-    /// An event would break (or a stored event breaks) an invariant.
-    #[error("stream {stream}: {violation}")]
+    /// What the caller asked for is impossible (restore a message that was never edited, a
+    /// time before the last event, a tool result with no call, ...): the event it would write
+    /// breaks an invariant, so nothing was written and the log is intact. Fix the call.
+    #[error("stream {stream}: refused, nothing written: {violation}")]
+    Refused {
+        /// The stream.
+        stream: StreamId,
+        /// The invariant the command would break.
+        violation: Violation,
+    },
+    /// A stored event breaks an invariant: the log is corrupt (or was written by a buggy
+    /// writer). Reading stops at `violation.version`; `ctxlog verify` reports it.
+    #[error("stream {stream}: the log breaks an invariant: {violation}")]
     Invariant {
         /// The stream.
         stream: StreamId,
@@ -265,15 +276,15 @@ impl<S: Store> Session<S> {
     /// Creates a new session (writes `SessionStarted`).
     ///
     /// ```
-    /// use ctxlog::{Config, MemoryStore, Session, SessionError, StreamId, WireFormat};
+    /// use ctxlog::{Timestamp, Config, MemoryStore, Session, SessionError, StreamId, WireFormat};
     /// # fn main() -> Result<(), SessionError> {
     /// let store = MemoryStore::new();
     /// let id = StreamId::random();
     /// let config = Config { budget: 120_000, ..Config::default() };
-    /// let session = Session::create(&store, id, WireFormat::Anthropic, config.clone(), 1_767_225_600_000)?;
+    /// let session = Session::create(&store, id, WireFormat::Anthropic, config.clone(), Timestamp::from_millis(1_767_225_600_000))?;
     /// assert_eq!(session.config().budget, 120_000);
     /// // An id is created once.
-    /// let again = Session::create(&store, id, WireFormat::Anthropic, config, 1_767_225_600_000);
+    /// let again = Session::create(&store, id, WireFormat::Anthropic, config, Timestamp::from_millis(1_767_225_600_000));
     /// assert!(matches!(again, Err(SessionError::Exists(_))));
     /// # Ok(()) }
     /// ```
@@ -282,7 +293,7 @@ impl<S: Store> Session<S> {
         id: StreamId,
         format: WireFormat,
         config: Config,
-        now: Millis,
+        now: Timestamp,
     ) -> Result<Self, SessionError> {
         config.validate()?;
         if store.head(id)?.is_some() {
@@ -295,8 +306,8 @@ impl<S: Store> Session<S> {
             cache: ViewCache::new(),
             settled: (0, StaleCause::Reopened),
         };
-        let ev = Event::SessionStarted(SessionStarted { session: id.0, format, config, at: now });
-        s.state.check_event(1, &ev).map_err(|v| s.invariant(v))?;
+        let ev = Event::SessionStarted(SessionStarted { session: id.0, format, config, at: now.as_millis() });
+        s.state.check_event(1, &ev).map_err(|v| s.refused(v))?;
         match s.persist_then_apply(vec![ev]) {
             Err(SessionError::Store(StoreError::Conflict { .. })) => Err(SessionError::Exists(id)),
             other => other.map(|_| s),
@@ -306,11 +317,11 @@ impl<S: Store> Session<S> {
     /// Opens an existing session: the snapshot if it is valid, then a strict replay of the rest.
     ///
     /// ```
-    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = MemoryStore::new();
     /// let id = StreamId::random();
-    /// let mut first = Session::create(&store, id, WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// let mut first = Session::create(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
     /// first.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
     /// drop(first); // a restart
     /// let reopened = Session::open(&store, id)?;
@@ -342,8 +353,9 @@ impl<S: Store> Session<S> {
         })
     }
 
-    fn invariant(&self, violation: Violation) -> SessionError {
-        SessionError::Invariant { stream: self.stream, violation }
+    /// A command that would break an invariant: refused before anything is written.
+    fn refused(&self, violation: Violation) -> SessionError {
+        SessionError::Refused { stream: self.stream, violation }
     }
 
     /// The session id.
@@ -374,10 +386,10 @@ impl<S: Store> Session<S> {
     /// Appends messages as one atomic batch. Media payloads go to the blob area first.
     ///
     /// ```
-    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = MemoryStore::new();
-    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
     /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
     /// let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
     /// let appended = session.append(vec![parse_message(&format!(
@@ -406,7 +418,7 @@ impl<S: Store> Session<S> {
             }));
         }
         // Validate without copying the state (appends are the hot path), persist, then apply.
-        self.state.check_appends(self.state.version() + 1, &events).map_err(|v| self.invariant(v))?;
+        self.state.check_appends(self.state.version() + 1, &events).map_err(|v| self.refused(v))?;
         let messages = events.len();
         report.version = self.persist_then_apply(events)?;
         for reason in &report.inline_fallbacks {
@@ -461,21 +473,22 @@ impl<S: Store> Session<S> {
     /// Decides the next call at `now` without writing anything.
     ///
     /// ```
-    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = MemoryStore::new();
-    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
     /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
     /// # let head = ctxlog::Store::head(&store, session.id())?;
-    /// let plan = session.plan(2_000)?;
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?;
     /// assert_eq!((plan.call(), plan.view_messages), (0, 1));
     /// assert!(plan.events().is_empty()); // nothing to compact yet
     /// assert_eq!(ctxlog::Store::head(&store, session.id())?, head); // nothing written
     /// # Ok(()) }
     /// ```
-    pub fn plan(&mut self, now: Millis) -> Result<Plan, SessionError> {
+    pub fn plan(&mut self, now: Timestamp) -> Result<Plan, SessionError> {
+        let now = now.as_millis();
         let _span = self.call_span(self.state.calls()).entered();
-        let decision = engine::decide(&self.state, now).map_err(|v| self.invariant(v))?;
+        let decision = engine::decide(&self.state, now).map_err(|v| self.refused(v))?;
         self.cache.sync(&self.state);
         let (cache, view_state) = match &decision.scratch {
             // The scratch view differs from the cached one (new generation), so it is rendered
@@ -518,13 +531,13 @@ impl<S: Store> Session<S> {
     /// plan can no longer be committed.
     ///
     /// ```
-    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = MemoryStore::new();
-    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
     /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
-    /// use ctxlog::{CacheTtl, RequestOptions};
-    /// let plan = session.plan(2_000)?;
+    /// use ctxlog::{Timestamp, CacheTtl, RequestOptions};
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?;
     /// let opts = RequestOptions::new().model("claude-sonnet-4-5").max_tokens(1_024).cache_breakpoints(CacheTtl::FiveMinutes);
     /// let request = session.request(&plan, &opts)?;
     /// assert_eq!(
@@ -604,21 +617,22 @@ impl<S: Store> Session<S> {
     /// but not trusted, and raises `usage_below_estimate` once.
     ///
     /// ```
-    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = MemoryStore::new();
-    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
     /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
-    /// use ctxlog::{Event, Usage};
-    /// let plan = session.plan(2_000)?;
+    /// use ctxlog::{Timestamp, Event, Usage};
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?;
     /// // The provider's usage object, as Anthropic returns it: most of the prompt from the cache.
     /// let usage = serde_json::json!({"input_tokens": 3, "cache_read_input_tokens": 7, "output_tokens": 20});
-    /// let committed = session.commit(plan, 2_500, Some(Usage::from_anthropic(&usage)?))?;
+    /// let committed = session.commit(plan, Timestamp::from_millis(2_500), Some(Usage::from_anthropic(&usage)?))?;
     /// let Some(Event::RequestServed(served)) = committed.events.last() else { unreachable!() };
     /// assert_eq!(served.reported_tokens, Some(10)); // the whole prompt, cache included
     /// # Ok(()) }
     /// ```
-    pub fn commit(&mut self, plan: Plan, at: Millis, usage: Option<Usage>) -> Result<Committed, SessionError> {
+    pub fn commit(&mut self, plan: Plan, at: Timestamp, usage: Option<Usage>) -> Result<Committed, SessionError> {
+        let at = at.as_millis();
         let _span = self.call_span(plan.call).entered();
         self.check_fresh(&plan)?;
         let Plan { decision, cache, digest, view_messages, view_tokens, prefix_reused, call, base_version, .. } = plan;
@@ -663,7 +677,7 @@ impl<S: Store> Session<S> {
             Some(mut next) => {
                 let decided = usize::try_from(next.version() - base_version).unwrap_or(usize::MAX);
                 for (ev, version) in events.iter().skip(decided).zip(next.version() + 1..) {
-                    next.apply(version, ev).map_err(|v| self.invariant(v))?;
+                    next.apply(version, ev).map_err(|v| self.refused(v))?;
                 }
                 Some(next)
             }
@@ -673,13 +687,13 @@ impl<S: Store> Session<S> {
         let version = match scratch {
             // The view changed: the scratch state already holds the batch; finish it there.
             Some(mut next) => {
-                next.apply(first + events.len() as u64, &served).map_err(|v| self.invariant(v))?;
+                next.apply(first + events.len() as u64, &served).map_err(|v| self.refused(v))?;
                 events.push(served);
                 self.persist(events.clone(), next)?
             }
             // Only `RequestServed`: validate in place, no copy of the state.
             None => {
-                self.state.check_event(first, &served).map_err(|v| self.invariant(v))?;
+                self.state.check_event(first, &served).map_err(|v| self.refused(v))?;
                 events.push(served);
                 self.persist_then_apply(events.clone())?
             }
@@ -695,7 +709,7 @@ impl<S: Store> Session<S> {
     fn replayed(&self, events: &[Event], first: Version) -> Result<State, SessionError> {
         let mut next = self.state.clone();
         for (ev, version) in events.iter().zip(first..) {
-            next.apply(version, ev).map_err(|v| self.invariant(v))?;
+            next.apply(version, ev).map_err(|v| self.refused(v))?;
         }
         Ok(next)
     }
@@ -717,15 +731,15 @@ impl<S: Store> Session<S> {
     /// Drops a plan: nothing was written, nothing changes; the next call decides again.
     ///
     /// ```
-    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = MemoryStore::new();
-    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 1_000)?;
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
     /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
-    /// let plan = session.plan(2_000)?;
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?;
     /// // ... the provider call failed ...
     /// session.abort(plan);
-    /// assert_eq!(session.plan(3_000)?.call(), 0); // the same call, decided again
+    /// assert_eq!(session.plan(Timestamp::from_millis(3_000))?.call(), 0); // the same call, decided again
     /// # Ok(()) }
     /// ```
     pub fn abort(&mut self, plan: Plan) {
@@ -735,22 +749,22 @@ impl<S: Store> Session<S> {
     /// Undoes the edit (or flush) of `seq`, together with its tool partners.
     ///
     /// ```
-    /// # use ctxlog::{parse_message, Config, MemoryStore, Session, SessionError, StreamId, WireFormat};
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, SessionError, StreamId, WireFormat};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = MemoryStore::new();
     /// let config = Config { budget: 2_000, ..Config::default() };
-    /// let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, 0)?;
+    /// let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, Timestamp::from_millis(0))?;
     /// for i in 0..8 {
     ///     session.append(vec![parse_message(&format!(r#"{{"role":"user","content":"question {i} {}"}}"#, "x".repeat(900)))?])?;
     ///     session.append(vec![parse_message(r#"{"role":"assistant","content":"answer"}"#)?])?;
     /// }
-    /// let plan = session.plan(1_000)?; // over the trigger: the ladder edits
-    /// session.commit(plan, 1_000, None)?;
+    /// let plan = session.plan(Timestamp::from_millis(1_000))?; // over the trigger: the ladder edits
+    /// session.commit(plan, Timestamp::from_millis(1_000), None)?;
     /// let edited = (0..16).find(|&seq| session.state().entry(seq).is_some_and(|e| e.edit.is_some())).unwrap();
     /// session.restore(edited, "support", "the user asked for the original")?;
     /// assert!(session.state().in_view(edited));
     /// // Restoring what is in the view is a mistake of the caller, refused with a typed error.
-    /// assert!(matches!(session.restore(edited, "support", "again"), Err(SessionError::Invariant { .. })));
+    /// assert!(matches!(session.restore(edited, "support", "again"), Err(SessionError::Refused { .. })));
     /// # Ok(()) }
     /// ```
     pub fn restore(&mut self, seq: u64, by: &str, why: &str) -> Result<Committed, SessionError> {
@@ -760,7 +774,7 @@ impl<S: Store> Session<S> {
         let restored_with = partners.len();
         let ev = Event::Restored(Restored { seq, partners, by: by.to_owned(), why: why.to_owned() });
         let mut next = self.state.clone();
-        next.apply(self.state.version() + 1, &ev).map_err(|v| self.invariant(v))?;
+        next.apply(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
         let version = self.persist(vec![ev.clone()], next)?;
         tracing::info!(seq, partners = restored_with, by, version, "restored");
         Ok(Committed { version, events: vec![ev] })
@@ -796,11 +810,11 @@ impl<S: Store> Session<S> {
     /// may skip those jobs, and the engine then retires the oldest summaries instead.
     ///
     /// ```
-    /// # use ctxlog::{parse_message, Config, MemoryStore, Prepared, Produced, Session, StreamId, WireFormat};
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Prepared, Produced, Session, StreamId, WireFormat};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = MemoryStore::new();
     /// let config = Config { budget: 4_000, ..Config::default() };
-    /// let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, 0)?;
+    /// let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, Timestamp::from_millis(0))?;
     /// for i in 0..12 {
     ///     session.append(vec![parse_message(&format!(r#"{{"role":"user","content":"step {i}: {}"}}"#, "details ".repeat(150)))?])?;
     ///     session.append(vec![parse_message(r#"{"role":"assistant","content":"done"}"#)?])?;
@@ -881,7 +895,7 @@ impl<S: Store> Session<S> {
             refusal: produced.refusal,
             merged: job.condense.clone(),
         });
-        self.state.check_event(self.state.version() + 1, &ev).map_err(|v| self.invariant(v))?;
+        self.state.check_event(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
         let version = self.persist_then_apply(vec![ev.clone()])?;
         Ok(Prepared::Written(Committed { version, events: vec![ev] }))
     }
@@ -902,7 +916,10 @@ impl<S: Store> Session<S> {
         let version = self.write(&events)?;
         self.note_settled(&events, version);
         for (i, ev) in events.iter().enumerate() {
-            self.state.apply(first + i as u64, ev).map_err(|v| self.invariant(v))?;
+            let stream = self.stream;
+            self.state
+                .apply(first + i as u64, ev)
+                .map_err(|violation| SessionError::Invariant { stream, violation })?;
         }
         Ok(version)
     }

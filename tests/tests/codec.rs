@@ -11,7 +11,7 @@ use ctxlog::event::{
 };
 use ctxlog::replay::{self, Mode};
 use ctxlog::store::{ExpectedVersion, Record, Store, StoreError, StreamId};
-use ctxlog::{MemoryStore, SessionError};
+use ctxlog::{MemoryStore, SessionError, Timestamp};
 use ctxlog_tests::scenario::*;
 use proptest::prelude::*;
 
@@ -419,14 +419,20 @@ proptest! {
 // ---- Snapshots: a cache, never a source of truth ---------------------------------------------
 
 fn session_with_history(store: &MemoryStore) -> ctxlog::Session<&MemoryStore> {
-    let mut s =
-        ctxlog::Session::create(store, STREAM, ctxlog::WireFormat::Anthropic, ctxlog::Config::default(), T0).unwrap();
+    let mut s = ctxlog::Session::create(
+        store,
+        STREAM,
+        ctxlog::WireFormat::Anthropic,
+        ctxlog::Config::default(),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     for (i, line) in rich_anthropic().lines().enumerate() {
         let m = parse(line);
         if m.role == ctxlog::message::Role::Assistant {
             let at = T0 + 1_000 * i as u64;
-            let plan = s.plan(at).unwrap();
-            s.commit(plan, at, Some(ctxlog::Usage::prompt(1_000 + i as u64))).unwrap();
+            let plan = s.plan(Timestamp::from_millis(at)).unwrap();
+            s.commit(plan, Timestamp::from_millis(at), Some(ctxlog::Usage::prompt(1_000 + i as u64))).unwrap();
         }
         s.append(vec![m]).unwrap();
     }
@@ -442,8 +448,8 @@ fn open_from_a_snapshot_equals_a_full_replay() {
     assert_eq!(snap_version, s.state().version());
     // More history after the snapshot.
     s.append(vec![parse(r#"{"role":"user","content":"after the snapshot"}"#)]).unwrap();
-    let plan = s.plan(T0 + 60_000).unwrap();
-    s.commit(plan, T0 + 60_000, None).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 60_000)).unwrap();
+    s.commit(plan, Timestamp::from_millis(T0 + 60_000), None).unwrap();
     let reopened = ctxlog::Session::open(&store, STREAM).unwrap();
     let replayed = replay::replay(&store, STREAM, Mode::Strict, None).unwrap().state;
     assert_eq!(reopened.state(), &replayed);

@@ -9,7 +9,7 @@ use std::thread;
 
 use ctxlog::config::Config;
 use ctxlog::replay;
-use ctxlog::{MemoryStore, Message, Session, SessionError, Store, StoreError, StreamId, Usage, WireFormat};
+use ctxlog::{MemoryStore, Message, Session, SessionError, Store, StoreError, StreamId, Timestamp, Usage, WireFormat};
 use ctxlog_store_fs::FsStore;
 use ctxlog_store_postgres::PgStore;
 use ctxlog_store_sled::SledStore;
@@ -56,7 +56,7 @@ fn msg(v: serde_json::Value) -> Message {
 fn converse<S: Store>(store: S, thread: usize, n: usize) -> StreamId {
     let id = StreamId::random();
     let config = Config { budget: 6_000, ..Config::default() };
-    let mut s = Session::create(store, id, WireFormat::Anthropic, config, T0).unwrap();
+    let mut s = Session::create(store, id, WireFormat::Anthropic, config, Timestamp::from_millis(T0)).unwrap();
     s.append(vec![msg(json!({"role": "user", "content": [
         {"type": "text", "text": format!("thread {thread} session {n}: port the parser")},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png",
@@ -66,9 +66,14 @@ fn converse<S: Store>(store: S, thread: usize, n: usize) -> StreamId {
     let mut at = T0;
     for call in 0..4 {
         at += 10_000;
-        let plan = s.plan(at).unwrap();
+        let plan = s.plan(Timestamp::from_millis(at)).unwrap();
         let tokens = plan.view_tokens;
-        s.commit(plan, at, Some(Usage { input: 20, cache_read: tokens, cache_write: 5, output: 40 })).unwrap();
+        s.commit(
+            plan,
+            Timestamp::from_millis(at),
+            Some(Usage { input: 20, cache_read: tokens, cache_write: 5, output: 40 }),
+        )
+        .unwrap();
         let tool = format!("t{call}");
         s.append(vec![
             msg(json!({"role": "assistant", "content": [{"type": "tool_use", "id": tool, "name": "read", "input": {"n": call}}]})),
@@ -129,17 +134,19 @@ fn two_handles_on_one_session_get_a_matchable_conflict() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("ctxlog.db")).unwrap());
     let id = StreamId::random();
-    let mut a = Session::create(Arc::clone(&store), id, WireFormat::Anthropic, Config::default(), T0).unwrap();
+    let mut a =
+        Session::create(Arc::clone(&store), id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(T0))
+            .unwrap();
     a.append(vec![msg(json!({"role": "user", "content": "hello"}))]).unwrap();
     // Given two handles on the same session (two workers, or a retry that reopened it),
     let mut b = Session::open(Arc::clone(&store), id).unwrap();
-    let plan_a = a.plan(T0 + 1_000).unwrap();
-    let plan_b = b.plan(T0 + 1_000).unwrap();
+    let plan_a = a.plan(Timestamp::from_millis(T0 + 1_000)).unwrap();
+    let plan_b = b.plan(Timestamp::from_millis(T0 + 1_000)).unwrap();
     // when both commit the call they planned,
-    a.commit(plan_a, T0 + 2_000, None).unwrap();
+    a.commit(plan_a, Timestamp::from_millis(T0 + 2_000), None).unwrap();
     let head = store.head(id).unwrap();
     // then the second gets the store's Conflict, which a caller can match, and writes nothing.
-    match b.commit(plan_b, T0 + 2_000, None) {
+    match b.commit(plan_b, Timestamp::from_millis(T0 + 2_000), None) {
         Err(SessionError::Store(StoreError::Conflict { stream, actual, .. })) => {
             assert_eq!(stream, id);
             assert_eq!(Some(actual), head);
@@ -150,15 +157,18 @@ fn two_handles_on_one_session_get_a_matchable_conflict() {
     // After catching up it sees the other's commit: its old plan is stale, a new one commits.
     b.catch_up().unwrap();
     assert_eq!(b.state(), a.state());
-    let plan = b.plan(T0 + 3_000).unwrap();
-    b.commit(plan, T0 + 3_000, None).unwrap();
+    let plan = b.plan(Timestamp::from_millis(T0 + 3_000)).unwrap();
+    b.commit(plan, Timestamp::from_millis(T0 + 3_000), None).unwrap();
     // A handle that only missed appends keeps its plan after catching up.
-    let plan = b.plan(T0 + 4_000).unwrap();
+    let plan = b.plan(Timestamp::from_millis(T0 + 4_000)).unwrap();
     a.catch_up().unwrap();
     a.append(vec![msg(json!({"role": "user", "content": "typed meanwhile"}))]).unwrap();
-    assert!(matches!(b.commit(plan.clone(), T0 + 5_000, None), Err(SessionError::Store(StoreError::Conflict { .. }))));
+    assert!(matches!(
+        b.commit(plan.clone(), Timestamp::from_millis(T0 + 5_000), None),
+        Err(SessionError::Store(StoreError::Conflict { .. }))
+    ));
     b.catch_up().unwrap();
-    b.commit(plan, T0 + 5_000, None).unwrap();
+    b.commit(plan, Timestamp::from_millis(T0 + 5_000), None).unwrap();
     let report = replay::verify(store.as_ref(), id).unwrap();
     assert!(report.ok(), "{:?}", report.problems);
 }

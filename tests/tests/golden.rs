@@ -28,7 +28,7 @@ use ctxlog::message::Role;
 use ctxlog::replay::{replay, verify, Mode};
 use ctxlog::session::{Prepared, Produced};
 use ctxlog::wire::parse_timestamp_ms;
-use ctxlog::{MemoryStore, Session, Store, StreamId};
+use ctxlog::{MemoryStore, Session, Store, StreamId, Timestamp};
 use ctxlog_cli::transcript::{read, FormatArg};
 use ctxlog_store_fs::FsStore;
 use ctxlog_store_sled::SledStore;
@@ -84,7 +84,7 @@ fn bless() {
         transcript.lines.get(i).and_then(|l| l.message.meta.timestamp.as_ref()).map(|t| parse_timestamp_ms(t).unwrap())
     };
     let start = stamp(0).unwrap_or(ctxlog_cli::import::DEFAULT_START_MS);
-    let mut session = Session::create(&mem, id, transcript.format, config, start).unwrap();
+    let mut session = Session::create(&mem, id, transcript.format, config, Timestamp::from_millis(start)).unwrap();
     let calls = transcript.lines.iter().filter(|l| l.message.role == Role::Assistant).count();
     let (mut clock, mut call, mut pending) = (start, 0, Vec::new());
     let (mut live, mut records) = (ctxlog::replay::Timeline::new(), String::new());
@@ -92,8 +92,8 @@ fn bless() {
         if line.message.role == Role::Assistant {
             session.append(std::mem::take(&mut pending)).unwrap();
             clock = stamp(i).unwrap_or(clock + 30_000).max(clock);
-            let plan = session.plan(clock).unwrap();
-            let committed = session.commit(plan, clock, None).unwrap();
+            let plan = session.plan(Timestamp::from_millis(clock)).unwrap();
+            let committed = session.commit(plan, Timestamp::from_millis(clock), None).unwrap();
             let first = committed.version + 1 - committed.events.len() as u64;
             for (i, ev) in committed.events.iter().enumerate() {
                 if let Some(rec) = live.feed(first + i as u64, ev, session.state()) {

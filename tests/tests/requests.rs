@@ -25,7 +25,7 @@ use ctxlog::replay;
 use ctxlog::request::{CacheTtl, Request, RequestOptions};
 use ctxlog::session::{Prepared, Produced};
 use ctxlog::wire::{self, Media, RenderOpts, WireFormat};
-use ctxlog::{MemoryStore, Session, StreamId};
+use ctxlog::{MemoryStore, Session, StreamId, Timestamp};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
@@ -61,7 +61,7 @@ struct Sent {
 fn run(lines: &[Message], format: WireFormat, config: Config, breakpoints: bool) -> (MemoryStore, StreamId, Vec<Sent>) {
     let store = MemoryStore::new();
     let id = StreamId::random();
-    let mut session = Session::create(&store, id, format, config, 1_767_225_600_000).unwrap();
+    let mut session = Session::create(&store, id, format, config, Timestamp::from_millis(1_767_225_600_000)).unwrap();
     let mut sent = Vec::new();
     let mut pending = Vec::new();
     let mut clock = 1_767_225_600_000;
@@ -69,11 +69,11 @@ fn run(lines: &[Message], format: WireFormat, config: Config, breakpoints: bool)
         if m.role == Role::Assistant {
             session.append(std::mem::take(&mut pending)).unwrap();
             clock += 45_000;
-            let plan = session.plan(clock).unwrap();
+            let plan = session.plan(Timestamp::from_millis(clock)).unwrap();
             let request = session.request(&plan, &options(format, breakpoints)).unwrap();
             let view = session.plan_view(&plan).iter().map(|b| b.to_vec()).collect();
             sent.push(Sent { call: plan.call(), request, view, digest: plan.digest.clone() });
-            session.commit(plan, clock, None).unwrap();
+            session.commit(plan, Timestamp::from_millis(clock), None).unwrap();
             while let Some(job) = session.summary_job() {
                 let text = match job.is_condense() {
                     true => ctxlog::summary::condense(session.state(), &job),
@@ -510,13 +510,20 @@ fn request_options_pass_fields_through_and_refuse_what_is_ctxlogs() {
     assert_eq!(opts.fields().collect::<Vec<_>>(), [("model", r#""b""#), ("max_tokens", "5")]);
     // In a request they come first, in that order, then system and messages.
     let store = MemoryStore::new();
-    let mut s = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 0).unwrap();
+    let mut s = Session::create(
+        &store,
+        StreamId::random(),
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(0),
+    )
+    .unwrap();
     s.append(vec![
         wire::parse_message(r#"{"role":"system","content":"Be brief."}"#).unwrap(),
         wire::parse_message(r#"{"role":"user","content":"hi"}"#).unwrap(),
     ])
     .unwrap();
-    let plan = s.plan(1).unwrap();
+    let plan = s.plan(Timestamp::from_millis(1)).unwrap();
     let r = s.request(&plan, &opts).unwrap();
     assert_eq!(
         std::str::from_utf8(r.body()).unwrap(),

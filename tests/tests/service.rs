@@ -9,7 +9,7 @@ use ctxlog::event::{Event, GuardKind};
 use ctxlog::replay;
 use ctxlog::request::{CacheTtl, RequestOptions};
 use ctxlog::session::{Prepared, Produced};
-use ctxlog::{MemoryStore, Message, Session, Store, StreamId, Usage, WireFormat};
+use ctxlog::{MemoryStore, Message, Session, Store, StreamId, Timestamp, Usage, WireFormat};
 use ctxlog_tests::provider::{Api, FakeProvider};
 use serde_json::{json, Value};
 
@@ -63,7 +63,7 @@ struct Run {
 fn agent(store: &MemoryStore, calls: usize, wiring: Wiring) -> Run {
     let config = Config { budget: 60_000, cache_aware: true, ..Config::default() };
     let id = StreamId::random();
-    let mut session = Session::create(store, id, WireFormat::Anthropic, config, T0).unwrap();
+    let mut session = Session::create(store, id, WireFormat::Anthropic, config, Timestamp::from_millis(T0)).unwrap();
     session
         .append(vec![
             msg(json!({"role": "system", "content": format!("You are a coding agent.\n{}", code(0, 4_000))})),
@@ -75,14 +75,14 @@ fn agent(store: &MemoryStore, calls: usize, wiring: Wiring) -> Run {
     let mut now = T0;
     for call in 0..calls {
         now += 30_000;
-        let plan = session.plan(now).unwrap();
+        let plan = session.plan(Timestamp::from_millis(now)).unwrap();
         let request = session.request(&plan, &options()).unwrap();
         let usage = provider.send(request.body(), now);
         let reported = match wiring {
             Wiring::Whole => Usage::from_anthropic(&usage).unwrap(),
             Wiring::InputTokensOnly => Usage::prompt(usage["input_tokens"].as_u64().unwrap()),
         };
-        events.extend(session.commit(plan, now + 2_000, Some(reported)).unwrap().events);
+        events.extend(session.commit(plan, Timestamp::from_millis(now + 2_000), Some(reported)).unwrap().events);
         let id = format!("toolu_{call}");
         session
             .append(vec![
@@ -170,14 +170,21 @@ fn a_report_far_below_the_estimate_is_not_trusted_and_raises_the_guard_once() {
 #[test]
 fn the_usage_guard_re_arms_after_a_trusted_report() {
     let store = MemoryStore::new();
-    let mut s = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), T0).unwrap();
+    let mut s = Session::create(
+        &store,
+        StreamId::random(),
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     s.append(vec![msg(json!({"role": "user", "content": code(1, 8_000)}))]).unwrap();
     let mut at = T0;
     let mut commit = |s: &mut Session<&MemoryStore>, usage: Usage| {
         at += 1_000;
-        let plan = s.plan(at).unwrap();
+        let plan = s.plan(Timestamp::from_millis(at)).unwrap();
         let estimate = plan.view_tokens;
-        let events = s.commit(plan, at, Some(usage)).unwrap().events;
+        let events = s.commit(plan, Timestamp::from_millis(at), Some(usage)).unwrap().events;
         s.append(vec![msg(json!({"role": "assistant", "content": "ok"}))]).unwrap();
         s.append(vec![msg(json!({"role": "user", "content": "go on"}))]).unwrap();
         (estimate, guards(&events, &GuardKind::UsageBelowEstimate))
@@ -191,10 +198,11 @@ fn the_usage_guard_re_arms_after_a_trusted_report() {
     // A floor of 0 trusts every report.
     let store = MemoryStore::new();
     let config = Config { usage_floor_ratio: 0.0, ..Config::default() };
-    let mut s = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, T0).unwrap();
+    let mut s =
+        Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, Timestamp::from_millis(T0)).unwrap();
     s.append(vec![msg(json!({"role": "user", "content": code(1, 8_000)}))]).unwrap();
-    let plan = s.plan(T0).unwrap();
-    let events = s.commit(plan, T0, Some(Usage::prompt(1))).unwrap().events;
+    let plan = s.plan(Timestamp::from_millis(T0)).unwrap();
+    let events = s.commit(plan, Timestamp::from_millis(T0), Some(Usage::prompt(1))).unwrap().events;
     assert!(matches!(events.last(), Some(Event::RequestServed(r)) if r.anchored && r.reported_tokens == Some(1)));
     assert!(Config { usage_floor_ratio: 1.5, ..Config::default() }.validate().is_err());
 }
@@ -203,9 +211,16 @@ fn the_usage_guard_re_arms_after_a_trusted_report() {
 fn messages_appended_between_plan_and_commit_leave_the_served_request_committable() {
     // Given a call planned and sent,
     let store = MemoryStore::new();
-    let mut s = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), T0).unwrap();
+    let mut s = Session::create(
+        &store,
+        StreamId::random(),
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     s.append(vec![msg(json!({"role": "user", "content": "Summarize the design doc."}))]).unwrap();
-    let plan = s.plan(T0 + 1_000).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 1_000)).unwrap();
     let sent = s.request(&plan, &RequestOptions::new()).unwrap();
     let sent_digest = plan.digest.clone();
     // when the user types two more messages while the model answers,
@@ -214,15 +229,15 @@ fn messages_appended_between_plan_and_commit_leave_the_served_request_committabl
     // then the request that was sent can still be rendered and committed, and the log records
     // the digest of what was sent, not of the view as it is now,
     assert_eq!(s.request(&plan, &RequestOptions::new()).unwrap().body(), sent.body());
-    let committed = s.commit(plan, T0 + 3_000, Some(Usage::prompt(12))).unwrap();
+    let committed = s.commit(plan, Timestamp::from_millis(T0 + 3_000), Some(Usage::prompt(12))).unwrap();
     let Some(Event::RequestServed(r)) = committed.events.last() else { panic!() };
     assert_eq!(r.digest, sent_digest);
     assert_eq!(r.view_messages, 1);
     // the next call serves the previous view plus the two new messages (a pure append),
-    let next = s.plan(T0 + 5_000).unwrap();
+    let next = s.plan(Timestamp::from_millis(T0 + 5_000)).unwrap();
     assert!(next.prefix_reused);
     assert_eq!(next.view_messages, 3);
-    s.commit(next, T0 + 6_000, None).unwrap();
+    s.commit(next, Timestamp::from_millis(T0 + 6_000), None).unwrap();
     // and verify re-renders the served view from the log and agrees.
     let report = replay::verify(&store, s.id()).unwrap();
     assert!(report.ok(), "{:?}", report.problems);
@@ -236,7 +251,8 @@ fn a_plan_that_flushed_or_edited_is_committed_on_top_of_the_appends() {
     // Given a call that compacts (its plan edits the view on a scratch copy),
     let store = MemoryStore::new();
     let config = Config { budget: 6_000, ..Config::default() };
-    let mut s = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, T0).unwrap();
+    let mut s =
+        Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, Timestamp::from_millis(T0)).unwrap();
     s.append(vec![msg(json!({"role": "user", "content": "Start."}))]).unwrap();
     for i in 0..6 {
         let id = format!("t{i}");
@@ -246,16 +262,16 @@ fn a_plan_that_flushed_or_edited_is_committed_on_top_of_the_appends() {
         ])
         .unwrap();
     }
-    let plan = s.plan(T0 + 1_000).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 1_000)).unwrap();
     assert!(!plan.events().is_empty(), "the plan compacts");
     let sent = s.request(&plan, &RequestOptions::new()).unwrap();
     // when a message arrives before the commit,
     s.append(vec![msg(json!({"role": "user", "content": "One more thing."}))]).unwrap();
     // then the batch is validated and applied on top of it, with the digest that was sent,
-    let committed = s.commit(plan, T0 + 2_000, None).unwrap();
+    let committed = s.commit(plan, Timestamp::from_millis(T0 + 2_000), None).unwrap();
     let Some(Event::RequestServed(r)) = committed.events.last() else { panic!() };
     assert_eq!(r.digest, sent.view_digest());
-    assert!(s.plan(T0 + 3_000).unwrap().prefix_reused);
+    assert!(s.plan(Timestamp::from_millis(T0 + 3_000)).unwrap().prefix_reused);
     let report = replay::verify(&store, s.id()).unwrap();
     assert!(report.ok(), "{:?}", report.problems);
 }
@@ -266,7 +282,8 @@ fn only_a_competing_commit_a_prepare_or_a_restore_makes_a_plan_stale() {
     use ctxlog::SessionError;
     let store = MemoryStore::new();
     let config = Config { budget: 3_000, ..Config::default() };
-    let mut s = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, T0).unwrap();
+    let mut s =
+        Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, Timestamp::from_millis(T0)).unwrap();
     s.append(vec![msg(json!({"role": "user", "content": "Start."}))]).unwrap();
     for i in 0..8 {
         s.append(vec![msg(json!({"role": "assistant", "content": code(i, 1_500)}))]).unwrap();
@@ -277,27 +294,39 @@ fn only_a_competing_commit_a_prepare_or_a_restore_makes_a_plan_stale() {
         other => panic!("{other}"),
     };
     // A prepare the plan did not see.
-    let plan = s.plan(T0 + 1_000).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 1_000)).unwrap();
     let job = s.summary_job().expect("over the soft threshold");
     let text = ctxlog::summary::extractive(s.state(), &job);
     assert!(matches!(s.prepare(&job, text, Produced::extractive()).unwrap(), Prepared::Written(_)));
     let head = store.head(s.id()).unwrap();
-    assert_eq!(stale(s.commit(plan, T0 + 2_000, None).unwrap_err()), StaleCause::SummaryPrepared);
+    assert_eq!(
+        stale(s.commit(plan, Timestamp::from_millis(T0 + 2_000), None).unwrap_err()),
+        StaleCause::SummaryPrepared
+    );
     assert_eq!(store.head(s.id()).unwrap(), head, "nothing written");
     // A restore.
-    let plan = s.plan(T0 + 3_000).unwrap();
-    s.commit(plan, T0 + 3_000, None).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 3_000)).unwrap();
+    s.commit(plan, Timestamp::from_millis(T0 + 3_000), None).unwrap();
     let st = s.state();
     let hidden = (0..st.message_count()).find(|&seq| st.hidden_by_flush(seq) || st.entry(seq).unwrap().edit.is_some());
-    let plan = s.plan(T0 + 4_000).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 4_000)).unwrap();
     s.restore(hidden.expect("the call flushed or edited"), "test", "need it").unwrap();
     assert_eq!(stale(s.request(&plan, &RequestOptions::new()).unwrap_err()), StaleCause::Restored);
-    assert_eq!(stale(s.commit(plan, T0 + 5_000, None).unwrap_err()), StaleCause::Restored);
+    assert_eq!(stale(s.commit(plan, Timestamp::from_millis(T0 + 5_000), None).unwrap_err()), StaleCause::Restored);
     // Another session's plan.
     let other_store = MemoryStore::new();
-    let mut other =
-        Session::create(&other_store, StreamId::random(), WireFormat::Anthropic, Config::default(), T0).unwrap();
+    let mut other = Session::create(
+        &other_store,
+        StreamId::random(),
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     other.append(vec![msg(json!({"role": "user", "content": "hi"}))]).unwrap();
-    let foreign = other.plan(T0).unwrap();
-    assert_eq!(stale(s.commit(foreign, T0 + 6_000, None).unwrap_err()), StaleCause::OtherSession);
+    let foreign = other.plan(Timestamp::from_millis(T0)).unwrap();
+    assert_eq!(
+        stale(s.commit(foreign, Timestamp::from_millis(T0 + 6_000), None).unwrap_err()),
+        StaleCause::OtherSession
+    );
 }

@@ -8,7 +8,7 @@ use ctxlog::event::Event;
 use ctxlog::replay::{self, Mode};
 use ctxlog::session::StaleCause;
 use ctxlog::state::{Invariant, State};
-use ctxlog::{ExpectedVersion, MemoryStore, Session, SessionError, Store, StreamId};
+use ctxlog::{ExpectedVersion, MemoryStore, Session, SessionError, Store, StreamId, Timestamp};
 use ctxlog_tests::scenario::*;
 
 // ---- SessionStart ----------------------------------------------------------------------------
@@ -534,7 +534,9 @@ fn lenient_replay_renumbers_a_seq_gap_and_strict_replay_refuses_it() {
 // ---- Live commands -------------------------------------------------------------------------
 
 fn live_session(store: &MemoryStore) -> Session<&MemoryStore> {
-    let mut s = Session::create(store, StreamId(SESSION), ctxlog::WireFormat::Anthropic, config(), T0).unwrap();
+    let mut s =
+        Session::create(store, StreamId(SESSION), ctxlog::WireFormat::Anthropic, config(), Timestamp::from_millis(T0))
+            .unwrap();
     let msgs = [
         r#"{"role":"system","content":"sys"}"#,
         r#"{"role":"user","content":"hi"}"#,
@@ -553,7 +555,7 @@ fn live_restore_of_a_never_edited_seq_is_rejected_and_writes_nothing() {
     let before = s.state().clone();
     let err = s.restore(1, "test", "why not").unwrap_err();
     assert!(
-        matches!(&err, SessionError::Invariant { violation, .. } if violation.invariant == Invariant::RestoreTarget),
+        matches!(&err, SessionError::Refused { violation, .. } if violation.invariant == Invariant::RestoreTarget),
         "{err:?}"
     );
     assert_eq!(store.head(s.id()).unwrap(), head, "nothing written");
@@ -574,7 +576,7 @@ fn live_append_breaking_an_invariant_is_rejected_and_writes_nothing() {
     ];
     let err = s.append(batch).unwrap_err();
     assert!(
-        matches!(&err, SessionError::Invariant { violation, .. } if violation.invariant == Invariant::UnknownToolCall),
+        matches!(&err, SessionError::Refused { violation, .. } if violation.invariant == Invariant::UnknownToolCall),
         "{err:?}"
     );
     assert_eq!(store.head(s.id()).unwrap(), head);
@@ -585,7 +587,7 @@ fn live_append_breaking_an_invariant_is_rejected_and_writes_nothing() {
             r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"again"}]}"#,
         )])
         .unwrap_err();
-    assert!(matches!(err, SessionError::Invariant { .. }), "{err:?}");
+    assert!(matches!(err, SessionError::Refused { .. }), "{err:?}");
     // A message of the wrong format is a typed message error naming the batch index.
     let err = s
         .append(vec![
@@ -605,16 +607,16 @@ fn live_append_breaking_an_invariant_is_rejected_and_writes_nothing() {
 fn a_stale_plan_is_refused_and_abort_writes_nothing() {
     let store = MemoryStore::new();
     let mut s = live_session(&store);
-    let plan = s.plan(T0 + 1000).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 1000)).unwrap();
     let head = store.head(s.id()).unwrap();
     s.abort(plan);
     assert_eq!(store.head(s.id()).unwrap(), head);
     // Another call committed meanwhile: the first plan no longer describes the session.
-    let stale = s.plan(T0 + 2000).unwrap();
-    let competing = s.plan(T0 + 2000).unwrap();
-    s.commit(competing, T0 + 2000, None).unwrap();
+    let stale = s.plan(Timestamp::from_millis(T0 + 2000)).unwrap();
+    let competing = s.plan(Timestamp::from_millis(T0 + 2000)).unwrap();
+    s.commit(competing, Timestamp::from_millis(T0 + 2000), None).unwrap();
     let head = store.head(s.id()).unwrap();
-    let err = s.commit(stale, T0 + 3000, None).unwrap_err();
+    let err = s.commit(stale, Timestamp::from_millis(T0 + 3000), None).unwrap_err();
     assert!(matches!(err, SessionError::StalePlan { by: StaleCause::CallCommitted, .. }), "{err:?}");
     assert_eq!(store.head(s.id()).unwrap(), head);
 }
@@ -623,13 +625,13 @@ fn a_stale_plan_is_refused_and_abort_writes_nothing() {
 fn a_commit_going_back_in_time_is_rejected_and_writes_nothing() {
     let store = MemoryStore::new();
     let mut s = live_session(&store);
-    let plan = s.plan(T0 + 10_000).unwrap();
-    s.commit(plan, T0 + 10_000, None).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 10_000)).unwrap();
+    s.commit(plan, Timestamp::from_millis(T0 + 10_000), None).unwrap();
     let head = store.head(s.id()).unwrap();
-    let plan = s.plan(T0 + 5_000).unwrap();
-    let err = s.commit(plan, T0 + 5_000, None).unwrap_err();
+    let plan = s.plan(Timestamp::from_millis(T0 + 5_000)).unwrap();
+    let err = s.commit(plan, Timestamp::from_millis(T0 + 5_000), None).unwrap_err();
     assert!(
-        matches!(&err, SessionError::Invariant { violation, .. } if violation.invariant == Invariant::TimeBackwards),
+        matches!(&err, SessionError::Refused { violation, .. } if violation.invariant == Invariant::TimeBackwards),
         "{err:?}"
     );
     assert_eq!(store.head(s.id()).unwrap(), head);
@@ -702,11 +704,13 @@ fn session_create_refuses_a_bad_config_or_a_taken_id_and_writes_nothing() {
     let store = MemoryStore::new();
     let id = StreamId(SESSION);
     let bad = ctxlog::Config { target_ratio: 0.9, ..config() };
-    let err = Session::create(&store, id, ctxlog::WireFormat::Anthropic, bad, T0).err().unwrap();
+    let err =
+        Session::create(&store, id, ctxlog::WireFormat::Anthropic, bad, Timestamp::from_millis(T0)).err().unwrap();
     assert!(matches!(&err, SessionError::Config(c) if c.key == "target"), "{err:?}");
     assert_eq!(store.head(id).unwrap(), None);
-    let _s = Session::create(&store, id, ctxlog::WireFormat::Anthropic, config(), T0).unwrap();
-    let err = Session::create(&store, id, ctxlog::WireFormat::OpenAi, config(), T0).err().unwrap();
+    let _s = Session::create(&store, id, ctxlog::WireFormat::Anthropic, config(), Timestamp::from_millis(T0)).unwrap();
+    let err =
+        Session::create(&store, id, ctxlog::WireFormat::OpenAi, config(), Timestamp::from_millis(T0)).err().unwrap();
     assert!(matches!(err, SessionError::Exists(x) if x == id), "{err:?}");
     assert_eq!(store.head(id).unwrap(), Some(1));
     assert!(matches!(Session::open(&store, StreamId::random()).err().unwrap(), SessionError::NotFound(_)));

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use ctxlog::config::Config;
 use ctxlog::session::{Prepared, Produced};
-use ctxlog::{MemoryStore, Message, Session, Store, StreamId, Usage, WireFormat};
+use ctxlog::{MemoryStore, Message, Session, Store, StreamId, Timestamp, Usage, WireFormat};
 use serde_json::json;
 use tracing::Level;
 
@@ -49,19 +49,20 @@ fn msg(v: serde_json::Value) -> Message {
 /// meets a stale plan and a conflict.
 fn eventful(store: &MemoryStore) -> StreamId {
     let config = Config { budget: 4_000, ..Config::default() };
-    let mut s = Session::create(store, StreamId::random(), WireFormat::Anthropic, config, 0).unwrap();
+    let mut s =
+        Session::create(store, StreamId::random(), WireFormat::Anthropic, config, Timestamp::from_millis(0)).unwrap();
     s.append(vec![msg(json!({"role": "system", "content": format!("{SECRET} system")}))]).unwrap();
     s.append(vec![msg(json!({"role": "user", "content": format!("{SECRET} first")}))]).unwrap();
     let mut at = 0;
     for i in 0..12 {
         at += 10_000;
-        let plan = s.plan(at).unwrap();
+        let plan = s.plan(Timestamp::from_millis(at)).unwrap();
         let request = s.request(&plan, &ctxlog::RequestOptions::new()).unwrap();
         assert!(String::from_utf8_lossy(request.body()).contains(SECRET));
         let tokens = plan.view_tokens;
         // One report is a partial count: the usage guard speaks.
         let usage = if i == 3 { Usage::prompt(tokens / 10) } else { Usage::prompt(tokens) };
-        s.commit(plan, at, Some(usage)).unwrap();
+        s.commit(plan, Timestamp::from_millis(at), Some(usage)).unwrap();
         let id = format!("t{i}");
         s.append(vec![
             msg(json!({"role": "assistant", "content": [
@@ -85,15 +86,15 @@ fn eventful(store: &MemoryStore) -> StreamId {
     let hidden = (0..s.state().message_count()).find(|&q| s.state().hidden_by_flush(q)).unwrap();
     s.restore(hidden, "test", SECRET).unwrap();
     // A stale plan, then a conflict between two handles.
-    let stale = s.plan(at + 1).unwrap();
-    let plan = s.plan(at + 1).unwrap();
-    s.commit(plan, at + 1, None).unwrap();
-    assert!(s.commit(stale, at + 2, None).is_err());
+    let stale = s.plan(Timestamp::from_millis(at + 1)).unwrap();
+    let plan = s.plan(Timestamp::from_millis(at + 1)).unwrap();
+    s.commit(plan, Timestamp::from_millis(at + 1), None).unwrap();
+    assert!(s.commit(stale, Timestamp::from_millis(at + 2), None).is_err());
     let mut other = Session::open(store, s.id()).unwrap();
-    let theirs = other.plan(at + 3).unwrap();
-    let ours = s.plan(at + 3).unwrap();
-    s.commit(ours, at + 3, None).unwrap();
-    assert!(other.commit(theirs, at + 4, None).is_err());
+    let theirs = other.plan(Timestamp::from_millis(at + 3)).unwrap();
+    let ours = s.plan(Timestamp::from_millis(at + 3)).unwrap();
+    s.commit(ours, Timestamp::from_millis(at + 3), None).unwrap();
+    assert!(other.commit(theirs, Timestamp::from_millis(at + 4), None).is_err());
     s.id()
 }
 
@@ -144,7 +145,14 @@ fn a_torn_tail_repaired_by_the_fs_store_is_logged() {
     let dir = tempfile::tempdir().unwrap();
     let id = {
         let store = ctxlog_store_fs::FsStore::open(dir.path()).unwrap();
-        let mut s = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), 0).unwrap();
+        let mut s = Session::create(
+            &store,
+            StreamId::random(),
+            WireFormat::Anthropic,
+            Config::default(),
+            Timestamp::from_millis(0),
+        )
+        .unwrap();
         s.append(vec![msg(json!({"role": "user", "content": "hi"}))]).unwrap();
         s.id()
     };

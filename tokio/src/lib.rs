@@ -11,13 +11,12 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! use std::sync::Arc;
-//! use ctxlog::{Config, MemoryStore, StreamId, Usage, WireFormat};
-//! use ctxlog::request::RequestOptions;
+//! use ctxlog::{parse_message, Config, MemoryStore, RequestOptions, StreamId, Usage, WireFormat};
 //! use ctxlog_tokio::{now, AsyncSession};
 //!
 //! let store = Arc::new(MemoryStore::new()); // shared by every session of the service
 //! let session = AsyncSession::create(store, StreamId::random(), WireFormat::Anthropic, Config::default(), now()).await?;
-//! session.append(vec![ctxlog::wire::parse_message(r#"{"role":"user","content":"hi"}"#)?]).await?;
+//! session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?]).await?;
 //! let (plan, request) = session.plan_request(now(), &RequestOptions::new().model("claude-sonnet-4-5")).await?;
 //! // ... POST `request.body()` to the provider, await its answer ...
 //! session.commit(plan, now(), Some(Usage { input: 12, cache_read: 0, cache_write: 0, output: 5 })).await?;
@@ -30,13 +29,12 @@
 //! holds its own lock (or a queue) across plan → provider → commit.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use ctxlog::request::{Request, RequestOptions};
 use ctxlog::session::{Appended, Committed, Prepared, Produced};
 use ctxlog::summary::SummaryJob;
-use ctxlog::time::Millis;
-use ctxlog::{Config, Message, Plan, Session, SessionError, Store, StreamId, Usage, WireFormat};
+use ctxlog::{Config, Message, Plan, Session, SessionError, Store, StreamId, Timestamp, Usage, WireFormat};
 use tokio::sync::Mutex;
 
 /// What an async session operation can fail with.
@@ -77,7 +75,7 @@ impl<S: Store + 'static> AsyncSession<S> {
         id: StreamId,
         format: WireFormat,
         config: Config,
-        now: Millis,
+        now: Timestamp,
     ) -> Result<Self, Error> {
         let session = blocking(move || Session::create(store, id, format, config, now)).await??;
         Ok(Self::from(session))
@@ -121,13 +119,13 @@ impl<S: Store + 'static> AsyncSession<S> {
     }
 
     /// Decides the next call ([`Session::plan`]).
-    pub async fn plan(&self, now: Millis) -> Result<Plan, Error> {
+    pub async fn plan(&self, now: Timestamp) -> Result<Plan, Error> {
         self.try_call(move |s| s.plan(now)).await
     }
 
     /// Decides the next call and builds its request body in one operation
     /// ([`Session::plan`] then [`Session::request`]).
-    pub async fn plan_request(&self, now: Millis, opts: &RequestOptions) -> Result<(Plan, Request), Error> {
+    pub async fn plan_request(&self, now: Timestamp, opts: &RequestOptions) -> Result<(Plan, Request), Error> {
         let opts = opts.clone();
         self.try_call(move |s| {
             let plan = s.plan(now)?;
@@ -144,7 +142,7 @@ impl<S: Store + 'static> AsyncSession<S> {
     }
 
     /// Commits a dispatched call ([`Session::commit`]).
-    pub async fn commit(&self, plan: Plan, at: Millis, usage: Option<Usage>) -> Result<Committed, Error> {
+    pub async fn commit(&self, plan: Plan, at: Timestamp, usage: Option<Usage>) -> Result<Committed, Error> {
         self.try_call(move |s| s.commit(plan, at, usage)).await
     }
 
@@ -196,10 +194,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     }
 }
 
-/// The host's clock in the core's unit: milliseconds since the Unix epoch. (The core reads no
-/// clock; this is the host side.) A clock before 1970 reads as 0.
-pub fn now() -> Millis {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// The host's clock as the core's time type. (The core reads no clock; this is the host side.)
+/// A clock before 1970 reads as the epoch.
+pub fn now() -> Timestamp {
+    Timestamp::from_system_time(SystemTime::now())
 }
 
 /// The README's "Embedding it" example, compiled and run as a doctest.

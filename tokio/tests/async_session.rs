@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ctxlog::config::Config;
 use ctxlog::request::RequestOptions;
-use ctxlog::{MemoryStore, SessionError, StreamId, Usage, WireFormat};
+use ctxlog::{MemoryStore, SessionError, StreamId, Timestamp, Usage, WireFormat};
 use ctxlog_store_sqlite::SqliteStore;
 use ctxlog_tokio::{now, AsyncSession, Error};
 
@@ -78,9 +78,15 @@ async fn many_sessions_run_at_once_on_one_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clones_drive_one_session_one_operation_at_a_time() {
     let store = Arc::new(MemoryStore::new());
-    let s = AsyncSession::create(Arc::clone(&store), StreamId::random(), WireFormat::Anthropic, Config::default(), 0)
-        .await
-        .unwrap();
+    let s = AsyncSession::create(
+        Arc::clone(&store),
+        StreamId::random(),
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(0),
+    )
+    .await
+    .unwrap();
     // Eight tasks append through clones of the handle: every append lands, seqs stay dense.
     let tasks: Vec<_> = (0..8)
         .map(|t| {
@@ -97,11 +103,11 @@ async fn clones_drive_one_session_one_operation_at_a_time() {
     }
     assert_eq!(s.call(|s| s.state().message_count()).await.unwrap(), 200);
     // A plan one clone took is stale once another clone committed a call.
-    let first = s.plan(1_000).await.unwrap();
+    let first = s.plan(Timestamp::from_millis(1_000)).await.unwrap();
     let other = s.clone();
-    let plan = other.plan(1_000).await.unwrap();
-    other.commit(plan, 1_000, None).await.unwrap();
-    match s.commit(first, 2_000, None).await {
+    let plan = other.plan(Timestamp::from_millis(1_000)).await.unwrap();
+    other.commit(plan, Timestamp::from_millis(1_000), None).await.unwrap();
+    match s.commit(first, Timestamp::from_millis(2_000), None).await {
         Err(Error::Session(SessionError::StalePlan { .. })) => {}
         other => panic!("{other:?}"),
     }
@@ -113,9 +119,25 @@ async fn clones_drive_one_session_one_operation_at_a_time() {
 async fn errors_and_panics_come_back_to_the_caller() {
     let store = Arc::new(MemoryStore::new());
     let id = StreamId::random();
-    let s = AsyncSession::create(Arc::clone(&store), id, WireFormat::Anthropic, Config::default(), 0).await.unwrap();
+    let s = AsyncSession::create(
+        Arc::clone(&store),
+        id,
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(0),
+    )
+    .await
+    .unwrap();
     // A session error is typed.
-    match AsyncSession::create(Arc::clone(&store), id, WireFormat::Anthropic, Config::default(), 0).await {
+    match AsyncSession::create(
+        Arc::clone(&store),
+        id,
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(0),
+    )
+    .await
+    {
         Err(Error::Session(SessionError::Exists(e))) => assert_eq!(e, id),
         other => panic!("{other:?}"),
     }
