@@ -15,7 +15,7 @@ use ctxlog::session::READ_CHUNK;
 use ctxlog::state::{Item, State, Violation};
 use ctxlog::time::Millis;
 use ctxlog::view::ViewCache;
-use ctxlog::{SessionError, Store, StreamId, Version};
+use ctxlog::{Session, SessionError, Store, StreamId, Version};
 
 use crate::args::SessionArgs;
 use crate::commands::pick_session;
@@ -250,6 +250,13 @@ pub fn analyze(
     if store.head(stream)?.is_none() {
         return Err(SessionError::NotFound(stream).into());
     }
+    // An unfinished import is not a session yet: a strict fold of a past version refuses it
+    // too (a fold to the head finds out by itself, below).
+    if mode == Mode::Strict && until != Until::Head {
+        if let Err(e @ SessionError::Unfinished { .. }) = Session::open(store, stream) {
+            return Err(e.into());
+        }
+    }
     let mut fold = Fold::new(stream, keep);
     let mut from = 1;
     'read: loop {
@@ -260,6 +267,9 @@ pub fn analyze(
                 break 'read;
             }
             let ev = codec::decode(stream, rec.version, &rec.record).map_err(SessionError::from)?;
+            // The state keeps bodies only for the view: a restore or a second edit reads its
+            // message back from the log first, as `replay` does.
+            ctxlog::session::hydrate(store, stream, &mut fold.state, &ev)?;
             let served = fold.feed(rec.version, &ev, mode)?;
             if matches!((until, served), (Until::Call(n), Some(c)) if c == n) {
                 break 'read;
@@ -268,6 +278,9 @@ pub fn analyze(
         from = last + 1;
     }
     let analysis = fold.finish();
+    if let (Mode::Strict, Until::Head, Some(e)) = (mode, until, unfinished(stream, &analysis.state)) {
+        return Err(e.into());
+    }
     match until {
         Until::Call(n) if analysis.calls.len() as u64 <= n => Err(CliError::Flag {
             flag: "--call",
@@ -275,6 +288,16 @@ pub fn analyze(
         }),
         _ => Ok(analysis),
     }
+}
+
+/// `Unfinished` if `state` is an import that did not finish (a lenient fold shows it, with
+/// this as a warning).
+pub fn unfinished(stream: StreamId, state: &State) -> Option<SessionError> {
+    state.import().filter(|i| !i.completed).map(|i| SessionError::Unfinished {
+        stream,
+        messages: state.message_count(),
+        announced: i.source.messages,
+    })
 }
 
 /// `271 calls (0–270)`, `1 call (0)`, `no calls`.

@@ -1,5 +1,8 @@
 //! The commands other than `import`/`demo`.
 
+use std::io::Write;
+
+use ctxlog::event::Event;
 use ctxlog::replay::{self, Mode};
 use ctxlog::state::State;
 use ctxlog::transfer::copy_session;
@@ -7,7 +10,7 @@ use ctxlog::wire::{Media, RenderOpts};
 use ctxlog::{Session, Store, StreamId};
 use serde_json::json;
 
-use crate::analysis::{analyze, Decision, Keep, Until, What};
+use crate::analysis::{analyze, unfinished, Decision, Keep, Until, What};
 use crate::args::{CopyArgs, ExportArgs, InspectArgs, ReplayArgs, RestoreArgs, SessionArgs, StoreArgs, VerifyArgs};
 use crate::error::{is_damage, output, CliError};
 use crate::output::{print_timeline, Out};
@@ -50,7 +53,14 @@ pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let store = open_store(&args.store, Access::ReadOnly)?;
     let mut rows = Vec::new();
     for id in store.streams()? {
-        let session = Session::open(store.as_ref(), id)?;
+        // An unfinished import is not a session yet: say so aside, not in the list.
+        let session = match Session::open(store.as_ref(), id) {
+            Err(e @ ctxlog::SessionError::Unfinished { .. }) => {
+                out.err(&format!("note: {e}"))?;
+                continue;
+            }
+            other => other?,
+        };
         let st = session.state();
         rows.push((id, st.version(), st.message_count(), st.calls()));
     }
@@ -85,11 +95,16 @@ pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         (None, Some(c)) => Until::Call(c),
         (None, None) => Until::Head,
     };
+    // A strict fold refuses an unfinished import; a postmortem (lenient) shows it with a warning.
     let r = analyze(store.as_ref(), id, mode, until, Keep { views: false })?;
+    let left = if until == Until::Head { unfinished(id, &r.state) } else { None };
     let timeline: Vec<_> = r.calls.iter().map(|c| c.record.clone()).collect();
     print_timeline(out, &timeline, args.session.store.json)?;
     for v in &r.violations {
         out.err(&format!("violation (lenient replay went on): {v}"))?;
+    }
+    if let Some(e) = left {
+        out.err(&format!("warning: {e}"))?;
     }
     if !args.session.store.json {
         out.line(&format!(
@@ -118,15 +133,22 @@ fn check_version(store: &dyn Store, id: StreamId, flag: &'static str, v: u64) ->
     Ok(v)
 }
 
-/// Status of a message in the view, and the reason.
-fn status(st: &State, seq: u64) -> (&'static str, Option<String>) {
+/// Status of a message in the view, and the reason (the state keeps the edit's kind; its reason
+/// is in the log, as the last decision the analysis collected).
+fn status(st: &State, last: Option<&Decision>, seq: u64) -> (&'static str, Option<String>) {
     let Some(e) = st.entry(seq) else { return ("missing", None) };
     if st.hidden_by_flush(seq) {
         return ("flushed", Some(format!("summarized by a flush (flushed_prefix_messages {})", st.flushed())));
     }
     match &e.edit {
         None => ("live", None),
-        Some(edit) => (edit.kind.as_str(), Some(edit.reason.describe())),
+        Some(edit) => {
+            let reason = match last {
+                Some(Decision { what: What::Edited { reason, .. }, .. }) => Some(reason.describe()),
+                _ => None,
+            };
+            (edit.kind.as_str(), reason)
+        }
     }
 }
 
@@ -172,7 +194,7 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         .map(|(seq, m)| {
             let seq = seq as u64;
             let last = m.decisions.last();
-            let (status, mut reason) = status(st, seq);
+            let (status, mut reason) = status(st, last, seq);
             if let Some(Decision { what: What::Restored { by, why, partner_of }, .. }) = last {
                 let partner = partner_of.map_or_else(String::new, |p| format!(" with seq {p}"));
                 reason = Some(format!("restored{partner} by {by}: {why}"));
@@ -325,26 +347,63 @@ pub fn verify(args: &VerifyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     }
 }
 
-/// `export`
+/// `export`: the messages as appended, streamed from their records (the session is opened
+/// first, so a log that does not fold, or an unfinished import, exports nothing). A file is
+/// written aside and renamed once complete.
 pub fn export(args: &ExportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let (store, id) = open_selected(&args.session, Access::ReadOnly)?;
-    let st = replay::replay(store.as_ref(), id, Mode::Strict, None)?.state;
-    let source = |b: &ctxlog::BlobId| store.get_blob(b).ok().flatten();
-    let opts = RenderOpts { meta: true, media: Media::Inline(&source) };
-    let mut text = String::new();
+    let head = Session::open(store.as_ref(), id)?.state().version();
     let mut missing = Vec::new();
-    for e in st.entries() {
-        let (json, miss) = ctxlog::wire::to_json(&e.message, opts);
-        missing.extend(miss);
-        text.push_str(&json);
-        text.push('\n');
-    }
     match &args.out {
-        Some(path) => std::fs::write(path, text).map_err(output(&path.display().to_string()))?,
-        None => out.raw(text.as_bytes())?,
+        Some(path) => {
+            let mut name = path.as_os_str().to_owned();
+            name.push(".partial");
+            let partial = std::path::PathBuf::from(name);
+            let what = path.display().to_string();
+            let file = std::fs::File::create(&partial).map_err(output(&what))?;
+            let mut w = std::io::BufWriter::new(file);
+            let written = export_messages(store.as_ref(), id, head, &mut missing, |line| {
+                w.write_all(line).map_err(output(&what))
+            })
+            .and_then(|()| w.flush().map_err(output(&what)))
+            .and_then(|()| std::fs::rename(&partial, path).map_err(output(&what)));
+            if written.is_err() {
+                let _ = std::fs::remove_file(&partial);
+            }
+            written?;
+        }
+        None => export_messages(store.as_ref(), id, head, &mut missing, |line| out.raw(line))?,
     }
     for id in missing {
         out.err(&format!("warning: blob {id} is missing; exported as a reference"))?;
+    }
+    Ok(())
+}
+
+/// Writes each message of `id` up to version `head` as one JSONL line, media inlined.
+fn export_messages(
+    store: &dyn Store,
+    id: StreamId,
+    head: u64,
+    missing: &mut Vec<ctxlog::BlobId>,
+    mut write: impl FnMut(&[u8]) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    let source = |b: &ctxlog::BlobId| store.get_blob(b).ok().flatten();
+    let opts = RenderOpts { meta: true, media: Media::Inline(&source) };
+    let mut from = 1;
+    while from <= head {
+        let batch = store.read(id, from, ctxlog::session::READ_CHUNK)?;
+        let Some(last) = batch.last().map(|r| r.version) else { break };
+        for rec in batch.into_iter().take_while(|r| r.version <= head) {
+            let ev = ctxlog::codec::decode(id, rec.version, &rec.record).map_err(ctxlog::SessionError::from)?;
+            if let Event::MessageAppended(e) = ev {
+                let (mut json, miss) = ctxlog::wire::to_json(&e.message, opts);
+                missing.extend(miss);
+                json.push('\n');
+                write(json.as_bytes())?;
+            }
+        }
+        from = last + 1;
     }
     Ok(())
 }
@@ -377,8 +436,16 @@ pub fn copy(args: &CopyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         Some(s) => vec![parse_session(s)?],
         None => from.streams()?,
     };
+    let all = args.session.is_none();
     for id in ids {
-        let c = copy_session(from.as_ref(), to.as_ref(), id)?;
+        let c = match copy_session(from.as_ref(), to.as_ref(), id) {
+            // Copying every session passes over an unfinished import (it is not a session yet).
+            Err(e @ ctxlog::SessionError::Unfinished { .. }) if all => {
+                out.err(&format!("note: not copied: {e}"))?;
+                continue;
+            }
+            other => other?,
+        };
         if args.json {
             out.line(
                 &json!({"session": id.to_string(), "records": c.records, "blobs": c.blobs,

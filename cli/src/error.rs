@@ -118,7 +118,8 @@ impl CliError {
                 | SessionError::Refused { .. }
                 | SessionError::Message { .. }
                 | SessionError::Exists(_)
-                | SessionError::NotFound(_),
+                | SessionError::NotFound(_)
+                | SessionError::Unfinished { .. },
             ) => EXIT_INPUT,
             CliError::Session(SessionError::Store(e)) | CliError::Store(e) if is_damage(e) => EXIT_INVALID_LOG,
             _ => EXIT_STORE,

@@ -31,7 +31,7 @@ use crate::logs::with_logs;
 pub use crate::logs::Logs;
 use crate::output::{details, json_line, summary, Out, TimelineTable};
 use crate::stores::{open_store, Access};
-use crate::transcript::{FormatArg, Transcript};
+use crate::transcript::{FormatArg, Source};
 
 /// Budget the demo runs with unless `--budget` says otherwise: small enough that the bundled
 /// session needs compaction.
@@ -135,14 +135,14 @@ fn import_cmd(a: ImportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     if !(a.call_interval.is_finite() && a.call_interval >= 0.0) {
         return Err(CliError::Usage(format!("--call-interval {} is not a number of seconds", a.call_interval)));
     }
-    let transcript = transcript::read_file(&a.file, a.format)?;
+    let transcript = transcript::check_file(&a.file, a.format)?;
     let interval = (a.call_interval * 1000.0).round() as u64;
     run_import(&transcript, &a.store, &a.config, Config::default(), interval, a.views.as_deref(), a.inline_media, out)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn run_import(
-    transcript: &Transcript,
+    transcript: &dyn Source,
     store_args: &args::StoreArgs,
     config_args: &ConfigArgs,
     base: Config,
@@ -152,6 +152,8 @@ fn run_import(
     out: &mut Out<'_>,
 ) -> Result<(), CliError> {
     let (config, session) = config_of(config_args, base)?;
+    // The id is chosen here so a failed import can name the session it leaves unfinished.
+    let id = session.unwrap_or_else(ctxlog::session::new_session_id);
     let store = open_store(&store_args.store, Access::Create)?;
     // The views go to `<path>.partial` and are renamed only once the session is stored, so a
     // failed import leaves no views file that describes a session that does not exist.
@@ -165,18 +167,18 @@ fn run_import(
         None => None,
     };
     let json = store_args.json;
-    let table = TimelineTable::sized_for(transcript.lines.len() as u64, config.budget);
+    let table = TimelineTable::sized_for(transcript.facts().messages, config.budget);
     if !json {
         out.line(&table.header())?;
     }
     let opts = ImportOptions {
         config,
-        session,
+        session: Some(id),
         call_interval_ms: interval_ms,
         views: views_file.as_mut().map(|w| w as &mut dyn Write),
         inline_media,
     };
-    let total = transcript.lines.iter().filter(|l| l.message.role == ctxlog::message::Role::Assistant).count();
+    let total = transcript.facts().calls;
     let done = import(transcript, store.as_ref(), opts, |r| {
         out.progress(&format!("call {}/{total}", r.call + 1))?;
         if json {
@@ -192,9 +194,19 @@ fn run_import(
             if let Some(p) = &partial {
                 let _ = std::fs::remove_file(p);
             }
+            let refused = matches!(e, CliError::Usage(_) | CliError::Session(ctxlog::SessionError::Exists(_)));
+            if !refused && store.head(id).ok().flatten().is_some() {
+                out.err(&format!(
+                    "note: session {id} is an unfinished import: readers ignore it; run the same import with \
+                     --session {id} to finish it"
+                ))?;
+            }
             return Err(e);
         }
     };
+    if let Some(v) = done.resumed_at {
+        out.err(&format!("resumed the unfinished import of session {id} after version {v}"))?;
+    }
     if let (Some(mut w), Some(tmp), Some(path)) = (views_file, &partial, views) {
         w.flush().map_err(out_err("the views file"))?;
         std::fs::rename(tmp, path).map_err(out_err(&path.display().to_string()))?;
@@ -209,7 +221,7 @@ fn run_import(
             store_args.store,
             done.records,
             done.blobs,
-            transcript.format.as_str()
+            transcript.format().as_str()
         ))?;
     }
     Ok(())

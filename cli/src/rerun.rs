@@ -242,11 +242,8 @@ fn run_jobs<S: Store>(
                 continue;
             }
         }
-        let text = if job.is_condense() {
-            ctxlog::summary::condense(session.state(), &job)
-        } else {
-            ctxlog::summary::extractive(session.state(), &job)
-        };
+        // The built-in summarizers (condensed, or extractive over the span read back from the log).
+        let text = session.summarize(&job)?;
         match session.prepare(&job, text, Produced::extractive())? {
             Prepared::Written(_) => notes.summaries_remade.push((job.from, job.to, job.is_condense())),
             // Asking again would only repeat it; the next call asks anew.

@@ -34,6 +34,7 @@ impl Follower {
         let (stream, state, timeline) = (self.stream, &mut self.state, &mut self.timeline);
         let mut calls = Vec::new();
         for_each_event(store, stream, state.version() + 1, None, |version, ev| {
+            ctxlog::session::hydrate(store, stream, state, &ev)?;
             state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?;
             calls.extend(timeline.feed(version, &ev, state));
             Ok(())

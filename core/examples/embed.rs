@@ -42,6 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Between calls, summarize what the engine asks for (here: the built-in summarizer):
         // spans of messages, and condensing the oldest summaries once they fill their share.
         while let Some(job) = session.summary_job() {
+            // The span's messages, for a host's own summarizer: `session.messages(job.from..job.to)`.
             let text = session.summarize(&job)?;
             if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive())? {
                 break;

@@ -54,7 +54,7 @@ pub mod kind {
     /// `GuardRaised`.
     pub const GUARD_RAISED: u8 = 8;
     /// `SessionStarted` whose config has `summary_share`, `hard_limit_ratio`, `clear_at_least`
-    /// (read only; see [`SESSION_STARTED`]).
+    /// (read only, frozen as [`legacy::SessionStartedV2`](super::legacy::SessionStartedV2); see [`SESSION_STARTED`]).
     pub const SESSION_STARTED_V2: u8 = 9;
     /// `SummaryPrepared` with `merged` (condensed summaries).
     pub const SUMMARY_PREPARED: u8 = 10;
@@ -64,11 +64,19 @@ pub mod kind {
     pub const SUMMARY_RETIRED: u8 = 12;
     /// `Flushed` with `condensed`.
     pub const FLUSHED: u8 = 13;
-    // 14 and 15 are reserved for the import marker.
-    /// `SessionStarted` whose config has `usage_floor_ratio`.
-    pub const SESSION_STARTED: u8 = 16;
+    /// `SessionStarted` of an import: kind 9 + `import` (read only, frozen as
+    /// [`legacy::SessionStartedV2Import`](super::legacy::SessionStartedV2Import); see [`SESSION_STARTED`]).
+    pub const SESSION_STARTED_V2_IMPORT: u8 = 14;
+    /// `ImportCompleted`.
+    pub const IMPORT_COMPLETED: u8 = 15;
+    /// `SessionStarted` whose config has `usage_floor_ratio`, without `import` (read only,
+    /// frozen as [`legacy::SessionStartedV3`](super::legacy::SessionStartedV3); see [`SESSION_STARTED`]).
+    pub const SESSION_STARTED_V3: u8 = 16;
     /// `RequestServed` with the provider's `usage` parts and `anchored`.
     pub const REQUEST_SERVED: u8 = 17;
+    /// `SessionStarted` whose config has `usage_floor_ratio`, with `import` (the transcript an
+    /// import reads; `None` for every other session).
+    pub const SESSION_STARTED: u8 = 18;
 }
 
 pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
@@ -89,6 +97,7 @@ pub fn encode(event: &Event) -> Result<Record, String> {
         Event::Restored(e) => payload(kind::RESTORED, e),
         Event::RequestServed(e) => payload(kind::REQUEST_SERVED, e),
         Event::GuardRaised(e) => payload(kind::GUARD_RAISED, e),
+        Event::ImportCompleted(e) => payload(kind::IMPORT_COMPLETED, e),
     }
 }
 
@@ -120,12 +129,17 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::REQUEST_SERVED_V1 => body::<legacy::RequestServedV1>(rest).map(|e| Event::RequestServed(e.into())),
         kind::GUARD_RAISED => body(rest).map(Event::GuardRaised),
         kind::SESSION_STARTED_V2 => body::<legacy::SessionStartedV2>(rest).map(|e| Event::SessionStarted(e.into())),
-        kind::SESSION_STARTED => body(rest).map(Event::SessionStarted),
         kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),
         kind::SUMMARY_RETIRED => body(rest).map(Event::SummaryRetired),
         kind::FLUSHED => body(rest).map(Event::Flushed),
+        kind::SESSION_STARTED_V2_IMPORT => {
+            body::<legacy::SessionStartedV2Import>(rest).map(|e| Event::SessionStarted(e.into()))
+        }
+        kind::IMPORT_COMPLETED => body(rest).map(Event::ImportCompleted),
+        kind::SESSION_STARTED_V3 => body::<legacy::SessionStartedV3>(rest).map(|e| Event::SessionStarted(e.into())),
+        kind::SESSION_STARTED => body(rest).map(Event::SessionStarted),
         other => return Err(fail(format!("unknown event kind {other} in format {format}"))),
     };
     event.map_err(|e| fail(format!("kind {k}: {e}")))

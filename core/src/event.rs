@@ -32,6 +32,8 @@ pub enum Event {
     RequestServed(RequestServed),
     /// A guard decided something worth knowing.
     GuardRaised(GuardRaised),
+    /// An import appended every message of its transcript: the session is complete.
+    ImportCompleted(ImportCompleted),
 }
 
 impl Event {
@@ -47,6 +49,7 @@ impl Event {
             Event::Restored(_) => "Restored",
             Event::RequestServed(_) => "RequestServed",
             Event::GuardRaised(_) => "GuardRaised",
+            Event::ImportCompleted(_) => "ImportCompleted",
         }
     }
 }
@@ -62,6 +65,34 @@ pub struct SessionStarted {
     pub config: Config,
     /// Creation time.
     pub at: Millis,
+    /// Set when `ctxlog import` creates the session: the session is complete only once its
+    /// `ImportCompleted` is in the log, and readers treat it as absent until then. Added in
+    /// record kind 14, written in kind 18 (kinds 1, 9 and 16 upcast to `None`).
+    pub import: Option<ImportSource>,
+}
+
+/// The transcript an import reads, announced when the session is created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportSource {
+    /// sha256 of the transcript's bytes, lower-case hex (a retried import of the same file
+    /// resumes the session; another file may not).
+    pub transcript_sha256: String,
+    /// Length of the transcript in bytes.
+    pub transcript_bytes: u64,
+    /// Messages the transcript holds: the import is complete once all are appended.
+    pub messages: u64,
+    /// Simulated time between calls for lines without a timestamp.
+    pub call_interval_ms: u64,
+}
+
+/// `ImportCompleted`: the last record an import writes; before it, the session is an unfinished
+/// import.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportCompleted {
+    /// Messages appended (= the transcript's).
+    pub messages: u64,
+    /// Calls served.
+    pub calls: u64,
 }
 
 /// `MessageAppended`.

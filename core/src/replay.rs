@@ -7,7 +7,7 @@ use crate::codec;
 use crate::event::{Event, GuardRaised};
 use crate::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message};
 use crate::request::{self, Request, RequestOptions, ServedView};
-use crate::session::{decode_snapshot, SessionError, StoreBlobs, READ_CHUNK};
+use crate::session::{decode_snapshot, hydrate, SessionError, StoreBlobs, READ_CHUNK};
 use crate::state::{State, Violation};
 use crate::store::{Store, StoreError, StreamId, Version};
 use crate::view::ViewCache;
@@ -227,6 +227,7 @@ pub fn replay<S: Store + ?Sized>(
     let mut out = Vec::new();
     let mut violations = Vec::new();
     for_each_event(store, stream, 1, until, |version, ev| {
+        hydrate(store, stream, &mut state, &ev)?;
         match mode {
             Mode::Strict => {
                 state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?
@@ -274,6 +275,7 @@ pub fn served_request<S: Store + ?Sized>(
                     return Ok(request::render(&view, format, opts, &StoreBlobs(store)));
                 }
             }
+            hydrate(store, stream, &mut state, &ev)?;
             state.apply(rec.version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?;
         }
         from = last + 1;
@@ -390,6 +392,7 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
         if let Event::MessageAppended(m) = &ev {
             collect_blobs(&m.message, &mut blobs);
         }
+        hydrate(store, stream, &mut state, &ev)?;
         state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?;
         if snapshot.as_ref().is_some_and(|s| s.version == version) {
             snap_state = Some(state.clone());
@@ -399,7 +402,9 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
     match result {
         Ok(()) => {}
         Err(SessionError::Store(e @ StoreError::Corrupt { .. })) => report.problems.push(e.to_string()),
-        Err(e @ (SessionError::Decode(_) | SessionError::Invariant { .. })) => report.problems.push(e.to_string()),
+        Err(e @ (SessionError::Decode(_) | SessionError::Invariant { .. } | SessionError::Body { .. })) => {
+            report.problems.push(e.to_string())
+        }
         Err(e) => return Err(e),
     }
     for id in blobs {
@@ -409,6 +414,14 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
             Ok(None) => report.problems.push(format!("stream {stream}: blob {id} is referenced but missing")),
             Err(e) => report.problems.push(format!("stream {stream}: {e}")),
         }
+    }
+    if let Some(i) = state.import().filter(|i| !i.completed) {
+        report.problems.push(format!(
+            "stream {stream}: an import that did not finish ({} of {} messages appended, no ImportCompleted); \
+             readers treat it as absent until the import is retried",
+            state.message_count(),
+            i.source.messages
+        ));
     }
     if let Some(snap) = snapshot {
         report.snapshot_checked = true;

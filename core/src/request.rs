@@ -267,7 +267,7 @@ pub(crate) fn render(
     let anthropic = format == WireFormat::Anthropic;
     let marks = if anthropic { opts.breakpoints } else { None };
     let is_system = |it: &ViewItem| match it.item {
-        Item::Message(seq) => view.state.entry(seq).is_some_and(|e| e.message.role.is_system()),
+        Item::Message(seq) => view.state.entry(seq).is_some_and(|e| e.is_system()),
         Item::Summary(_) => false,
     };
     let mut body = vec![b'{'];
@@ -423,7 +423,7 @@ fn mark_raw(raw: &mut RawJson, ttl: CacheTtl) -> Option<bool> {
 /// never add media, summaries have none.
 fn has_blobs(state: &State, item: Item) -> bool {
     let Item::Message(seq) = item else { return false };
-    let Some(e) = state.entry(seq) else { return false };
+    let Some(m) = state.shown(seq) else { return false };
     fn block(b: &Block) -> bool {
         match b {
             Block::Media { source: MediaSource::Base64 { data: MediaData::Blob(_), .. }, .. } => true,
@@ -432,5 +432,5 @@ fn has_blobs(state: &State, item: Item) -> bool {
             _ => false,
         }
     }
-    e.message.blocks().iter().any(block)
+    m.blocks().iter().any(block)
 }

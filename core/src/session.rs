@@ -4,6 +4,7 @@
 //! the state without touching it, appended to the store as one atomic batch, and applied only
 //! after the store acknowledged them.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use uuid::Uuid;
@@ -12,7 +13,8 @@ use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
 use crate::event::{
-    Event, GuardKind, MessageAppended, RequestServed, Restored, SessionStarted, SummaryMode, SummaryPrepared,
+    Event, GuardKind, ImportCompleted, ImportSource, MessageAppended, RequestServed, Restored, SessionStarted,
+    SummaryMode, SummaryPrepared,
 };
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
@@ -35,7 +37,12 @@ pub const READ_CHUNK: usize = 1024;
 /// 3: summaries carry their standing (pending, shown, condensed, retired); the view's summary
 /// tokens are kept.
 /// 4: the count of verbatim messages that carry tool ids includes system and first human ones.
-pub const SNAPSHOT_LAYOUT: u32 = 4;
+/// 5: bounded memory: entries keep facts, their record's version and a body only while in the
+/// view; a tool index replaces the id maps; summaries out of the view drop their text; imports.
+/// 6: the config holds `usage_floor_ratio`; the meter anchors only on trusted reports (and
+/// scales what was added since by the report's ratio), and a trusted report clears the
+/// usage guard.
+pub const SNAPSHOT_LAYOUT: u32 = 6;
 
 /// Everything a session command can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +82,33 @@ pub enum SessionError {
     /// The session id is taken.
     #[error("session {0} already exists in this store")]
     Exists(StreamId),
+    /// The session is an import that did not finish: readers treat it as absent, and only a
+    /// retried import of the same transcript may go on writing it.
+    #[error(
+        "session {stream} is an import that did not finish ({messages} of {announced} messages appended); \
+         retry the import of the same transcript with this session id to finish it"
+    )]
+    Unfinished {
+        /// The session.
+        stream: StreamId,
+        /// Messages appended so far.
+        messages: u64,
+        /// Messages the transcript holds.
+        announced: u64,
+    },
+    /// A message's record could not be read back (it is out of the view, so only the log holds
+    /// it).
+    #[error("stream {stream}: cannot read back message {seq} (version {version}): {detail}")]
+    Body {
+        /// The stream.
+        stream: StreamId,
+        /// The message.
+        seq: u64,
+        /// The version its `MessageAppended` was recorded at.
+        version: Version,
+        /// What went wrong.
+        detail: String,
+    },
     /// A message to append is not valid in the session's format.
     #[error("message {index} of the batch: {error}")]
     Message {
@@ -139,12 +173,15 @@ pub enum StaleCause {
 }
 
 impl StaleCause {
-    fn of(ev: &Event) -> StaleCause {
+    /// What `ev` does to a plan made before it; `None` when it leaves the plan committable
+    /// (an append, or the import's completion marker: neither is part of a served view).
+    fn of(ev: &Event) -> Option<StaleCause> {
         match ev {
-            Event::SummaryPrepared(_) => StaleCause::SummaryPrepared,
-            Event::Restored(_) => StaleCause::Restored,
-            Event::SessionStarted(_) => StaleCause::Reopened,
-            _ => StaleCause::CallCommitted,
+            Event::MessageAppended(_) | Event::ImportCompleted(_) => None,
+            Event::SummaryPrepared(_) => Some(StaleCause::SummaryPrepared),
+            Event::Restored(_) => Some(StaleCause::Restored),
+            Event::SessionStarted(_) => Some(StaleCause::Reopened),
+            _ => Some(StaleCause::CallCommitted),
         }
     }
 }
@@ -295,7 +332,28 @@ impl<S: Store> Session<S> {
         config: Config,
         now: Timestamp,
     ) -> Result<Self, SessionError> {
-        config.validate()?;
+        Self::start(store, SessionStarted { session: id.0, format, config, at: now.as_millis(), import: None })
+    }
+
+    /// Creates a session that an import of `source` will fill: until [`Session::complete_import`]
+    /// writes `ImportCompleted`, readers ([`Session::open`], copy) treat it as absent, so a failed
+    /// import leaves no session behind, and a retried import resumes it
+    /// ([`Session::open_import`]).
+    pub fn create_import(
+        store: S,
+        id: StreamId,
+        format: WireFormat,
+        config: Config,
+        now: Timestamp,
+        source: ImportSource,
+    ) -> Result<Self, SessionError> {
+        let at = now.as_millis();
+        Self::start(store, SessionStarted { session: id.0, format, config, at, import: Some(source) })
+    }
+
+    fn start(store: S, started: SessionStarted) -> Result<Self, SessionError> {
+        started.config.validate()?;
+        let id = StreamId(started.session);
         if store.head(id)?.is_some() {
             return Err(SessionError::Exists(id));
         }
@@ -306,7 +364,7 @@ impl<S: Store> Session<S> {
             cache: ViewCache::new(),
             settled: (0, StaleCause::Reopened),
         };
-        let ev = Event::SessionStarted(SessionStarted { session: id.0, format, config, at: now.as_millis() });
+        let ev = Event::SessionStarted(started);
         s.state.check_event(1, &ev).map_err(|v| s.refused(v))?;
         match s.persist_then_apply(vec![ev]) {
             Err(SessionError::Store(StoreError::Conflict { .. })) => Err(SessionError::Exists(id)),
@@ -315,6 +373,7 @@ impl<S: Store> Session<S> {
     }
 
     /// Opens an existing session: the snapshot if it is valid, then a strict replay of the rest.
+    /// An import that did not finish is refused ([`SessionError::Unfinished`]).
     ///
     /// ```
     /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
@@ -330,6 +389,30 @@ impl<S: Store> Session<S> {
     /// ```
     pub fn open(store: S, id: StreamId) -> Result<Self, SessionError> {
         let _span = tracing::info_span!("ctxlog.open", session = %id).entered();
+        let s = Self::open_any(store, id)?;
+        match s.state.import() {
+            Some(i) if !i.completed => Err(SessionError::Unfinished {
+                stream: id,
+                messages: s.state.message_count(),
+                announced: i.source.messages,
+            }),
+            _ => Ok(s),
+        }
+    }
+
+    /// Opens a session whose import did not finish, for the import that resumes it; any other
+    /// session is [`SessionError::Exists`].
+    pub fn open_import(store: S, id: StreamId) -> Result<Self, SessionError> {
+        let _span = tracing::info_span!("ctxlog.open_import", session = %id).entered();
+        let s = Self::open_any(store, id)?;
+        if s.state.import_unfinished() {
+            Ok(s)
+        } else {
+            Err(SessionError::Exists(id))
+        }
+    }
+
+    fn open_any(store: S, id: StreamId) -> Result<Self, SessionError> {
         if store.head(id)?.is_none() {
             return Err(SessionError::NotFound(id));
         }
@@ -342,13 +425,25 @@ impl<S: Store> Session<S> {
         Ok(s)
     }
 
+    /// Writes `ImportCompleted`: every message of the transcript is appended, the session is
+    /// complete.
+    pub fn complete_import(&mut self) -> Result<Committed, SessionError> {
+        let ev =
+            Event::ImportCompleted(ImportCompleted { messages: self.state.message_count(), calls: self.state.calls() });
+        self.state.check_event(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
+        let version = self.persist_then_apply(vec![ev.clone()])?;
+        tracing::info!(messages = self.state.message_count(), version, "import completed");
+        Ok(Committed { version, events: vec![ev] })
+    }
+
     /// Folds records written since the state's version (by this or another writer).
     pub fn catch_up(&mut self) -> Result<(), SessionError> {
-        let (stream, state, settled) = (self.stream, &mut self.state, &mut self.settled);
-        crate::replay::for_each_event(&self.store, stream, state.version() + 1, None, |version, ev| {
-            if !matches!(ev, Event::MessageAppended(_)) {
-                *settled = (version, StaleCause::of(&ev));
+        let (stream, state, store, settled) = (self.stream, &mut self.state, &self.store, &mut self.settled);
+        crate::replay::for_each_event(store, stream, state.version() + 1, None, |version, ev| {
+            if let Some(cause) = StaleCause::of(&ev) {
+                *settled = (version, cause);
             }
+            hydrate(store, stream, state, &ev)?;
             state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })
         })
     }
@@ -489,16 +584,19 @@ impl<S: Store> Session<S> {
         let now = now.as_millis();
         let _span = self.call_span(self.state.calls()).entered();
         let decision = engine::decide(&self.state, now).map_err(|v| self.refused(v))?;
-        self.cache.sync(&self.state);
         let (cache, view_state) = match &decision.scratch {
             // The scratch view differs from the cached one (new generation), so it is rendered
-            // afresh; copying the cache first would only be thrown away.
+            // afresh; bringing the cache up to date or copying it first would only be thrown
+            // away (a later plan catches it up if this one is aborted).
             Some(scratch) => {
                 let mut c = ViewCache::new();
                 c.sync(scratch);
                 (Some(c), scratch)
             }
-            None => (None, &self.state),
+            None => {
+                self.cache.sync(&self.state);
+                (None, &self.state)
+            }
         };
         let digest = cache.as_ref().unwrap_or(&self.cache).digest();
         let prefix_reused = self.state.calls() > 0 && view_state.prefix_stable_since_last_call();
@@ -709,6 +807,7 @@ impl<S: Store> Session<S> {
     fn replayed(&self, events: &[Event], first: Version) -> Result<State, SessionError> {
         let mut next = self.state.clone();
         for (ev, version) in events.iter().zip(first..) {
+            hydrate(&self.store, self.stream, &mut next, ev)?;
             next.apply(version, ev).map_err(|v| self.refused(v))?;
         }
         Ok(next)
@@ -774,6 +873,7 @@ impl<S: Store> Session<S> {
         let restored_with = partners.len();
         let ev = Event::Restored(Restored { seq, partners, by: by.to_owned(), why: why.to_owned() });
         let mut next = self.state.clone();
+        hydrate(&self.store, self.stream, &mut next, &ev)?;
         next.apply(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
         let version = self.persist(vec![ev.clone()], next)?;
         tracing::info!(seq, partners = restored_with, by, version, "restored");
@@ -783,19 +883,17 @@ impl<S: Store> Session<S> {
     /// Tool partners of `seq` that are also out of the view (they come back with it).
     fn restore_partners(&self, seq: u64) -> Vec<u64> {
         let st = &self.state;
-        let Some(e) = st.entry(seq) else { return Vec::new() };
-        let mut out: Vec<u64> = e
-            .message
-            .call_ids()
-            .filter_map(|id| st.result_seq(id))
-            .chain(e.message.result_ids().filter_map(|id| st.call_seq(id)))
-            .collect();
+        if st.entry(seq).is_none() {
+            return Vec::new();
+        }
+        let mut out = st.tool_partners(seq);
         // A call's other results come back with it too.
         let calls: Vec<u64> = out.clone();
         for c in calls {
-            if let Some(ce) = st.entry(c) {
-                out.extend(ce.message.call_ids().filter_map(|id| st.result_seq(id)));
-            }
+            out.extend(st.tool_links(c).filter_map(|l| match l {
+                crate::state::tools::Link::Call(p) => p.result(),
+                crate::state::tools::Link::Result(_) => None,
+            }));
         }
         out.retain(|&p| p != seq && !st.in_view(p));
         out.sort_unstable();
@@ -829,14 +927,33 @@ impl<S: Store> Session<S> {
         summary::next_job(&self.state)
     }
 
+    /// The messages `range` as appended, in order: from the state for those in the view
+    /// unedited, read back from the log for the others. What a host's summarizer reads.
+    pub fn messages(&self, range: Range<u64>) -> Result<Vec<Arc<Message>>, SessionError> {
+        load_messages(&self.store, self.stream, &self.state, range)
+    }
+
     /// Runs the built-in summarizer for `job`: the condensed summary of summaries, or the
-    /// extractive summary of a span of messages. What a host without a model for summaries
-    /// hands to [`Session::prepare`].
+    /// extractive summary of a span of messages (read back from the log where needed). What a
+    /// host without a model for summaries hands to [`Session::prepare`].
     pub fn summarize(&self, job: &SummaryJob) -> Result<String, SessionError> {
-        Ok(match job.is_condense() {
-            true => summary::condense(&self.state, job),
-            false => summary::extractive(&self.state, job),
-        })
+        if job.is_condense() {
+            return Ok(summary::condense(&self.state, job));
+        }
+        let span = self.messages(job.from..job.to)?;
+        Ok(summary::extractive(&self.state, job, &span))
+    }
+
+    /// Bytes of the view served by the last call (one JSON message per element, media as
+    /// references).
+    pub fn view_bytes(&self) -> usize {
+        self.cache.view_bytes()
+    }
+
+    /// Approximate heap bytes this session holds: its state ([`State::heap_bytes`]) and the
+    /// rendered bytes of its current view.
+    pub fn heap_bytes(&self) -> usize {
+        self.state.heap_bytes() + self.cache.heap_bytes()
     }
 
     /// Hands a summary back. It is written as `SummaryPrepared` unless the job went stale (the
@@ -933,8 +1050,8 @@ impl<S: Store> Session<S> {
     }
 
     fn note_settled(&mut self, events: &[Event], version: Version) {
-        if let Some(ev) = events.iter().rev().find(|e| !matches!(e, Event::MessageAppended(_))) {
-            self.settled = (version, StaleCause::of(ev));
+        if let Some(cause) = events.iter().rev().find_map(StaleCause::of) {
+            self.settled = (version, cause);
         }
     }
 
@@ -997,6 +1114,94 @@ fn load_snapshot<S: Store>(store: &S, id: StreamId) -> Result<Option<State>, Ses
         return Ok(None);
     }
     Ok(decode_snapshot(&snap).ok())
+}
+
+/// Reads back the messages `range` as appended: the state's own where it holds them (in the
+/// view, unedited), the others from their `MessageAppended` records, reading the versions in
+/// between in chunks.
+pub fn load_messages<S: Store + ?Sized>(
+    store: &S,
+    stream: StreamId,
+    state: &State,
+    range: Range<u64>,
+) -> Result<Vec<Arc<Message>>, SessionError> {
+    let mut out: Vec<Option<Arc<Message>>> = range.clone().map(|seq| state.original(seq).cloned()).collect();
+    let missing: Vec<u64> = range.clone().filter(|&seq| state.original(seq).is_none()).collect();
+    let mut versions = Vec::with_capacity(missing.len());
+    for &seq in &missing {
+        let entry = state.entry(seq).ok_or(SessionError::Body {
+            stream,
+            seq,
+            version: 0,
+            detail: format!("the session has {} messages", state.message_count()),
+        })?;
+        versions.push((entry.version, seq));
+    }
+    let (Some(&(first, _)), Some(&(last, _))) = (versions.first(), versions.last()) else {
+        return collect_loaded(out, stream, &range);
+    };
+    let mut wanted = versions.iter().copied().peekable();
+    let mut from = first;
+    while from <= last {
+        // Never past the last wanted record: hydrating one message reads one record.
+        let max = usize::try_from(last - from + 1).unwrap_or(READ_CHUNK).min(READ_CHUNK);
+        let batch = store.read(stream, from, max)?;
+        let Some(end) = batch.last().map(|r| r.version) else { break };
+        for rec in batch {
+            let Some(&(version, seq)) = wanted.peek() else { break };
+            if rec.version != version {
+                continue;
+            }
+            wanted.next();
+            let fail = |detail: String| SessionError::Body { stream, seq, version, detail };
+            match codec::decode(stream, version, &rec.record)? {
+                Event::MessageAppended(e) if e.seq == seq => {
+                    let slot = usize::try_from(seq - range.start).ok().and_then(|i| out.get_mut(i));
+                    if let Some(slot) = slot {
+                        *slot = Some(Arc::new(e.message));
+                    }
+                }
+                Event::MessageAppended(e) => return Err(fail(format!("the record holds message {}", e.seq))),
+                other => return Err(fail(format!("the record holds {}", other.name()))),
+            }
+        }
+        from = match wanted.peek() {
+            Some(&(next, _)) => next.max(end + 1),
+            None => break,
+        };
+    }
+    collect_loaded(out, stream, &range)
+}
+
+fn collect_loaded(
+    out: Vec<Option<Arc<Message>>>,
+    stream: StreamId,
+    range: &Range<u64>,
+) -> Result<Vec<Arc<Message>>, SessionError> {
+    out.into_iter()
+        .zip(range.clone())
+        .map(|(m, seq)| {
+            m.ok_or(SessionError::Body { stream, seq, version: 0, detail: "the log ends before its record".into() })
+        })
+        .collect()
+}
+
+/// Loads from `store` the messages `ev` needs and `state` does not hold
+/// ([`State::bodies_needed`]), and hands them over ([`State::hydrate`]). Call it before applying
+/// any event read from a log or decided live; for almost every event it does nothing.
+pub fn hydrate<S: Store + ?Sized>(
+    store: &S,
+    stream: StreamId,
+    state: &mut State,
+    ev: &Event,
+) -> Result<(), SessionError> {
+    for seq in state.bodies_needed(ev) {
+        let m = load_messages(store, stream, state, seq..seq + 1)?;
+        if let Some(m) = m.into_iter().next() {
+            state.hydrate(seq, m);
+        }
+    }
+    Ok(())
 }
 
 /// A fresh random session id.

@@ -2,6 +2,15 @@
 //!
 //! **Architecture Invariant:** [`State::apply`] (and its lenient twin) is the only way state
 //! changes; live commits and replay use it alike.
+//!
+//! The state keeps what the view and the policies need: per message a few facts and the tool
+//! links ([`Entry`], [`tools`]), the bodies of the messages in the view (as appended, or the
+//! small rendering of their edit), the text of the summaries still current. A message's body leaves memory when it leaves the view; an event that needs it
+//! again (a restore, a second edit of the same message) is applied after [`State::hydrate`]
+//! handed it over, read back from the log by whoever applies the event
+//! ([`State::bodies_needed`] says which). Hydration fills a cache: what the fold computes is the
+//! same with or without it, and an event whose body was not handed over is refused
+//! ([`Invariant::BodyLoaded`]) rather than folded differently.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -11,15 +20,21 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::event::{EditKind, EditReason, Event, GuardKind, SummaryPrepared};
+use crate::event::{EditKind, Event, GuardKind, ImportSource, SummaryPrepared};
 use crate::message::Message;
 use crate::store::Version;
 use crate::time::Millis;
 use crate::view;
 use crate::wire::WireFormat;
 
+mod entry;
+pub mod heap;
 mod summaries;
+pub mod tools;
+pub use entry::{has_media, EditRecord, Entry};
+use heap::{btree_bytes, HeapSize};
 pub use summaries::{Standing, Summaries, SummaryState};
+use tools::{grow, Link, ToolIndex};
 
 /// Session-level facts from `SessionStarted`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,28 +49,24 @@ pub struct SessionInfo {
     pub started_at: Millis,
 }
 
-/// A committed edit of one message.
+/// Where an import stands (`SessionStarted.import`, then `ImportCompleted`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EditRecord {
-    /// What.
-    pub kind: EditKind,
-    /// Why.
-    pub reason: EditReason,
-    /// Tokens of the edited message in the view (0 when removed).
-    pub tokens: u32,
+pub struct ImportState {
+    /// The transcript the import reads.
+    pub source: ImportSource,
+    /// `ImportCompleted` is in the log.
+    pub completed: bool,
 }
 
-/// One appended message and what the view does with it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Entry {
-    /// The message as appended (never changed).
-    pub message: Arc<Message>,
-    /// Its token estimate.
-    pub tokens: u32,
-    /// The edit in force, if any.
-    pub edit: Option<Arc<EditRecord>>,
-    /// Explicitly restored into the view after a flush covered it.
-    pub restored: bool,
+/// Message bodies read back from the log for the next event (see [`State::hydrate`]). A cache,
+/// not part of the fold: never compared, never in a snapshot, emptied by every apply.
+#[derive(Debug, Clone, Default)]
+struct Loaded(BTreeMap<u64, Arc<Message>>);
+
+impl PartialEq for Loaded {
+    fn eq(&self, _: &Loaded) -> bool {
+        true
+    }
 }
 
 /// One element of the view.
@@ -88,6 +99,30 @@ pub struct Anchor {
     pub estimate: u64,
     /// View generation of that call (the anchor is void once the history changes).
     pub generation: u64,
+}
+
+/// Where a state's heap bytes go ([`State::heap_report`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeapReport {
+    /// Bodies of the messages in the view (as appended, or as their edits show them).
+    pub bodies: usize,
+    /// One [`Entry`] per message, by capacity.
+    pub entries: usize,
+    /// The tool-pair index and the media notes.
+    pub tools: usize,
+    /// The summary ledger (text only for summaries still current).
+    pub summaries: usize,
+    /// The view's items.
+    pub view: usize,
+    /// Latched guards, the import's facts.
+    pub other: usize,
+}
+
+impl HeapReport {
+    /// All of it.
+    pub fn total(&self) -> usize {
+        self.bodies + self.entries + self.tools + self.summaries + self.view + self.other
+    }
 }
 
 /// Names of the invariants of DESIGN §7, for error messages and tests.
@@ -129,6 +164,16 @@ pub enum Invariant {
     CondensedSpan,
     /// Only the oldest summary in the view is retired.
     RetireTarget,
+    /// An event that needs a message as appended (a restore, a second edit of one message)
+    /// gets it: the message is in the view unedited, or its body was loaded
+    /// ([`State::hydrate`]). Broken only by a caller that skipped hydration, never by a log.
+    BodyLoaded,
+    /// `ImportCompleted` ends an unfinished import once every announced message is appended.
+    ImportCompleted,
+    /// A session indexes at most 2^31 − 1 tool calls, 2^32 − 1 tool links, and tool links of
+    /// messages below seq 2^32 − 1 (bounds no real session nears; beyond them an append is
+    /// refused rather than mis-indexed).
+    ToolCapacity,
 }
 
 impl fmt::Display for Invariant {
@@ -157,6 +202,10 @@ pub struct State {
     info: Option<SessionInfo>,
     version: Version,
     entries: Vec<Entry>,
+    /// The bodies of the messages in the view: as appended, or as their edit shows them.
+    bodies: BTreeMap<u64, Arc<Message>>,
+    tools: ToolIndex,
+    media: BTreeMap<u64, Box<str>>,
     summaries: Summaries,
     compacted: u64,
     flushed: u64,
@@ -167,8 +216,6 @@ pub struct State {
     raised: BTreeSet<GuardKind>,
     first_human: Option<u64>,
     last_human: Option<u64>,
-    call_at: BTreeMap<String, u64>,
-    result_at: BTreeMap<String, u64>,
     generation: u64,
     served_generation: Option<u64>,
     checked_generation: u64,
@@ -176,6 +223,9 @@ pub struct State {
     view_tokens: u64,
     view_summary_tokens: u64,
     verbatim_tool_messages: u64,
+    import: Option<ImportState>,
+    #[serde(skip)]
+    loaded: Loaded,
 }
 
 fn violation(version: Version, ev: &Event, invariant: Invariant, detail: impl Into<String>) -> Violation {
@@ -211,6 +261,29 @@ impl State {
     /// The message with this seq.
     pub fn entry(&self, seq: u64) -> Option<&Entry> {
         usize::try_from(seq).ok().and_then(|i| self.entries.get(i))
+    }
+
+    /// The message `seq` as appended, when it is in the view unedited (otherwise it is in the
+    /// log: `Session::messages`).
+    pub fn original(&self, seq: u64) -> Option<&Arc<Message>> {
+        self.entry(seq).filter(|e| e.edit.is_none()).and_then(|_| self.bodies.get(&seq))
+    }
+
+    /// The message `seq` as the view shows it (as appended, or as its edit shows it), when it
+    /// is in the view.
+    pub fn shown(&self, seq: u64) -> Option<&Arc<Message>> {
+        self.bodies.get(&seq)
+    }
+
+    /// Where the import that created this session stands (`None`: not an import).
+    pub fn import(&self) -> Option<&ImportState> {
+        self.import.as_ref()
+    }
+
+    /// An import created this session and has not finished it: readers treat the session as
+    /// absent, and only a retried import of the same transcript may write to it.
+    pub fn import_unfinished(&self) -> bool {
+        self.import.as_ref().is_some_and(|i| !i.completed)
     }
 
     /// Prepared summaries, in order.
@@ -284,12 +357,70 @@ impl State {
 
     /// Seq of the message that makes call `id`.
     pub fn call_seq(&self, id: &str) -> Option<u64> {
-        self.call_at.get(id).copied()
+        self.tools.pair(id).map(|p| p.call())
     }
 
     /// Seq of the message that answers call `id`.
     pub fn result_seq(&self, id: &str) -> Option<u64> {
-        self.result_at.get(id).copied()
+        self.tools.pair(id).and_then(|p| p.result())
+    }
+
+    /// The tool links of `seq`: the calls it makes and the calls it answers, in message order.
+    pub fn tool_links(&self, seq: u64) -> impl Iterator<Item = Link> + '_ {
+        let (start, end) = match self.entry(seq) {
+            Some(e) => (e.links, self.entry(seq + 1).map_or(self.tools.next_link(), |next| next.links)),
+            None => (0, 0),
+        };
+        self.tools.links(start, end.max(start))
+    }
+
+    /// The messages tied to `seq` by a tool call: the results of its answered calls, then the
+    /// calls it answers.
+    pub fn tool_partners(&self, seq: u64) -> Vec<u64> {
+        let calls = self.tool_links(seq).filter_map(|l| match l {
+            Link::Call(p) => p.result(),
+            Link::Result(_) => None,
+        });
+        let owners = self.tool_links(seq).filter_map(|l| match l {
+            Link::Result(p) => Some(p.call()),
+            Link::Call(_) => None,
+        });
+        calls.chain(owners).collect()
+    }
+
+    /// The results of the calls `seq` makes, or `None` if one of them is not answered yet.
+    pub fn call_results(&self, seq: u64) -> Option<Vec<u64>> {
+        self.tool_links(seq)
+            .filter_map(|l| match l {
+                Link::Call(p) => Some(p.result()),
+                Link::Result(_) => None,
+            })
+            .collect()
+    }
+
+    /// Does `seq` make a call that has no result in the log yet?
+    pub fn has_unanswered_call(&self, seq: u64) -> bool {
+        self.tool_links(seq).any(|l| matches!(l, Link::Call(p) if p.result().is_none()))
+    }
+
+    /// The names of the tools whose results `seq` carries, in message order.
+    pub fn result_tool_names(&self, seq: u64) -> Vec<&str> {
+        self.tool_links(seq)
+            .filter_map(|l| match l {
+                Link::Result(p) => Some(self.tools.name(&p)),
+                Link::Call(_) => None,
+            })
+            .collect()
+    }
+
+    /// The name of the tool of call `id`.
+    pub fn tool_name(&self, id: &str) -> Option<&str> {
+        self.tools.pair(id).map(|p| self.tools.name(&p))
+    }
+
+    /// How a summary lists the media of `seq` (see [`view::media_note`]).
+    pub fn media_note(&self, seq: u64) -> Option<&str> {
+        self.media.get(&seq).map(|n| &**n)
     }
 
     /// Bumped by every event that changes the view other than by appending.
@@ -362,9 +493,7 @@ impl State {
         }
         // Only a verbatim message (system, pinned, first human) that carries a call or result keeps
         // a tool group: without one, skip the walk (a flush rebuilds the view over the whole session).
-        let Some(e) = self.entry(seq) else { return false };
-        let m = &e.message;
-        if self.verbatim_tool_messages == 0 || (m.call_ids().next().is_none() && m.result_ids().next().is_none()) {
+        if self.verbatim_tool_messages == 0 || self.tool_links(seq).next().is_none() {
             return false;
         }
         // Walk the tool group: calls to their results, results to their calls.
@@ -375,14 +504,7 @@ impl State {
             if self.kept_verbatim(s) {
                 return true;
             }
-            let Some(e) = self.entry(s) else { continue };
-            let links: Vec<u64> = e
-                .message
-                .call_ids()
-                .filter_map(|id| self.result_seq(id))
-                .chain(e.message.result_ids().filter_map(|id| self.call_seq(id)))
-                .collect();
-            for p in links {
+            for p in self.tool_partners(s) {
                 if !group.contains(&p) {
                     group.push(p);
                 }
@@ -391,25 +513,50 @@ impl State {
         false
     }
 
-    /// Is `seq` itself one of the messages a flush never hides: system, pinned, first human?
-    fn kept_verbatim(&self, seq: u64) -> bool {
-        Some(seq) == self.first_human
-            || self.entry(seq).is_some_and(|e| e.message.role.is_system() || e.message.is_pinned())
+    /// Seqs whose message as appended `ev` needs and this state does not hold: load each from
+    /// the log and [`State::hydrate`] it before applying `ev`. Empty for almost every event:
+    /// only a restore, and a second edit of an already edited message, need one.
+    pub fn bodies_needed(&self, ev: &Event) -> Vec<u64> {
+        let seqs: Vec<u64> = match ev {
+            Event::Restored(e) => std::iter::once(e.seq).chain(e.partners.iter().copied()).collect(),
+            Event::Edited(e) if e.kind != EditKind::Removed => vec![e.seq],
+            _ => return Vec::new(),
+        };
+        let mut out: Vec<u64> =
+            seqs.into_iter().filter(|&s| self.entry(s).is_some() && self.original(s).is_none()).collect();
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
-    /// Call ids of `seq` that have no result in the log yet.
-    pub fn unanswered_calls(&self, seq: u64) -> Vec<String> {
-        self.entry(seq)
-            .map(|e| e.message.call_ids().filter(|id| self.result_seq(id).is_none()).map(str::to_owned).collect())
-            .unwrap_or_default()
+    /// Hands over the message `seq` as appended, read back from the log, for the next event
+    /// ([`State::bodies_needed`]). It fills a cache: the fold's results do not depend on it,
+    /// and the next apply empties it. A message that does not exist is ignored.
+    pub fn hydrate(&mut self, seq: u64, message: Arc<Message>) {
+        if self.entry(seq).is_some() {
+            self.loaded.0.insert(seq, message);
+        }
+    }
+
+    /// The original of `seq` for the event being applied: held, or handed over.
+    fn original_for_event(&self, seq: u64) -> Option<&Arc<Message>> {
+        self.original(seq).or_else(|| self.loaded.0.get(&seq))
+    }
+
+    /// Is `seq` itself one of the messages a flush never hides: system, pinned, first human?
+    fn kept_verbatim(&self, seq: u64) -> bool {
+        Some(seq) == self.first_human || self.entry(seq).is_some_and(|e| e.is_system() || e.is_pinned())
     }
 
     /// Applies one event, checking every invariant. On `Err` the state may be partly updated
     /// and must be discarded (live commits apply to a copy; strict replay stops).
     pub fn apply(&mut self, version: Version, ev: &Event) -> Result<(), Violation> {
-        self.check(version, ev)?;
-        self.mutate(version, ev);
-        self.post_check(version, ev)
+        let result = self.check(version, ev).and_then(|()| {
+            self.mutate(version, ev);
+            self.post_check(version, ev)
+        });
+        self.loaded.0.clear();
+        result
     }
 
     /// Applies one event for a postmortem of a log that breaks invariants: the event is
@@ -444,6 +591,7 @@ impl State {
         if let Err(v) = self.post_check(version, ev) {
             found.push(v);
         }
+        self.loaded.0.clear();
         found
     }
 
@@ -505,7 +653,13 @@ impl State {
                     .check_flush(e.to, &e.condensed)
                     .map_err(|d| violation(version, ev, Invariant::CondensedSpan, d))
             }
-            Event::Edited(e) => self.check_edit(e.seq, e.kind).map_err(|(inv, d)| violation(version, ev, inv, d)),
+            Event::Edited(e) => {
+                self.check_edit(e.seq, e.kind).map_err(|(inv, d)| violation(version, ev, inv, d))?;
+                if e.kind == EditKind::Removed {
+                    return Ok(());
+                }
+                self.check_loaded(std::iter::once(e.seq)).map_err(|d| violation(version, ev, Invariant::BodyLoaded, d))
+            }
             Event::SummaryRetired(e) => self
                 .summaries
                 .check_retire(e, self.oldest_summary_in_view())
@@ -517,10 +671,27 @@ impl State {
                 if entry.edit.is_none() && !self.hidden_by_flush(e.seq) {
                     return fail(Invariant::RestoreTarget, format!("seq {} is neither edited nor flushed", e.seq));
                 }
-                match e.partners.iter().find(|p| self.entry(**p).is_none()) {
-                    Some(p) => fail(Invariant::RestoreTarget, format!("partner seq {p} does not exist")),
-                    None => Ok(()),
+                if let Some(p) = e.partners.iter().find(|p| self.entry(**p).is_none()) {
+                    return fail(Invariant::RestoreTarget, format!("partner seq {p} does not exist"));
                 }
+                self.check_loaded(std::iter::once(e.seq).chain(e.partners.iter().copied()))
+                    .map_err(|d| violation(version, ev, Invariant::BodyLoaded, d))
+            }
+            Event::ImportCompleted(e) => {
+                let count = self.count();
+                let detail = match &self.import {
+                    None => "the session is not an import".to_owned(),
+                    Some(i) if i.completed => "the import is already completed".to_owned(),
+                    Some(i) if i.source.messages != count || e.messages != count => format!(
+                        "it reports {} messages; the transcript announced {} and {count} are appended",
+                        e.messages, i.source.messages
+                    ),
+                    Some(_) if e.calls != self.calls => {
+                        format!("it reports {} calls but {} were served", e.calls, self.calls)
+                    }
+                    Some(_) => return Ok(()),
+                };
+                fail(Invariant::ImportCompleted, detail)
             }
             Event::RequestServed(e) => {
                 if e.call != self.calls {
@@ -534,6 +705,16 @@ impl State {
                     _ => Ok(()),
                 }
             }
+        }
+    }
+
+    /// Every seq of `seqs` has its original at hand (in the view unedited, or hydrated).
+    fn check_loaded(&self, mut seqs: impl Iterator<Item = u64>) -> Result<(), String> {
+        match seqs.find(|&s| self.original_for_event(s).is_none()) {
+            Some(s) => Err(format!(
+                "seq {s} is out of the view or edited and its message was not loaded from the log (State::hydrate)"
+            )),
+            None => Ok(()),
         }
     }
 
@@ -552,12 +733,19 @@ impl State {
         if e.seq != count {
             return fail(Invariant::SeqDense, format!("seq {} appended at message count {count}", e.seq));
         }
+        if !self.tools.room_for(e.seq, &e.message) {
+            return fail(
+                Invariant::ToolCapacity,
+                format!("seq {}: the session already indexes {} tool calls", e.seq, tools::MAX_PAIRS),
+            );
+        }
         for id in e.message.result_ids() {
-            let known = self.call_at.contains_key(id) || pending_call(id) || e.message.call_ids().any(|c| c == id);
+            let pair = self.tools.pair(id);
+            let known = pair.is_some() || pending_call(id) || e.message.call_ids().any(|c| c == id);
             if !known {
                 return fail(Invariant::UnknownToolCall, format!("seq {} answers unknown tool call {id:?}", e.seq));
             }
-            if let Some(prev) = self.result_at.get(id) {
+            if let Some(prev) = pair.and_then(|p| p.result()) {
                 return fail(
                     Invariant::UnknownToolCall,
                     format!("seq {}: call {id:?} already answered by seq {prev}", e.seq),
@@ -605,11 +793,10 @@ impl State {
         let Some(entry) = self.entry(seq) else {
             return Err((Invariant::EditTarget, format!("seq {seq} does not exist ({} messages)", self.count())));
         };
-        let m = &entry.message;
-        if m.role.is_system() || m.is_pinned() {
+        if entry.is_system() || entry.is_pinned() {
             return Err((
                 Invariant::EditProtected,
-                format!("seq {seq} is a {} message", if m.is_pinned() { "pinned" } else { "system" }),
+                format!("seq {seq} is a {} message", if entry.is_pinned() { "pinned" } else { "system" }),
             ));
         }
         // The first human message holds the user's own instructions (the seeds' incident lost
@@ -617,7 +804,7 @@ impl State {
         if Some(seq) == self.first_human {
             return Err((Invariant::EditProtected, format!("seq {seq} is the first human message")));
         }
-        if entry.edit.as_ref().is_some_and(|e| e.kind == EditKind::Removed) {
+        if entry.is_removed() {
             return Err((Invariant::AlreadyRemoved, format!("seq {seq} is already removed")));
         }
         if self.hidden_by_flush(seq) {
@@ -628,17 +815,22 @@ impl State {
                 if Some(seq) == self.last_human {
                     return Err((Invariant::LastUserRemoved, format!("seq {seq} is the last user message")));
                 }
-                if let Some(id) = self.unanswered_calls(seq).first() {
+                if self.has_unanswered_call(seq) {
+                    // The body is at hand: the message is in the view (checked above).
+                    let id = self
+                        .shown(seq)
+                        .and_then(|m| m.call_ids().find(|id| self.result_seq(id).is_none()).map(str::to_owned))
+                        .unwrap_or_default();
                     return Err((
                         Invariant::UnansweredCallRemoved,
                         format!("seq {seq} makes call {id:?} which has no result yet"),
                     ));
                 }
             }
-            EditKind::Truncated { .. } if !m.is_tool_result() => {
+            EditKind::Truncated { .. } if !entry.is_tool_result() => {
                 return Err((Invariant::EditTarget, format!("seq {seq} is not a tool result and cannot be truncated")));
             }
-            EditKind::Stubbed { .. } if m.role != crate::message::Role::User => {
+            EditKind::Stubbed { .. } if entry.role() != crate::message::Role::User => {
                 return Err((Invariant::EditTarget, format!("seq {seq} is not a user message and cannot be stubbed")));
             }
             _ => {}
@@ -648,21 +840,24 @@ impl State {
 
     /// A span `[from, to)` must contain both ends of every tool pair it touches.
     pub fn span_pairs_ok(&self, from: u64, to: u64) -> Result<(), String> {
-        let inside = |s: Option<u64>| s.is_some_and(|s| (from..to).contains(&s));
+        let inside = |s: u64| (from..to).contains(&s);
         for seq in from..to {
-            let Some(e) = self.entry(seq) else { continue };
-            for id in e.message.call_ids() {
-                match self.result_seq(id) {
-                    Some(r) if !inside(Some(r)) => {
-                        return Err(format!("call {id:?} at seq {seq} is answered at seq {r}, outside {from}..{to}"))
+            for link in self.tool_links(seq) {
+                match link {
+                    Link::Call(p) => match p.result() {
+                        Some(r) if !inside(r) => {
+                            return Err(format!("a call at seq {seq} is answered at seq {r}, outside {from}..{to}"))
+                        }
+                        None => return Err(format!("a call at seq {seq} has no result yet")),
+                        _ => {}
+                    },
+                    Link::Result(p) if !inside(p.call()) => {
+                        return Err(format!(
+                            "the result at seq {seq} answers the call at seq {}, outside {from}..{to}",
+                            p.call()
+                        ))
                     }
-                    None => return Err(format!("call {id:?} at seq {seq} has no result yet")),
-                    _ => {}
-                }
-            }
-            for id in e.message.result_ids() {
-                if !inside(self.call_seq(id)) {
-                    return Err(format!("result for {id:?} at seq {seq} answers a call outside {from}..{to}"));
+                    Link::Result(_) => {}
                 }
             }
         }
@@ -712,31 +907,32 @@ impl State {
             Event::SessionStarted(e) => {
                 self.info =
                     Some(SessionInfo { id: e.session, format: e.format, config: e.config.clone(), started_at: e.at });
+                self.import = e.import.clone().map(|source| ImportState { source, completed: false });
+            }
+            Event::ImportCompleted(_) => {
+                if let Some(i) = &mut self.import {
+                    i.completed = true;
+                }
             }
             Event::MessageAppended(e) => {
                 let seq = self.count();
                 let m = &e.message;
-                for id in m.call_ids() {
-                    self.call_at.insert(id.to_owned(), seq);
-                }
-                for id in m.result_ids() {
-                    self.result_at.insert(id.to_owned(), seq);
-                }
+                let links = self.tools.add(seq, m);
                 let first_human = m.is_human() && self.first_human.is_none();
                 if m.is_human() {
                     self.first_human.get_or_insert(seq);
                     self.last_human = Some(seq);
                 }
                 let verbatim = m.is_pinned() || m.role.is_system() || first_human;
-                if verbatim && (m.call_ids().next().is_some() || m.result_ids().next().is_some()) {
+                if verbatim && self.tools.next_link() > links {
                     self.verbatim_tool_messages += 1;
                 }
-                self.entries.push(Entry {
-                    message: Arc::new(m.clone()),
-                    tokens: e.tokens,
-                    edit: None,
-                    restored: false,
-                });
+                if let Some(note) = view::media_note(m) {
+                    self.media.insert(seq, note.into());
+                }
+                grow(&mut self.entries);
+                self.entries.push(Entry::new(version, e.tokens, m, links));
+                self.bodies.insert(seq, Arc::new(m.clone()));
                 // Appends never hide anything, so the view just grows.
                 self.view.push(ViewItem { seq, item: Item::Message(seq), tokens: e.tokens });
                 self.view_tokens += u64::from(e.tokens);
@@ -759,12 +955,19 @@ impl State {
             Event::Edited(e) => {
                 let estimator = self.config().estimator();
                 let pos = self.view_position(e.seq);
+                // The message as its edit shows it replaces its body: the original (a tool
+                // output of many kilobytes, say) is in the log.
+                let shown = match e.kind {
+                    EditKind::Removed => None,
+                    kind => self.original_for_event(e.seq).map(|m| Arc::new(view::edited_message(m, kind))),
+                };
                 if let Some(entry) = usize::try_from(e.seq).ok().and_then(|i| self.entries.get_mut(i)) {
-                    let tokens = match e.kind {
-                        EditKind::Removed => 0,
-                        kind => estimator.message(&view::edited_message(&entry.message, kind)),
+                    let tokens = shown.as_ref().map_or(0, |m| estimator.message(m));
+                    entry.edit = Some(EditRecord { kind: e.kind, tokens });
+                    match shown {
+                        Some(m) => self.bodies.insert(e.seq, m),
+                        None => self.bodies.remove(&e.seq),
                     };
-                    entry.edit = Some(Arc::new(EditRecord { kind: e.kind, reason: e.reason.clone(), tokens }));
                     // An edit touches one visible message: patch the view in place instead of
                     // rebuilding it, so a ladder pass of many edits stays cheap.
                     if let Some(item) = pos.and_then(|p| self.view.get_mut(p)) {
@@ -782,9 +985,13 @@ impl State {
             Event::Restored(e) => {
                 let flushed = self.flushed;
                 for seq in std::iter::once(e.seq).chain(e.partners.iter().copied()) {
+                    let original = self.original_for_event(seq).cloned();
                     if let Some(entry) = usize::try_from(seq).ok().and_then(|i| self.entries.get_mut(i)) {
                         entry.edit = None;
                         entry.restored = seq < flushed;
+                        if let Some(m) = original {
+                            self.bodies.insert(seq, m);
+                        }
                     }
                 }
                 self.changed();
@@ -837,25 +1044,79 @@ impl State {
     pub fn check_tool_pairs(&self) -> Result<(), String> {
         for it in &self.view {
             let Item::Message(seq) = it.item else { continue };
-            let Some(e) = self.entry(seq) else { continue };
-            for id in e.message.result_ids() {
-                match self.call_seq(id) {
-                    Some(c) if self.in_view(c) => {}
-                    Some(c) => {
-                        return Err(format!("seq {seq} answers call {id:?} of seq {c}, which is not in the view"))
+            for link in self.tool_links(seq) {
+                match link {
+                    Link::Result(p) if !self.in_view(p.call()) => {
+                        return Err(format!("seq {seq} answers a call of seq {}, which is not in the view", p.call()))
                     }
-                    None => return Err(format!("seq {seq} answers unknown call {id:?}")),
-                }
-            }
-            for id in e.message.call_ids() {
-                if let Some(r) = self.result_seq(id) {
-                    if !self.in_view(r) {
-                        return Err(format!("seq {seq} makes call {id:?} whose result (seq {r}) is not in the view"));
+                    Link::Call(p) if p.result().is_some_and(|r| !self.in_view(r)) => {
+                        return Err(format!(
+                            "seq {seq} makes a call whose result (seq {}) is not in the view",
+                            p.result().unwrap_or_default()
+                        ))
                     }
+                    _ => {}
                 }
             }
         }
         Ok(())
+    }
+
+    /// Every message in the view holds its body (as appended, or as its edit shows it) and no
+    /// other message holds one: the bound on a session's memory.
+    pub fn check_bodies(&self) -> Result<(), String> {
+        let mut view = self.view.iter().filter_map(|it| match it.item {
+            Item::Message(seq) => Some(seq),
+            Item::Summary(_) => None,
+        });
+        let mut next = view.next();
+        for (seq, e) in self.entries.iter().enumerate() {
+            let seq = seq as u64;
+            let in_view = next == Some(seq);
+            if in_view {
+                next = view.next();
+            }
+            let body = self.bodies.get(&seq);
+            if body.is_some() != in_view {
+                return Err(format!("seq {seq}: in the view {in_view}, holds a body {}", body.is_some()));
+            }
+            // An edited message holds its rendering, never its (bigger) original.
+            if let (Some(body), Some(edit)) = (body, e.edit) {
+                let seen = self.estimator().message(body);
+                if seen != edit.tokens {
+                    return Err(format!("seq {seq}: its body counts {seen} tokens, its edit {}", edit.tokens));
+                }
+            }
+        }
+        if self.bodies.len() != self.view.iter().filter(|it| matches!(it.item, Item::Message(_))).count() {
+            return Err(format!("{} bodies for the view's messages", self.bodies.len()));
+        }
+        Ok(())
+    }
+
+    /// Approximate bytes this state holds on the heap: message bodies of the view, summaries,
+    /// per-message facts, the tool index and the view, with vectors counted by capacity (see
+    /// [`heap`]). What a live session costs beyond its `Session` handle and view cache.
+    pub fn heap_bytes(&self) -> usize {
+        self.heap_report().total()
+    }
+
+    /// [`State::heap_bytes`], part by part.
+    pub fn heap_report(&self) -> HeapReport {
+        let bodies = self.bodies.heap_bytes();
+        let import = self.import.as_ref().map_or(0, |i| i.source.transcript_sha256.heap_bytes());
+        HeapReport {
+            bodies,
+            entries: self.entries.capacity() * std::mem::size_of::<Entry>(),
+            tools: self.tools.heap_bytes() + self.media.heap_bytes(),
+            summaries: self.summaries.heap_bytes(),
+            view: self.view.heap_bytes(),
+            other: btree_bytes::<GuardKind, ()>(self.raised.len()) + import,
+        }
+    }
+
+    fn estimator(&self) -> crate::tokens::Estimator {
+        self.config().estimator()
     }
 
     fn config(&self) -> Config {
@@ -869,8 +1130,19 @@ impl State {
     }
 
     fn rebuild_view(&mut self) {
+        self.rebuild_items();
+        // A message that left the view leaves memory (its record keeps it). A rebuild never
+        // brings a message in: only appends and restores do, with their bodies.
+        let view = &self.view;
+        self.bodies.retain(|&seq, _| {
+            let pos = view.partition_point(|it| it.seq < seq);
+            matches!(view.get(pos), Some(ViewItem { item: Item::Message(s), .. }) if *s == seq)
+        });
+    }
+
+    fn rebuild_items(&mut self) {
         let estimator = self.config().estimator();
-        let mut items = Vec::with_capacity(self.entries.len());
+        let mut items = Vec::new();
         // The summaries in the view cover disjoint spans; walk them by position.
         let shown = self.summaries.shown();
         let prepared = self.summaries.prepared();
@@ -904,6 +1176,7 @@ impl State {
         self.view_tokens = items.iter().map(|i| u64::from(i.tokens)).sum();
         self.view_summary_tokens =
             items.iter().filter(|i| matches!(i.item, Item::Summary(_))).map(|i| u64::from(i.tokens)).sum();
+        items.shrink_to_fit();
         self.view = items;
     }
 }

@@ -1,6 +1,8 @@
 //! Prepare: choosing the span to summarize, and the built-in deterministic extractive
 //! summarizer (the embedded default; an LLM summarizer is a host-side effect).
 
+use std::sync::Arc;
+
 use crate::config::{ratio_of, Config, SummarizerKind};
 use crate::event::{EditKind, SummaryPrepared};
 use crate::message::{Block, Content, Message};
@@ -124,7 +126,7 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
             acc += u64::from(state.entry(p)?.tokens);
         }
         let cut = p + 1;
-        let starts_turn = state.entry(cut).is_some_and(|e| e.message.is_human());
+        let starts_turn = state.entry(cut).is_some_and(|e| e.is_human());
         if starts_turn && acc > 0 && state.span_pairs_ok(from, cut).is_ok() {
             best = Some((cut, acc));
             if acc >= excess {
@@ -133,7 +135,7 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
         }
     }
     let (to, span_tokens) = best?;
-    let edits = (from..to).filter_map(|s| Some((s, state.entry(s)?.edit.as_ref().map(|e| e.kind)))).collect();
+    let edits = (from..to).filter_map(|s| Some((s, state.entry(s)?.edit.map(|e| e.kind)))).collect();
     Some(SummaryJob { from, to, edits, span_tokens, condense: Vec::new(), max_tokens: None })
 }
 
@@ -227,7 +229,7 @@ pub fn still_valid(state: &State, job: &SummaryJob) -> Result<(), String> {
         ));
     }
     for (seq, kind) in &job.edits {
-        let now = state.entry(*seq).and_then(|e| e.edit.as_ref().map(|e| e.kind));
+        let now = state.entry(*seq).and_then(|e| e.edit.map(|e| e.kind));
         if now != *kind {
             return Err(format!("seq {seq} was edited after the job was made"));
         }
@@ -274,16 +276,11 @@ fn describe(state: &State, seq: u64, m: &Message) -> String {
             }
             Block::ToolResult { tool_use_id, content, is_error, .. } => {
                 let body = content_text(content);
-                let name = state.call_seq(tool_use_id).and_then(|c| state.entry(c)).and_then(|c| {
-                    c.message.blocks().iter().find_map(|b| match b {
-                        Block::ToolUse { id, name, .. } if id == tool_use_id => Some(name.clone()),
-                        _ => None,
-                    })
-                });
+                let name = state.tool_name(tool_use_id);
                 let err = if *is_error == Some(true) { " (error)" } else { "" };
                 parts.push(format!(
                     "{} returned {} chars{err}: {}",
-                    name.unwrap_or_else(|| "tool".into()),
+                    name.unwrap_or("tool"),
                     thousands(body.chars().count() as u64),
                     one_line(body.lines().next().unwrap_or(""), TOOL_CHARS)
                 ));
@@ -308,8 +305,10 @@ fn describe(state: &State, seq: u64, m: &Message) -> String {
 }
 
 /// The built-in extractive summary of `[from, to)`: one line per message with the beginning of
-/// what was said, the tools called and what they returned. Deterministic.
-pub fn extractive(state: &State, job: &SummaryJob) -> String {
+/// what was said, the tools called and what they returned. Deterministic. `span` holds the
+/// messages of the span as appended, in order (`Session::messages`: those out of the view or
+/// edited are read back from the log).
+pub fn extractive(state: &State, job: &SummaryJob, span: &[Arc<Message>]) -> String {
     let mut out = format!(
         "Extractive summary of messages {}–{} ({} messages, ~{} tokens):",
         job.from,
@@ -317,13 +316,12 @@ pub fn extractive(state: &State, job: &SummaryJob) -> String {
         job.to - job.from,
         thousands(job.span_tokens)
     );
-    for seq in job.from..job.to {
-        let Some(e) = state.entry(seq) else { continue };
-        if e.message.role.is_system() || e.message.is_pinned() || Some(seq) == state.first_human() {
+    for (seq, m) in (job.from..job.to).zip(span) {
+        if m.role.is_system() || m.is_pinned() || Some(seq) == state.first_human() {
             continue; // kept verbatim in the view anyway
         }
         out.push('\n');
-        out.push_str(&describe(state, seq, &e.message));
+        out.push_str(&describe(state, seq, m));
     }
     out
 }
@@ -350,7 +348,7 @@ pub fn condense(state: &State, job: &SummaryJob) -> String {
         let Some((seq, _)) = line.strip_prefix("- [").and_then(|l| l.split_once(']')) else { continue };
         let Ok(seq) = seq.parse::<u64>() else { continue };
         let short = one_line(line, CONDENSED_LINE_CHARS);
-        if state.entry(seq).is_some_and(|e| e.message.is_human()) {
+        if state.entry(seq).is_some_and(|e| e.is_human()) {
             requests.push(short);
         } else {
             latest = Some(short);

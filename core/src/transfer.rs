@@ -1,5 +1,6 @@
 //! Moving whole sessions between stores: blobs first (so no event ever refers to a missing
-//! blob), then every record in one atomic append, so a copy is all or nothing.
+//! blob), then every record in one atomic append, so a copy is all or nothing. An import that
+//! did not finish is not a session yet: it is not copied.
 
 use std::collections::BTreeSet;
 
@@ -21,7 +22,8 @@ pub struct Copied {
 }
 
 /// Copies session `id` from `from` to `to`, losslessly (the records' bytes are not re-encoded).
-/// The target must not have the session yet.
+/// The target must not have the session yet; an unfinished import is refused
+/// ([`SessionError::Unfinished`]).
 pub fn copy_session<A: Store + ?Sized, B: Store + ?Sized>(
     from: &A,
     to: &B,
@@ -36,16 +38,29 @@ pub fn copy_session<A: Store + ?Sized, B: Store + ?Sized>(
     let mut records: Vec<Record> = Vec::new();
     let mut blobs = BTreeSet::new();
     let mut next: Version = 1;
+    // (messages appended, messages announced) while an import is unfinished.
+    let mut import: Option<(u64, u64)> = None;
     loop {
         let batch = from.read(id, next, READ_CHUNK)?;
         let Some(last) = batch.last().map(|r| r.version) else { break };
         for rec in batch {
-            if let Event::MessageAppended(m) = codec::decode(id, rec.version, &rec.record)? {
-                collect_blobs(&m.message, &mut blobs);
+            match codec::decode(id, rec.version, &rec.record)? {
+                Event::MessageAppended(m) => {
+                    collect_blobs(&m.message, &mut blobs);
+                    if let Some((appended, _)) = &mut import {
+                        *appended += 1;
+                    }
+                }
+                Event::SessionStarted(s) => import = s.import.map(|i| (0, i.messages)),
+                Event::ImportCompleted(_) => import = None,
+                _ => {}
             }
             records.push(rec.record);
         }
         next = last + 1;
+    }
+    if let Some((messages, announced)) = import {
+        return Err(SessionError::Unfinished { stream: id, messages, announced });
     }
     let mut out = Copied { records: records.len() as u64, ..Copied::default() };
     for blob in blobs {

@@ -135,29 +135,19 @@ pub fn stubbable(m: &Message) -> bool {
 pub fn flush_stubs(state: &State, from: u64, to: u64) -> Vec<u64> {
     (from..to)
         .filter(|&seq| state.hidden_by_flush_at(seq, to))
-        .filter(|&seq| state.entry(seq).is_some_and(|e| e.message.is_tool_result() || has_media(&e.message)))
+        .filter(|&seq| state.entry(seq).is_some_and(|e| e.is_tool_result() || e.has_media()))
         .collect()
 }
 
-fn has_media(m: &Message) -> bool {
-    m.blocks().iter().any(|b| matches!(b, Block::Media { .. } | Block::ImageUrl { .. }))
-}
-
-fn describe_stub(state: &State, seq: u64) -> String {
-    let Some(e) = state.entry(seq) else { return format!("seq {seq}") };
-    let m = &e.message;
-    let mut parts = Vec::new();
-    for id in m.result_ids() {
-        let name = state
-            .call_seq(id)
-            .and_then(|c| state.entry(c))
-            .and_then(|c| tool_name(&c.message, id))
-            .unwrap_or_else(|| "tool".to_owned());
-        parts.push(format!("{name} output"));
-    }
-    for b in m.blocks() {
-        if let Block::Media { kind, source: MediaSource::Base64 { media_type, data, .. }, .. } = b {
-            parts.push(match data {
+/// How a summary lists the base64 media blocks of `m` (`image image/png 800x600 (1,234 bytes,
+/// sha256:…)`), or `None` if it has none. Computed at append and kept by the state, so a summary
+/// renders without the bodies of the messages it hides.
+pub fn media_note(m: &Message) -> Option<String> {
+    let parts: Vec<String> = m
+        .blocks()
+        .iter()
+        .filter_map(|b| match b {
+            Block::Media { kind, source: MediaSource::Base64 { media_type, data, .. }, .. } => Some(match data {
                 MediaData::Blob(r) => match (r.width, r.height) {
                     (Some(w), Some(h)) => {
                         format!("{} {media_type} {w}x{h} ({} bytes, {})", kind.as_str(), thousands(r.bytes), r.id)
@@ -165,20 +155,19 @@ fn describe_stub(state: &State, seq: u64) -> String {
                     _ => format!("{} {media_type} ({} bytes, {})", kind.as_str(), thousands(r.bytes), r.id),
                 },
                 MediaData::Inline(_) => format!("{} {media_type}", kind.as_str()),
-            });
-        }
-    }
-    format!("seq {seq}: {} ({} tokens)", parts.join(", "), thousands(u64::from(e.tokens)))
-}
-
-fn tool_name(call: &Message, id: &str) -> Option<String> {
-    call.blocks()
-        .iter()
-        .find_map(|b| match b {
-            Block::ToolUse { id: i, name, .. } if i == id => Some(name.clone()),
+            }),
             _ => None,
         })
-        .or_else(|| call.tool_calls.iter().flatten().find(|c| c.id == id).map(|c| c.name.clone()))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+fn describe_stub(state: &State, seq: u64) -> String {
+    let Some(e) = state.entry(seq) else { return format!("seq {seq}") };
+    let mut parts: Vec<String> =
+        state.result_tool_names(seq).into_iter().map(|name| format!("{name} output")).collect();
+    parts.extend(state.media_note(seq).map(str::to_owned));
+    format!("seq {seq}: {} ({} tokens)", parts.join(", "), thousands(u64::from(e.tokens)))
 }
 
 /// The user message that stands for a flushed span in the view.
@@ -210,16 +199,11 @@ pub fn summary_message(state: &State, s: &SummaryPrepared) -> Message {
     Message::text(Role::User, text)
 }
 
-/// The message an item shows.
+/// The message an item of the view shows (`None` for a message that is not in the view: only
+/// those keep their body).
 pub fn item_message(state: &State, item: Item) -> Option<Cow<'_, Message>> {
     match item {
-        Item::Message(seq) => {
-            let e = state.entry(seq)?;
-            Some(match &e.edit {
-                Some(edit) => Cow::Owned(edited_message(&e.message, edit.kind)),
-                None => Cow::Borrowed(e.message.as_ref()),
-            })
-        }
+        Item::Message(seq) => state.shown(seq).map(|m| Cow::Borrowed(m.as_ref())),
         Item::Summary(i) => state.summaries().get(i as usize).map(|s| Cow::Owned(summary_message(state, s))),
     }
 }
@@ -313,6 +297,20 @@ impl ViewCache {
     /// The items as rendered.
     pub fn items(&self) -> &[ViewItem] {
         &self.items
+    }
+
+    /// Bytes of the rendered view (media as references).
+    pub fn view_bytes(&self) -> usize {
+        self.bytes.iter().map(|b| b.len()).sum()
+    }
+
+    /// Approximate heap bytes held: the rendered items with their `Arc` counters, and the item
+    /// and pointer vectors by capacity.
+    pub fn heap_bytes(&self) -> usize {
+        let arcs = 2 * std::mem::size_of::<usize>();
+        self.bytes.iter().map(|b| b.len() + arcs).sum::<usize>()
+            + self.bytes.capacity() * std::mem::size_of::<Arc<[u8]>>()
+            + self.items.capacity() * std::mem::size_of::<ViewItem>()
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ctxlog::session::Committed;
 use ctxlog::store::StoreError;
-use ctxlog::{Message, Session, SessionError, State, Store, Timestamp};
+use ctxlog::{Message, Session, SessionError, Store, Timestamp};
 
 /// How many times a call is decided again before the error is handed to the caller.
 pub const MAX_ATTEMPTS: u32 = 30;
@@ -92,7 +92,7 @@ fn serve_once<S: Store, E>(
 ) -> Result<Committed, ServeError<E>> {
     session.catch_up()?;
     // An append that failed with `Unavailable` may have landed: look before appending again.
-    if !*appended && !holds_turn(session.state(), searched_from, turn) {
+    if !*appended && !holds_turn(session, searched_from, turn)? {
         session.append(turn.to_vec())?;
     }
     *appended = true;
@@ -113,13 +113,11 @@ fn serve_once<S: Store, E>(
 /// Whether the log holds `turn` as consecutive messages at or after `from`. (Media is stored
 /// as blob references, so a turn with inline images never compares equal: give such turns an
 /// id of your own and look for that instead.)
-pub fn holds_turn(state: &State, from: u64, turn: &[Message]) -> bool {
-    let entries = state.entries();
-    let start = usize::try_from(from).unwrap_or(usize::MAX).min(entries.len());
-    !turn.is_empty()
-        && entries
-            .get(start..)
-            .is_some_and(|tail| tail.windows(turn.len()).any(|w| w.iter().zip(turn).all(|(e, m)| *e.message == *m)))
+pub fn holds_turn<S: Store>(session: &Session<S>, from: u64, turn: &[Message]) -> Result<bool, SessionError> {
+    let count = session.state().message_count();
+    // Messages out of the view are read back from the log.
+    let tail = session.messages(from.min(count)..count)?;
+    Ok(!turn.is_empty() && tail.windows(turn.len()).any(|w| w.iter().zip(turn).all(|(e, m)| **e == *m)))
 }
 
 #[allow(dead_code)]

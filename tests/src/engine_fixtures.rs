@@ -280,11 +280,7 @@ impl Harness {
     /// was written.
     pub fn prepare_extractive(&mut self) -> bool {
         let Some(job) = self.session.summary_job() else { return false };
-        let text = if job.is_condense() {
-            ctxlog::summary::condense(self.session.state(), &job)
-        } else {
-            ctxlog::summary::extractive(self.session.state(), &job)
-        };
+        let text = self.session.summarize(&job).unwrap();
         matches!(self.session.prepare(&job, text, Produced::extractive()).unwrap(), Prepared::Written(_))
     }
 

@@ -37,6 +37,7 @@ pub struct Scenario {
 #[derive(Debug, Clone)]
 pub struct When {
     state: State,
+    given: Vec<Event>,
     version: Version,
     event: Event,
 }
@@ -56,7 +57,7 @@ impl Scenario {
     pub fn when(self, event: Event) -> When {
         let state = self.state();
         let version = state.version() + 1;
-        When { state, version, event }
+        When { state, given: self.given, version, event }
     }
 }
 
@@ -69,6 +70,7 @@ impl When {
 
     fn run(&self) -> (State, Result<(), Violation>) {
         let mut state = self.state.clone();
+        hydrate_from(&mut state, &self.given, &self.event);
         let r = state.apply(self.version, &self.event);
         (state, r)
     }
@@ -106,11 +108,26 @@ pub fn fold(events: &[Event]) -> State {
     let mut state = State::new();
     for (i, ev) in events.iter().enumerate() {
         let version = i as Version + 1;
+        hydrate_from(&mut state, events.get(..i).unwrap_or_default(), ev);
         if let Err(v) = state.apply(version, ev) {
             panic!("`given` is not a valid history: {v}");
         }
     }
     state
+}
+
+/// Hands `state` the messages `ev` needs (a restore, a second edit) from the appends in
+/// `history`, as a session does from its store.
+pub fn hydrate_from(state: &mut State, history: &[Event], ev: &Event) {
+    for seq in state.bodies_needed(ev) {
+        let appended = history.iter().find_map(|h| match h {
+            Event::MessageAppended(m) if m.seq == seq => Some(m.message.clone()),
+            _ => None,
+        });
+        if let Some(m) = appended {
+            state.hydrate(seq, std::sync::Arc::new(m));
+        }
+    }
 }
 
 /// The config scenarios run with.
@@ -125,7 +142,7 @@ pub fn started() -> Event {
 
 /// `SessionStarted` with a format and config.
 pub fn started_with(format: WireFormat, config: Config) -> Event {
-    Event::SessionStarted(SessionStarted { session: SESSION, format, config, at: T0 })
+    Event::SessionStarted(SessionStarted { session: SESSION, format, config, at: T0, import: None })
 }
 
 /// `MessageAppended` of one wire-format JSON message at `seq`, with its token estimate.

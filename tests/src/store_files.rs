@@ -218,7 +218,7 @@ pub fn engine_call(session: &mut Session<&dyn Store>, i: u64) {
     let plan = session.plan(Timestamp::from_millis(now)).unwrap();
     session.commit(plan, Timestamp::from_millis(now), None).unwrap();
     if let Some(job) = session.summary_job() {
-        let text = ctxlog::summary::extractive(session.state(), &job);
+        let text = session.summarize(&job).unwrap();
         session.prepare(&job, text, Produced::extractive()).unwrap();
     }
 }

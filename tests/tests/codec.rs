@@ -6,8 +6,8 @@
 
 use ctxlog::codec::{self, DecodeError, FORMAT_VERSION};
 use ctxlog::event::{
-    Deferral, Event, FlushReason, Flushed, GuardKind, GuardRaised, RequestServed, SummaryMode, SummaryPrepared,
-    SummaryRetired,
+    Deferral, Event, FlushReason, Flushed, GuardKind, GuardRaised, ImportCompleted, ImportSource, RequestServed,
+    SessionStarted, SummaryMode, SummaryPrepared, SummaryRetired,
 };
 use ctxlog::replay::{self, Mode};
 use ctxlog::store::{ExpectedVersion, Record, Store, StoreError, StreamId};
@@ -119,6 +119,19 @@ fn build_every_kind() -> Vec<Event> {
             detail: String::new(),
             knob: "--breaker".into(),
         }),
+        Event::SessionStarted(SessionStarted {
+            session: SESSION,
+            format: ctxlog::WireFormat::OpenAi,
+            config: config(),
+            at: T0,
+            import: Some(ImportSource {
+                transcript_sha256: "ab".repeat(32),
+                transcript_bytes: 68_000_000,
+                messages: 20_000,
+                call_interval_ms: 30_000,
+            }),
+        }),
+        Event::ImportCompleted(ImportCompleted { messages: 20_000, calls: 10_000 }),
     ]
 }
 
@@ -137,7 +150,21 @@ fn every_event_kind_round_trips_through_the_envelope() {
         // Encoding is deterministic (what golden logs rely on).
         assert_eq!(codec::encode(ev).unwrap(), rec);
     }
-    assert_eq!(kinds.len(), 9, "one kind byte per event type");
+    // One kind byte per event type, an import's SessionStarted included; only current kinds.
+    use codec::kind::*;
+    let current = [
+        MESSAGE_APPENDED,
+        EDITED,
+        RESTORED,
+        GUARD_RAISED,
+        SUMMARY_PREPARED,
+        SUMMARY_RETIRED,
+        FLUSHED,
+        IMPORT_COMPLETED,
+        REQUEST_SERVED,
+        SESSION_STARTED,
+    ];
+    assert_eq!(kinds, current.into_iter().collect(), "written kinds");
 }
 
 #[test]
@@ -149,7 +176,9 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
     for (i, ev) in every_kind().iter().enumerate() {
         let version = i as u64 + 1;
         let neutral = match ev {
-            Event::SessionStarted(_) | Event::MessageAppended(_) | Event::Edited(_) | Event::Restored(_) => true,
+            Event::SessionStarted(e) => e.import.is_none(),
+            Event::MessageAppended(_) | Event::Edited(_) | Event::Restored(_) => true,
+            Event::ImportCompleted(_) => false,
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty(),
             Event::Flushed(e) => e.condensed.is_empty(),
@@ -200,17 +229,18 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
 
 #[test]
 fn second_layout_set_kinds_decode_and_upcast_to_the_current_events() {
-    // Kinds 9 and 11, written today in their frozen layouts, decode to the current events: the
-    // usage floor at its default, no usage parts, anchored exactly when a report was given.
-    let mut written = 0;
+    // Kinds 9, 14 (an import's) and 11, written today in their frozen layouts, decode to the
+    // current events: the usage floor at its default, the import's facts kept, no usage parts,
+    // anchored exactly when a report was given.
+    let mut written = std::collections::BTreeSet::new();
     for (i, ev) in every_kind().iter().enumerate() {
         let Some(rec) = codec::legacy::encode_v2(ev) else { continue };
         let rec = rec.unwrap();
-        assert!([codec::kind::SESSION_STARTED_V2, codec::kind::REQUEST_SERVED_V2].contains(&rec.body()[1]));
         assert_eq!(&codec::decode(STREAM, i as u64 + 1, &rec).unwrap(), ev, "{}", ev.name());
-        written += 1;
+        written.insert(rec.body()[1]);
     }
-    assert!(written >= 2, "a SessionStarted and a RequestServed");
+    use codec::kind::{REQUEST_SERVED_V2, SESSION_STARTED_V2, SESSION_STARTED_V2_IMPORT};
+    assert_eq!(written, [SESSION_STARTED_V2, REQUEST_SERVED_V2, SESSION_STARTED_V2_IMPORT].into_iter().collect());
     let mut anchored = request_served(0, 1);
     if let Event::RequestServed(r) = &mut anchored {
         r.reported_tokens = Some(900);
@@ -229,9 +259,35 @@ fn second_layout_set_kinds_decode_and_upcast_to_the_current_events() {
         format: ctxlog::WireFormat::Anthropic,
         config: ctxlog::Config { usage_floor_ratio: 0.25, ..ctxlog::Config::default() },
         at: T0,
+        import: None,
     });
     assert!(codec::legacy::encode_v2(&floor).is_none());
     assert_eq!(codec::encode(&floor).unwrap().body()[1], codec::kind::SESSION_STARTED);
+}
+
+#[test]
+fn kind_16_a_session_start_before_import_facts_decodes_to_the_current_event() {
+    // Kind 16 (the usage floor, no `import`) decodes with `import: None` and every knob kept,
+    // the usage floor included.
+    let floor = Event::SessionStarted(SessionStarted {
+        session: SESSION,
+        format: ctxlog::WireFormat::Anthropic,
+        config: ctxlog::Config { usage_floor_ratio: 0.25, ..config() },
+        at: T0,
+        import: None,
+    });
+    for ev in [started(), floor] {
+        let rec = codec::legacy::encode_v3(&ev).unwrap().unwrap();
+        assert_eq!(rec.body()[1], codec::kind::SESSION_STARTED_V3);
+        assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), ev);
+        // The current kind is another layout: the frozen one is not what encode writes.
+        assert_ne!(codec::encode(&ev).unwrap(), rec);
+    }
+    // An import's start does not fit kind 16 (it would lose its facts), nor does any other event.
+    for ev in every_kind() {
+        let fits = matches!(&ev, Event::SessionStarted(s) if s.import.is_none());
+        assert_eq!(codec::legacy::encode_v3(&ev).is_some(), fits, "{}", ev.name());
+    }
 }
 
 #[test]

@@ -428,11 +428,10 @@ fn unit_consistency_estimates_sum_exactly_before_and_after_edits() {
             .collect();
         for ev in &c.events {
             let Event::Edited(e) = ev else { continue };
-            let m = &before.entry(e.seq).unwrap().message;
             let old = shown[&e.seq];
             let new = match e.kind {
                 EditKind::Removed => 0,
-                k => u64::from(est.message(&edited_message(m, k))),
+                k => u64::from(est.message(&edited_message(before.original(e.seq).unwrap(), k))),
             };
             assert!(new <= old, "{format:?}: edit of {} grew the message", e.seq);
             shown.insert(e.seq, new);
@@ -463,7 +462,7 @@ fn unit_consistency_truncation_predicts_exactly() {
         let seq = outcome.edits[0].seq;
         assert_eq!(seq, 2);
         let est = cfg.estimator();
-        let m = &before.entry(seq).unwrap().message;
+        let m = before.original(seq).unwrap();
         let truncated = edited_message(m, EditKind::Truncated { keep_chars: 100 });
         let delta = u64::from(est.message(m)) - u64::from(est.message(&truncated));
         assert_eq!(outcome.tokens, before.view_tokens() - delta);

@@ -82,7 +82,7 @@ fn converse<S: Store>(store: S, thread: usize, n: usize) -> StreamId {
         ])
         .unwrap();
         if let Some(job) = s.summary_job() {
-            let text = ctxlog::summary::extractive(s.state(), &job);
+            let text = s.summarize(&job).unwrap();
             s.prepare(&job, text, ctxlog::session::Produced::extractive()).unwrap();
         }
     }

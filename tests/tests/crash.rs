@@ -69,7 +69,7 @@ fn engine_step(session: &mut ctxlog::Session<&dyn Store>) -> (u64, u64) {
     let plan = session.plan(Timestamp::from_millis(now)).unwrap();
     let committed = session.commit(plan, Timestamp::from_millis(now), None).unwrap();
     if let Some(job) = session.summary_job() {
-        let text = ctxlog::summary::extractive(session.state(), &job);
+        let text = session.summarize(&job).unwrap();
         session.prepare(&job, text, ctxlog::session::Produced::extractive()).unwrap();
     }
     (session.state().calls() - 1, committed.version)

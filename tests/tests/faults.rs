@@ -311,7 +311,7 @@ impl<'a> Host<'a> {
             Step::Prepare => {
                 let s = self.session();
                 if let Some(job) = s.summary_job() {
-                    let text = ctxlog::summary::extractive(s.state(), &job);
+                    let text = s.summarize(&job)?;
                     if let Prepared::Written(c) = s.prepare(&job, text, Produced::extractive())? {
                         self.acks.push(Ack { step: index, version: c.version, call: None, events: Some(c.events) });
                     }

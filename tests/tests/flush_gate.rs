@@ -392,8 +392,7 @@ fn flush_keeps_system_pinned_and_first_human_verbatim_and_lists_elided_output_as
         }
         assert_eq!(st.view_position(0), Some(0), "the system message moved");
         // What the flush elided: the image message and every tool result in the span.
-        let results: Vec<u64> =
-            (0..compacted).filter(|&s| st.entry(s).unwrap().message.is_tool_result() || s == 5).collect();
+        let results: Vec<u64> = (0..compacted).filter(|&s| st.entry(s).unwrap().is_tool_result() || s == 5).collect();
         assert_eq!(f[0].stubbed, results, "{format:?}");
         let summary = c.view_text();
         assert!(summary.contains("Elided from this span, restorable by seq:"), "{format:?}");
@@ -413,10 +412,12 @@ fn flush_keeps_system_pinned_and_first_human_verbatim_and_lists_elided_output_as
         let c = h.call().clone();
         assert!(c.view.contains(&render_item(h.session.state(), Item::Message(result))));
         assert!(c.view_text().contains("file 0\\n"), "{format:?}: the restored output is not in the view");
-        let answered = (0..h.session.state().message_count())
-            .flat_map(|s| {
-                h.session.state().entry(s).unwrap().message.result_ids().map(str::to_owned).collect::<Vec<_>>()
-            })
+        let answered = h
+            .session
+            .messages(0..h.session.state().message_count())
+            .unwrap()
+            .iter()
+            .flat_map(|m| m.result_ids().map(str::to_owned).collect::<Vec<_>>())
             .collect();
         assert!(rendered_pair_problems(&c.view, &answered).is_empty());
         h.assert_verified();

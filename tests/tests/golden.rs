@@ -8,8 +8,14 @@
 //!   timeline gained the timeline record's later fields (`summary_tokens`, `deferred`, the
 //!   flush's `condensed`); every field it had before is unchanged.
 //! * `v2-*`: kinds 2, 5, 6, 8–13 (config with the summary share and cache knobs, condensed
-//!   summaries, retired summaries, deferred calls), written through the library by [`bless`]
-//!   so a host that declines to condense is exercised too.
+//!   summaries, retired summaries, deferred calls), written through the library by the
+//!   `bless` of its day (git history) so a host that declines to condense is exercised too.
+//! * `v3-*`: an import (kinds 14 and 15: `SessionStarted` with the transcript's facts, and
+//!   `ImportCompleted` last) with v2's knobs, written by `ctxlog_cli::import` through the
+//!   `bless` of its day.
+//! * `v4-*`: the same import with the usage floor (kind 18: `SessionStarted` with
+//!   `usage_floor_ratio` and the import's facts; kind 17: `RequestServed` with the provider's
+//!   usage parts and `anchored`), written by `ctxlog_cli::import` through [`bless`].
 //!
 //! To write the newest golden set (only when a layout set is released):
 //! `CTXLOG_BLESS_GOLDEN=1 cargo test -p ctxlog-tests --test golden`. Blessing refuses to
@@ -24,11 +30,9 @@
 use std::path::{Path, PathBuf};
 
 use ctxlog::config::Config;
-use ctxlog::message::Role;
 use ctxlog::replay::{replay, verify, Mode};
-use ctxlog::session::{Prepared, Produced};
-use ctxlog::wire::parse_timestamp_ms;
-use ctxlog::{MemoryStore, Session, Store, StreamId, Timestamp};
+use ctxlog::{MemoryStore, Store, StreamId};
+use ctxlog_cli::import::{import, ImportOptions};
 use ctxlog_cli::transcript::{read, FormatArg};
 use ctxlog_store_fs::FsStore;
 use ctxlog_store_sled::SledStore;
@@ -37,7 +41,7 @@ use ctxlog_store_sqlite::SqliteStore;
 const SESSION: &str = "00000000-0000-0000-0000-00000000601d";
 const BACKENDS: [&str; 3] = ["sqlite", "fs", "sled"];
 /// The newest set, the one [`bless`] writes.
-const NEWEST: &str = "v2";
+const NEWEST: &str = "v4";
 
 fn golden() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
@@ -58,10 +62,10 @@ fn open(backend: &str, path: &Path) -> Box<dyn Store> {
     }
 }
 
-/// Writes the newest golden set: the golden transcript through a cache-aware session with a
-/// 4,000-token budget and a 10% summary share, so it flushes, condenses, edits, defers and
-/// raises guards. The host declines condense jobs for the first three quarters of the calls, so the
-/// engine retires summaries, then condenses; at the end one edited message is restored.
+/// Writes the newest golden set: the golden transcript imported (`ctxlog_cli::import`, so the
+/// session starts with kind 18 and ends with kind 15, and its calls carry the transcript's
+/// usage in kind 17) with a 4,000-token budget, cache-aware, a 10% summary share and a usage
+/// floor of 0.25, so it flushes, condenses, edits, defers and raises guards.
 fn bless() {
     let existing: Vec<PathBuf> = BACKENDS
         .iter()
@@ -77,46 +81,14 @@ fn bless() {
     );
     let text = std::fs::read(golden().join("transcript.jsonl")).unwrap();
     let transcript = read(&text[..], Path::new("transcript.jsonl"), FormatArg::Auto).unwrap();
-    let config = Config { budget: 4_000, cache_aware: true, summary_share: 0.1, ..Config::default() };
+    let config =
+        Config { budget: 4_000, cache_aware: true, summary_share: 0.1, usage_floor_ratio: 0.25, ..Config::default() };
     let id: StreamId = SESSION.parse().unwrap();
     let mem = MemoryStore::new();
-    let stamp = |i: usize| {
-        transcript.lines.get(i).and_then(|l| l.message.meta.timestamp.as_ref()).map(|t| parse_timestamp_ms(t).unwrap())
-    };
-    let start = stamp(0).unwrap_or(ctxlog_cli::import::DEFAULT_START_MS);
-    let mut session = Session::create(&mem, id, transcript.format, config, Timestamp::from_millis(start)).unwrap();
-    let calls = transcript.lines.iter().filter(|l| l.message.role == Role::Assistant).count();
-    let (mut clock, mut call, mut pending) = (start, 0, Vec::new());
-    let (mut live, mut records) = (ctxlog::replay::Timeline::new(), String::new());
-    for (i, line) in transcript.lines.iter().enumerate() {
-        if line.message.role == Role::Assistant {
-            session.append(std::mem::take(&mut pending)).unwrap();
-            clock = stamp(i).unwrap_or(clock + 30_000).max(clock);
-            let plan = session.plan(Timestamp::from_millis(clock)).unwrap();
-            let committed = session.commit(plan, Timestamp::from_millis(clock), None).unwrap();
-            let first = committed.version + 1 - committed.events.len() as u64;
-            for (i, ev) in committed.events.iter().enumerate() {
-                if let Some(rec) = live.feed(first + i as u64, ev, session.state()) {
-                    records += &(serde_json::to_string(&rec).unwrap() + "\n");
-                }
-            }
-            call += 1;
-            while let Some(job) = session.summary_job() {
-                let text = match job.is_condense() {
-                    true if call < calls * 3 / 4 => break,
-                    true => ctxlog::summary::condense(session.state(), &job),
-                    false => ctxlog::summary::extractive(session.state(), &job),
-                };
-                if let Prepared::Discarded(why) = session.prepare(&job, text, Produced::extractive()).unwrap() {
-                    panic!("{why}");
-                }
-            }
-        }
-        pending.push(line.message.clone());
-    }
-    session.append(pending).unwrap();
-    let edited = session.state().entries().iter().position(|e| e.edit.is_some()).expect("nothing was edited");
-    session.restore(edited as u64, "golden", "golden").unwrap();
+    let opts = ImportOptions { config, session: Some(id), call_interval_ms: 30_000, views: None, inline_media: false };
+    // The timeline the import produced live, not a replay of what it wrote.
+    let done = import(&transcript, &mem, opts, |_| Ok(())).unwrap();
+    let records: String = done.timeline.iter().map(|c| serde_json::to_string(c).unwrap() + "\n").collect();
     for backend in BACKENDS {
         let path = store_path(&golden(), NEWEST, backend);
         let store = open(backend, &path);
@@ -221,9 +193,6 @@ fn golden_logs_of_format_1_keep_decoding_to_the_same_timeline_on_every_backend()
 
 #[test]
 fn golden_logs_of_the_second_layout_set_keep_decoding_on_every_backend() {
-    if std::env::var_os("CTXLOG_BLESS_GOLDEN").is_some() {
-        bless();
-    }
     let mut all = FIRST_RELEASE.to_vec();
     all.push("SummaryRetired");
     assert_eq!(check_set("v2").into_iter().collect::<Vec<_>>(), sorted(&all));
@@ -251,4 +220,100 @@ fn copy_to_temp(set: &str) -> (tempfile::TempDir, PathBuf) {
     let dst = dir.path().join(src.file_name().unwrap());
     copy_out(&src, &dst);
     (dir, dst)
+}
+
+#[test]
+fn golden_logs_of_an_import_keep_decoding_on_every_backend() {
+    let mut all = FIRST_RELEASE.to_vec();
+    all.push("ImportCompleted");
+    all.retain(|k| *k != "Restored");
+    assert_eq!(check_set("v3").into_iter().collect::<Vec<_>>(), sorted(&all));
+    // Kind 14 is the only layout that decodes to a `SessionStarted` with import facts, and the
+    // import is complete: `ImportCompleted` is its last record and reports every message.
+    let (_dir, path) = copy_to_temp("v3");
+    let store = open("sqlite", &path);
+    let id: StreamId = SESSION.parse().unwrap();
+    let (mut first, mut last) = (None, None);
+    ctxlog::replay::for_each_event(store.as_ref(), id, 1, None, |v, ev| {
+        if v == 1 {
+            first = Some(ev.clone());
+        }
+        last = Some(ev);
+        Ok(())
+    })
+    .unwrap();
+    let Some(ctxlog::Event::SessionStarted(started)) = first else { panic!("v3 does not start a session") };
+    let facts = started.import.expect("v3's SessionStarted carries no import facts (kind 9, not 14)");
+    let transcript = std::fs::read(golden().join("transcript.jsonl")).unwrap();
+    assert_eq!(facts.transcript_bytes, transcript.len() as u64);
+    let Some(ctxlog::Event::ImportCompleted(done)) = last else { panic!("v3 does not end with ImportCompleted") };
+    assert_eq!(done.messages, facts.messages);
+    let r = replay(store.as_ref(), id, Mode::Strict, None).unwrap();
+    assert_eq!(r.state.message_count(), facts.messages);
+    assert!(ctxlog::Session::open(store.as_ref(), id).is_ok(), "a completed import opens");
+}
+
+/// The record kinds of the golden session in `set` (from the sqlite store), in log order.
+fn record_kinds(set: &str) -> Vec<u8> {
+    let (_dir, path) = copy_to_temp(set);
+    let store = open("sqlite", &path);
+    let id: StreamId = SESSION.parse().unwrap();
+    let mut kinds = Vec::new();
+    loop {
+        let batch = store.read(id, kinds.len() as u64 + 1, 1024).unwrap();
+        if batch.is_empty() {
+            return kinds;
+        }
+        kinds.extend(batch.iter().map(|r| r.record.body()[1]));
+    }
+}
+
+#[test]
+fn golden_logs_of_an_import_with_usage_keep_decoding_on_every_backend() {
+    if std::env::var_os("CTXLOG_BLESS_GOLDEN").is_some() {
+        bless();
+    }
+    let mut all = FIRST_RELEASE.to_vec();
+    all.push("ImportCompleted");
+    all.retain(|k| *k != "Restored");
+    assert_eq!(check_set("v4").into_iter().collect::<Vec<_>>(), sorted(&all));
+    // The set pins the layouts this build writes: it starts with kind 18 and serves its calls in
+    // kind 17, and holds no frozen kind.
+    use ctxlog::codec::kind;
+    let kinds = record_kinds("v4");
+    assert_eq!(kinds.first(), Some(&kind::SESSION_STARTED));
+    assert_eq!(kinds.last(), Some(&kind::IMPORT_COMPLETED));
+    assert!(kinds.contains(&kind::REQUEST_SERVED));
+    let frozen = [
+        kind::SESSION_STARTED_V1,
+        kind::SUMMARY_PREPARED_V1,
+        kind::FLUSHED_V1,
+        kind::REQUEST_SERVED_V1,
+        kind::SESSION_STARTED_V2,
+        kind::REQUEST_SERVED_V2,
+        kind::SESSION_STARTED_V2_IMPORT,
+        kind::SESSION_STARTED_V3,
+    ];
+    assert!(!kinds.iter().any(|k| frozen.contains(k)), "{kinds:?}");
+    // What only kinds 17 and 18 hold decodes: the usage floor and the import's facts, the
+    // provider's usage parts and the anchoring decision.
+    let (_dir, path) = copy_to_temp("v4");
+    let store = open("sqlite", &path);
+    let (mut started, mut with_usage, mut anchored) = (None, 0, 0);
+    ctxlog::replay::for_each_event(store.as_ref(), SESSION.parse().unwrap(), 1, None, |_, ev| {
+        match ev {
+            ctxlog::Event::SessionStarted(s) => started = Some(s),
+            ctxlog::Event::RequestServed(r) => {
+                with_usage += usize::from(r.usage.is_some_and(|u| Some(u.prompt_total()) == r.reported_tokens));
+                anchored += usize::from(r.anchored);
+            }
+            _ => {}
+        }
+        Ok(())
+    })
+    .unwrap();
+    let started = started.expect("v4 starts no session");
+    assert_eq!(started.config.usage_floor_ratio, 0.25);
+    assert!(started.import.is_some(), "v4's SessionStarted carries no import facts");
+    assert!(with_usage > 10 && anchored > 0, "{with_usage} calls with usage parts, {anchored} anchored");
 }

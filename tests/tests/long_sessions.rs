@@ -111,7 +111,7 @@ fn prepare(h: &mut Harness, host: Host) {
         let text = match (job.is_condense(), host) {
             (true, Host::DeclinesCondensing) => return,
             (true, _) => ctxlog::summary::condense(h.session.state(), &job),
-            (false, _) => ctxlog::summary::extractive(h.session.state(), &job),
+            (false, _) => h.session.summarize(&job).unwrap(),
         };
         if let Prepared::Discarded(_) = h.session.prepare(&job, text, Produced::extractive()).unwrap() {
             return;
@@ -341,7 +341,18 @@ fn condensed_summaries_are_bounded_and_keep_the_newest_requests() {
     let cap = cfg.summary_cap_tokens();
     let h = drive(&lines, cfg, Host::Condenses);
     let st = h.session.state();
-    let condensed: Vec<_> = st.summaries().iter().filter(|s| s.is_condensed()).collect();
+    // A summary condensed again leaves memory with its text: read them from the log.
+    let mut condensed = Vec::new();
+    ctxlog::replay::for_each_event(h.store.as_ref(), h.session.id(), 1, None, |_, ev| {
+        match ev {
+            Event::SummaryPrepared(s) if s.is_condensed() => condensed.push(s),
+            _ => {}
+        }
+        Ok(())
+    })
+    .unwrap();
+    let in_memory = st.summaries().iter().filter(|s| s.is_condensed()).count();
+    assert_eq!(in_memory, condensed.len(), "the state keeps every condensed summary's numbers");
     assert!(condensed.len() >= 3, "only {} condensed summaries", condensed.len());
     for s in &condensed {
         assert!(u64::from(s.tokens) <= cap / 4, "{} tokens over {}", s.tokens, cap / 4);
@@ -352,7 +363,7 @@ fn condensed_summaries_are_bounded_and_keep_the_newest_requests() {
     let last = condensed.last().unwrap();
     let newest = (last.from..last.to)
         .rev()
-        .find(|&seq| st.entry(seq).unwrap().message.is_human() && Some(seq) != st.first_human())
+        .find(|&seq| st.entry(seq).unwrap().is_human() && Some(seq) != st.first_human())
         .unwrap();
     assert!(last.text.contains(&format!("- [{newest}] user:")), "request {newest} missing:\n{}", last.text);
 }

@@ -113,8 +113,12 @@ fn a_session_moves_between_workers_and_a_stale_plan_is_decided_again() {
     let report = ctxlog::replay::verify(&a, id).unwrap();
     assert!(report.ok(), "{:?}", report.problems);
     assert_eq!(report.calls, 4);
-    let texts: Vec<String> =
-        on_b.state().entries().iter().map(|e| serde_json::to_string(&e.message.content).unwrap()).collect();
+    let texts: Vec<String> = on_b
+        .messages(0..on_b.state().message_count())
+        .unwrap()
+        .iter()
+        .map(|m| serde_json::to_string(&m.content).unwrap())
+        .collect();
     for q in ["q0", "q1 on A", "q2 on B", "q3 on B"] {
         assert_eq!(texts.iter().filter(|t| t.contains(q)).count(), 1, "{q} appended exactly once: {texts:?}");
     }

@@ -146,7 +146,7 @@ fn worker(url: &str) {
         // Prepare a summary when the engine asks (best effort: another worker may win the race).
         if let Some(session) = sessions.get_mut(&id) {
             if let Some(job) = session.summary_job() {
-                let text = ctxlog::summary::extractive(session.state(), &job);
+                let text = session.summarize(&job).unwrap();
                 if session.prepare(&job, text, ctxlog::session::Produced::extractive()).is_err() {
                     sessions.remove(&id);
                 }

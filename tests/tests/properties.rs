@@ -193,7 +193,7 @@ impl Run {
                 // The host runs the summarizer while a call is served: the summary comes back
                 // after the call, perhaps stale. It is written or discarded, never an error.
                 if let Some(job) = self.h.session.summary_job() {
-                    let text = ctxlog::summary::extractive(self.h.session.state(), &job);
+                    let text = self.h.session.summarize(&job).unwrap();
                     self.call(None);
                     let produced = ctxlog::session::Produced::extractive();
                     match self.h.session.prepare(&job, text, produced).unwrap() {

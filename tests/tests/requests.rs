@@ -75,10 +75,7 @@ fn run(lines: &[Message], format: WireFormat, config: Config, breakpoints: bool)
             sent.push(Sent { call: plan.call(), request, view, digest: plan.digest.clone() });
             session.commit(plan, Timestamp::from_millis(clock), None).unwrap();
             while let Some(job) = session.summary_job() {
-                let text = match job.is_condense() {
-                    true => ctxlog::summary::condense(session.state(), &job),
-                    false => ctxlog::summary::extractive(session.state(), &job),
-                };
+                let text = session.summarize(&job).unwrap();
                 if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive()).unwrap() {
                     break;
                 }

@@ -96,10 +96,7 @@ fn agent(store: &MemoryStore, calls: usize, wiring: Wiring) -> Run {
             ])
             .unwrap();
         while let Some(job) = session.summary_job() {
-            let text = match job.is_condense() {
-                true => ctxlog::summary::condense(session.state(), &job),
-                false => ctxlog::summary::extractive(session.state(), &job),
-            };
+            let text = session.summarize(&job).unwrap();
             if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive()).unwrap() {
                 break;
             }
@@ -296,7 +293,7 @@ fn only_a_competing_commit_a_prepare_or_a_restore_makes_a_plan_stale() {
     // A prepare the plan did not see.
     let plan = s.plan(Timestamp::from_millis(T0 + 1_000)).unwrap();
     let job = s.summary_job().expect("over the soft threshold");
-    let text = ctxlog::summary::extractive(s.state(), &job);
+    let text = s.summarize(&job).unwrap();
     assert!(matches!(s.prepare(&job, text, Produced::extractive()).unwrap(), Prepared::Written(_)));
     let head = store.head(s.id()).unwrap();
     assert_eq!(

@@ -715,3 +715,40 @@ fn session_create_refuses_a_bad_config_or_a_taken_id_and_writes_nothing() {
     assert_eq!(store.head(id).unwrap(), Some(1));
     assert!(matches!(Session::open(&store, StreamId::random()).err().unwrap(), SessionError::NotFound(_)));
 }
+
+// ---- ImportCompleted -------------------------------------------------------------------------
+
+fn import_started(messages: u64) -> Event {
+    let Event::SessionStarted(mut s) = started() else { unreachable!() };
+    s.import = Some(ctxlog::event::ImportSource {
+        transcript_sha256: "00".repeat(32),
+        transcript_bytes: 1_000,
+        messages,
+        call_interval_ms: 30_000,
+    });
+    Event::SessionStarted(s)
+}
+
+fn import_completed(messages: u64, calls: u64) -> Event {
+    Event::ImportCompleted(ctxlog::event::ImportCompleted { messages, calls })
+}
+
+#[test]
+fn an_import_completes_once_with_every_announced_message() {
+    // The conversation's six messages and no call, under an import that announced six.
+    let mut given = conversation();
+    given[0] = import_started(6);
+    let st = fold(&given);
+    assert!(st.import_unfinished());
+    // Not an import, too few or too many messages or calls, or a second completion: refused.
+    Scenario::given(conversation()).when(import_completed(6, 0)).then_violates(Invariant::ImportCompleted);
+    let mut seven = given.clone();
+    seven[0] = import_started(7);
+    Scenario::given(seven).when(import_completed(6, 0)).then_violates(Invariant::ImportCompleted);
+    Scenario::given(given.clone()).when(import_completed(5, 0)).then_violates(Invariant::ImportCompleted);
+    Scenario::given(given.clone()).when(import_completed(6, 1)).then_violates(Invariant::ImportCompleted);
+    let st = Scenario::given(given.clone()).when(import_completed(6, 0)).then_ok();
+    assert!(!st.import_unfinished() && st.import().unwrap().completed);
+    given.push(import_completed(6, 0));
+    Scenario::given(given).when(import_completed(6, 0)).then_violates(Invariant::ImportCompleted);
+}

@@ -76,7 +76,7 @@ fn eventful(store: &MemoryStore) -> StreamId {
         .unwrap();
         // No summaries for the first calls: the ladder edits.
         if let Some(job) = s.summary_job().filter(|_| i >= 6) {
-            let text = ctxlog::summary::extractive(s.state(), &job);
+            let text = s.summarize(&job).unwrap();
             // The first attempt is too long: discarded, with its reason.
             let too_long = format!("{SECRET} ").repeat(5_000);
             assert!(matches!(s.prepare(&job, too_long, Produced::extractive()).unwrap(), Prepared::Discarded(_)));

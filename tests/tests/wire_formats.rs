@@ -330,7 +330,7 @@ fn an_image_is_externalized_to_a_blob_written_before_its_event() {
     assert!(first_blob < event_append, "blob must be written before the event: {log:?}");
 
     let entry = &s.state().entries()[0];
-    let r = blob_ref(&entry.message);
+    let r = blob_ref(s.state().original(0).unwrap());
     assert_eq!((r.id.clone(), r.bytes, r.width, r.height), (blob, bytes.len() as u64, Some(800), Some(600)));
     // Cost by size, ceil(800*600/750) = 640, not by payload length.
     let text = ctxlog::tokens::text_tokens("look");
@@ -355,7 +355,7 @@ fn a_blob_that_cannot_be_written_falls_back_to_inline() {
     let appended = s.append(vec![image_message(&bytes)]).unwrap();
     assert_eq!(appended.inline_fallbacks.len(), 1);
     assert!(appended.inline_fallbacks[0].contains("disk full"), "{:?}", appended.inline_fallbacks);
-    let m = &s.state().entries()[0].message;
+    let m = s.state().original(0).unwrap();
     assert!(
         matches!(&m.blocks()[1], Block::Media { source: MediaSource::Base64 { data: MediaData::Inline(d), .. }, .. } if *d == b64(&bytes))
     );
@@ -377,11 +377,11 @@ fn rendering_resolves_blobs_back_to_the_original_base64() {
     let original = lines(&rich_anthropic()).into_iter().map(str::to_owned).collect::<Vec<_>>();
     s.append(original[..2].iter().map(|l| parse_message(l).unwrap()).collect()).unwrap();
     let source = |id: &BlobId| store.get_blob(id).ok().flatten();
-    for (e, line) in s.state().entries().iter().zip(&original) {
-        let (inline, missing) = to_json(&e.message, RenderOpts { meta: true, media: Media::Inline(&source) });
+    for (m, line) in s.messages(0..2).unwrap().iter().zip(&original) {
+        let (inline, missing) = to_json(m, RenderOpts { meta: true, media: Media::Inline(&source) });
         assert!(missing.is_empty());
         assert_eq!(json(&inline), json(line));
-        let (refs, _) = to_json(&e.message, REFS);
+        let (refs, _) = to_json(m, REFS);
         if line.contains("base64") {
             assert!(refs.contains("\"type\":\"blob\"") && refs.contains("sha256:"), "{refs}");
             assert!(refs.len() < line.len());
@@ -389,8 +389,7 @@ fn rendering_resolves_blobs_back_to_the_original_base64() {
     }
     // A missing blob stays a reference and is reported.
     let empty = |_: &BlobId| None;
-    let (_, missing) =
-        to_json(&s.state().entries()[1].message, RenderOpts { meta: true, media: Media::Inline(&empty) });
+    let (_, missing) = to_json(s.state().original(1).unwrap(), RenderOpts { meta: true, media: Media::Inline(&empty) });
     assert_eq!(missing.len(), 2, "the image and the document");
 }
 
@@ -447,8 +446,9 @@ fn per_message_estimates_sum_exactly_to_the_view_and_verify_agrees() {
         assert_eq!(s.state().view_tokens(), sum);
         // Every cached estimate equals a fresh estimate of the stored message.
         let est = Estimator::default();
-        for e in s.state().entries() {
-            assert_eq!(e.tokens, est.message(&e.message));
+        let stored = s.messages(0..s.state().message_count()).unwrap();
+        for (e, m) in s.state().entries().iter().zip(&stored) {
+            assert_eq!(e.tokens, est.message(m));
         }
     }
     let report = replay::verify(&store, id).unwrap();
@@ -491,7 +491,7 @@ fn a_seven_megabyte_screenshot_costs_the_flat_image_price_not_millions() {
     assert_eq!(s.state().entries()[0].tokens, flat);
     assert_eq!(s.state().view_tokens(), u64::from(flat));
     // --image-tokens moves it.
-    assert_eq!(Estimator { image_tokens: 800 }.message(&s.state().entries()[0].message), flat - 800);
+    assert_eq!(Estimator { image_tokens: 800 }.message(s.state().original(0).unwrap()), flat - 800);
 }
 
 #[test]
@@ -509,7 +509,7 @@ fn a_known_size_costs_by_the_provider_formula_capped_at_the_flat_price() {
     let base = MESSAGE_OVERHEAD + BLOCK_OVERHEAD + 1 + BLOCK_OVERHEAD;
     assert_eq!(s.state().entries()[0].tokens, base + 10); // ceil(7500/750)
     assert_eq!(s.state().entries()[1].tokens, base + 1_600); // capped
-    let r = blob_ref(&s.state().entries()[1].message);
+    let r = blob_ref(s.state().original(1).unwrap());
     assert_eq!((r.width, r.height), (Some(4000), Some(3000)));
 }
 

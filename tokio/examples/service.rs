@@ -145,15 +145,7 @@ async fn converse(
 /// written is discarded by `prepare`, with the reason.
 async fn summarize(session: AsyncSession<Store>, turn_lock: Arc<Mutex<()>>) -> Result<(), Error> {
     while let Some(job) = session.summary_job().await {
-        let text = session
-            .call({
-                let job = job.clone();
-                move |s| match job.is_condense() {
-                    true => ctxlog::summary::condense(s.state(), &job),
-                    false => ctxlog::summary::extractive(s.state(), &job),
-                }
-            })
-            .await?;
+        let text = session.summarize(job.clone()).await?;
         let _between_calls = turn_lock.lock().await;
         let prepared = session.prepare(job, text, Produced::extractive()).await?;
         if let ctxlog::session::Prepared::Discarded(_) = prepared {

@@ -157,6 +157,12 @@ impl<S: Store + 'static> AsyncSession<S> {
         self.inner.lock().await.summary_job()
     }
 
+    /// Runs the built-in summarizer for `job` ([`Session::summarize`]; a span's messages out of
+    /// the view are read back from the log, so it runs on the blocking pool).
+    pub async fn summarize(&self, job: SummaryJob) -> Result<String, Error> {
+        self.try_call(move |s| s.summarize(&job)).await
+    }
+
     /// Hands a summary back ([`Session::prepare`]).
     pub async fn prepare(&self, job: SummaryJob, text: String, produced: Produced) -> Result<Prepared, Error> {
         self.try_call(move |s| s.prepare(&job, text, produced)).await

@@ -7,8 +7,8 @@
 //!   written): calls over budget, max view ÷ budget, breaker trips, prefix rewrites (and how
 //!   many while the cache was warm), cost ÷ lower bound (`ctxlog::cost`), views
 //!   missing the first user message, summary tokens in the view ÷ target. These do not depend
-//!   on the backend: `import` runs the engine on a `MemoryStore` and copies the finished
-//!   session to the target; each backend's session is checked to end at the same version.
+//!   on the backend: `import` runs the same engine whatever store it writes to; each backend's
+//!   session is checked to end at the same version.
 //! - **per backend**: `ctxlog import` in a fresh process (this binary re-executes itself and
 //!   calls `ctxlog_cli::run`, the whole `ctxlog` program): its peak RSS (`VmHWM`) ÷ transcript
 //!   bytes, wall time, p50/p99 time per call (between consecutive timeline lines); then the
@@ -38,7 +38,7 @@ use ctxlog_bench::machine;
 use ctxlog_bench::views::{Diff, ViewTracker};
 use ctxlog_cli::args::{Cli, Command as CliCommand};
 use ctxlog_cli::import::{import, ImportOptions};
-use ctxlog_cli::transcript::read_file;
+use ctxlog_cli::transcript::check_file;
 
 #[global_allocator]
 static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
@@ -342,7 +342,7 @@ fn import_args(path: &Path, flags: &[String]) -> ctxlog_cli::args::ImportArgs {
 fn policy_run(path: &Path, flags: &[String]) -> (Policy, MemoryStore) {
     let args = import_args(path, flags);
     let config = args.config.resolve(ctxlog::Config::default()).unwrap_or_else(|e| fail("config", e));
-    let transcript = read_file(path, args.format).unwrap_or_else(|e| fail("transcript", e));
+    let transcript = check_file(path, args.format).unwrap_or_else(|e| fail("transcript", e));
     let probe = Rc::new(RefCell::new(Probe::default()));
     let mut sink = ViewSink(Rc::clone(&probe));
     let store = MemoryStore::new();

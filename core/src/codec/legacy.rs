@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use crate::config::{Config, SummarizerKind};
 use crate::event::{
-    Deferral, Event, FlushReason, Flushed, RequestServed, SessionStarted, SummaryMode, SummaryPrepared,
+    Deferral, Event, FlushReason, Flushed, ImportSource, RequestServed, SessionStarted, SummaryMode, SummaryPrepared,
 };
 use crate::store::Record;
 use crate::time::Millis;
@@ -93,7 +93,8 @@ pub struct ConfigV2 {
     pub clear_at_least: u64,
 }
 
-/// Kind 9: `SessionStarted` with a [`ConfigV2`].
+/// Kind 9: `SessionStarted` with a [`ConfigV2`], the layout of every session that was not an
+/// import before kind 16.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionStartedV2 {
     /// Session id.
@@ -102,6 +103,35 @@ pub struct SessionStartedV2 {
     pub format: WireFormat,
     /// Knobs.
     pub config: ConfigV2,
+    /// Creation time.
+    pub at: Millis,
+}
+
+/// Kind 14: `SessionStarted` of an import, before `usage_floor_ratio`: kind 9 + `import`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStartedV2Import {
+    /// Session id.
+    pub session: Uuid,
+    /// Wire format.
+    pub format: WireFormat,
+    /// Knobs.
+    pub config: ConfigV2,
+    /// Creation time.
+    pub at: Millis,
+    /// The transcript the import reads.
+    pub import: Option<ImportSource>,
+}
+
+/// Kind 16: `SessionStarted` with `usage_floor_ratio`, before `import`. Its config is today's
+/// [`Config`]; a change to `Config` must freeze it here as a `ConfigV3` first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStartedV3 {
+    /// Session id.
+    pub session: Uuid,
+    /// Wire format.
+    pub format: WireFormat,
+    /// Knobs.
+    pub config: Config,
     /// Creation time.
     pub at: Millis,
 }
@@ -247,7 +277,19 @@ impl From<ConfigV2> for Config {
 
 impl From<SessionStartedV2> for SessionStarted {
     fn from(e: SessionStartedV2) -> SessionStarted {
-        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at }
+        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at, import: None }
+    }
+}
+
+impl From<SessionStartedV2Import> for SessionStarted {
+    fn from(e: SessionStartedV2Import) -> SessionStarted {
+        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at, import: e.import }
+    }
+}
+
+impl From<SessionStartedV3> for SessionStarted {
+    fn from(e: SessionStartedV3) -> SessionStarted {
+        SessionStarted { session: e.session, format: e.format, config: e.config, at: e.at, import: None }
     }
 }
 
@@ -274,7 +316,7 @@ impl From<RequestServedV2> for RequestServed {
 
 impl From<SessionStartedV1> for SessionStarted {
     fn from(e: SessionStartedV1) -> SessionStarted {
-        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at }
+        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at, import: None }
     }
 }
 
@@ -350,7 +392,7 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
                 image_tokens: c.image_tokens,
                 truncate_chars: c.truncate_chars,
             };
-            if Config::from(v1.clone()) != *c {
+            if Config::from(v1.clone()) != *c || e.import.is_some() {
                 return None;
             }
             let e = SessionStartedV1 { session: e.session, format: e.format, config: v1, at: e.at };
@@ -398,16 +440,19 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
             };
             payload(kind::REQUEST_SERVED_V1, &v1)
         }
-        Event::SummaryPrepared(_) | Event::Flushed(_) | Event::RequestServed(_) | Event::SummaryRetired(_) => {
-            return None
-        }
+        Event::SummaryPrepared(_)
+        | Event::Flushed(_)
+        | Event::RequestServed(_)
+        | Event::SummaryRetired(_)
+        | Event::ImportCompleted(_) => return None,
         other => super::encode(other),
     })
 }
 
 /// Encodes `event` in the second layout set's kinds 9 (`SessionStarted` without
-/// `usage_floor_ratio`) and 11 (`RequestServed` without `usage` and `anchored`), if that layout
-/// can hold it; `None` for other events, or when the event needs a newer kind.
+/// `usage_floor_ratio`), 14 (the same, of an import) and 11 (`RequestServed` without `usage`
+/// and `anchored`), if that layout can hold it; `None` for other events, or when the event
+/// needs a newer kind.
 pub fn encode_v2(event: &Event) -> Option<Result<Record, String>> {
     match event {
         Event::SessionStarted(e) => {
@@ -432,8 +477,19 @@ pub fn encode_v2(event: &Event) -> Option<Result<Record, String>> {
             if Config::from(v2.clone()) != *c {
                 return None;
             }
-            let e = SessionStartedV2 { session: e.session, format: e.format, config: v2, at: e.at };
-            Some(payload(kind::SESSION_STARTED_V2, &e))
+            Some(match &e.import {
+                None => {
+                    let e = SessionStartedV2 { session: e.session, format: e.format, config: v2, at: e.at };
+                    payload(kind::SESSION_STARTED_V2, &e)
+                }
+                Some(_) => {
+                    let (session, format, at, import) = (e.session, e.format, e.at, e.import.clone());
+                    payload(
+                        kind::SESSION_STARTED_V2_IMPORT,
+                        &SessionStartedV2Import { session, format, config: v2, at, import },
+                    )
+                }
+            })
         }
         Event::RequestServed(e) if e.usage.is_none() && e.anchored == e.reported_tokens.is_some() => {
             let v2 = RequestServedV2 {
@@ -450,6 +506,18 @@ pub fn encode_v2(event: &Event) -> Option<Result<Record, String>> {
                 deferred: e.deferred.clone(),
             };
             Some(payload(kind::REQUEST_SERVED_V2, &v2))
+        }
+        _ => None,
+    }
+}
+
+/// Encodes a `SessionStarted` that is not an import in kind 16 (before `import`); `None` for
+/// other events and for imports.
+pub fn encode_v3(event: &Event) -> Option<Result<Record, String>> {
+    match event {
+        Event::SessionStarted(e) if e.import.is_none() => {
+            let v3 = SessionStartedV3 { session: e.session, format: e.format, config: e.config.clone(), at: e.at };
+            Some(payload(kind::SESSION_STARTED_V3, &v3))
         }
         _ => None,
     }

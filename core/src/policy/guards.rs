@@ -14,7 +14,7 @@ pub fn protected_tool_results(state: &State, n: u32) -> Vec<u64> {
         .iter()
         .rev()
         .filter_map(|it| match it.item {
-            Item::Message(seq) if state.entry(seq).is_some_and(|e| e.message.is_tool_result()) => Some(seq),
+            Item::Message(seq) if state.entry(seq).is_some_and(|e| e.is_tool_result()) => Some(seq),
             _ => None,
         })
         .take(n as usize)
@@ -25,7 +25,7 @@ pub fn protected_tool_results(state: &State, n: u32) -> Vec<u64> {
 
 /// Is `seq` one of the messages no ladder level may touch: system, pinned, first or last human?
 pub fn always_protected(state: &State, seq: u64) -> bool {
-    state.entry(seq).is_some_and(|e| e.message.role.is_system() || e.message.is_pinned())
+    state.entry(seq).is_some_and(|e| e.is_system() || e.is_pinned())
         || Some(seq) == state.first_human()
         || Some(seq) == state.last_human()
 }

@@ -128,7 +128,7 @@ impl<'a> Ladder<'a> {
         let mut at = BTreeMap::new();
         for it in state.view() {
             let Item::Message(seq) = it.item else { continue };
-            let edit = state.entry(seq).and_then(|e| e.edit.as_ref()).map(|e| e.kind);
+            let edit = state.entry(seq).and_then(|e| e.edit).map(|e| e.kind);
             at.insert(seq, slots.len());
             slots.push(Slot {
                 seq,
@@ -156,7 +156,7 @@ impl<'a> Ladder<'a> {
     }
 
     fn is_tool_result(&self, seq: u64) -> bool {
-        self.state.entry(seq).is_some_and(|e| e.message.is_tool_result())
+        self.state.entry(seq).is_some_and(|e| e.is_tool_result())
     }
 
     fn edit(&mut self, seq: u64, kind: EditKind, rule: &str) {
@@ -179,13 +179,16 @@ impl<'a> Ladder<'a> {
         self.edit(seq, kind, rule);
     }
 
+    /// Tokens of `seq` truncated; `None` unless it is in the view unedited (an edited message
+    /// is at its floor: the ladder never edits it again).
     fn truncated_tokens(&self, seq: u64) -> Option<u32> {
-        let m = &self.state.entry(seq)?.message;
+        let m = self.state.original(seq)?;
         Some(self.est.message(&edited_message(m, EditKind::Truncated { keep_chars: self.config.truncate_chars })))
     }
 
+    /// Tokens of `seq` stubbed, if stubbing shrinks it; `None` unless it is in the view unedited.
     fn stubbed_tokens(&self, seq: u64) -> Option<u32> {
-        let m = &self.state.entry(seq)?.message;
+        let m = self.state.original(seq)?;
         stubbable(m)
             .then(|| self.est.message(&edited_message(m, EditKind::Stubbed { preview_chars: STUB_PREVIEW_CHARS })))
     }
@@ -202,7 +205,7 @@ impl<'a> Ladder<'a> {
         let mut floor: u64 =
             self.state.view().iter().filter(|i| matches!(i.item, Item::Summary(_))).map(|i| u64::from(i.tokens)).sum();
         for (k, s) in self.slots.iter().enumerate() {
-            let human = self.state.entry(s.seq).is_some_and(|e| e.message.is_human());
+            let human = self.state.entry(s.seq).is_some_and(|e| e.is_human());
             let kept = always_protected(self.state, s.seq) || self.tools.contains(&s.seq);
             floor += u64::from(if kept {
                 s.tokens
@@ -265,10 +268,10 @@ impl<'a> Ladder<'a> {
         let mut i = 0;
         while let Some(&s) = group.get(i) {
             i += 1;
-            let m = &self.state.entry(s)?.message;
-            let calls = m.call_ids().map(|id| self.state.result_seq(id)).collect::<Option<Vec<_>>>()?;
-            let owners = m.result_ids().filter_map(|id| self.state.call_seq(id));
-            for p in calls.into_iter().chain(owners) {
+            self.state.entry(s)?;
+            // An unanswered call is never removed: no group.
+            self.state.call_results(s)?;
+            for p in self.state.tool_partners(s) {
                 if !group.contains(&p) {
                     group.push(p);
                 }
@@ -298,7 +301,7 @@ impl<'a> Ladder<'a> {
                 return;
             }
             let Some(s) = self.slots.get(i).copied() else { continue };
-            let human = self.state.entry(s.seq).is_none_or(|e| e.message.is_human());
+            let human = self.state.entry(s.seq).is_none_or(|e| e.is_human());
             if s.removed || human || protected(self, s.seq) {
                 continue;
             }
@@ -323,7 +326,7 @@ impl<'a> Ladder<'a> {
                 return;
             }
             let Some(s) = self.slots.get(i).copied() else { continue };
-            let human = self.state.entry(s.seq).is_some_and(|e| e.message.is_human());
+            let human = self.state.entry(s.seq).is_some_and(|e| e.is_human());
             if s.removed || s.stubbed || !human || always_protected(self.state, s.seq) {
                 continue;
             }

@@ -4,6 +4,10 @@
 //! Summaries of messages chain from `compacted_prefix_messages`; a condensed summary covers
 //! the oldest current summaries (those neither condensed nor retired), so the summaries in the
 //! view always cover disjoint spans, sorted by position.
+//!
+//! A summary that left the view for good (condensed or retired) keeps its span and numbers but
+//! not its text: nothing renders it again, and the log keeps it (`SummaryPrepared`). So the
+//! ledger grows by a few dozen bytes per summary, not by the summaries' text.
 
 use std::sync::Arc;
 
@@ -49,7 +53,8 @@ pub struct Summaries {
 }
 
 impl Summaries {
-    /// The prepared summaries, in prepare order (index = `Item::Summary` number).
+    /// The prepared summaries, in prepare order (index = `Item::Summary` number). The text of
+    /// one that left the view for good is empty (it is in the log).
     pub fn prepared(&self) -> &[Arc<SummaryPrepared>] {
         &self.prepared
     }
@@ -151,13 +156,35 @@ impl Summaries {
             }
         }
         let shown: Vec<bool> = self.standing.iter().map(|s| s.state == SummaryState::Shown).collect();
-        for s in &mut self.standing {
+        let mut gone = Vec::new();
+        for (i, s) in self.standing.iter_mut().enumerate() {
             if let Some(by) = s.condensed_by.filter(|&by| shown.get(by as usize) == Some(&true)) {
                 if matches!(s.state, SummaryState::Pending | SummaryState::Shown) {
                     s.state = SummaryState::Condensed(by);
+                    gone.push(i);
                 }
             }
         }
+        for i in gone {
+            self.forget_text(i);
+        }
+    }
+
+    /// Drops the text of summary `i`, which left the view for good.
+    fn forget_text(&mut self, i: usize) {
+        if let Some(p) = self.prepared.get_mut(i) {
+            if !p.text.is_empty() {
+                let mut kept = SummaryPrepared::clone(p);
+                kept.text = String::new();
+                *p = Arc::new(kept);
+            }
+        }
+    }
+
+    /// Heap bytes held (see [`crate::state::State::heap_bytes`]).
+    pub fn heap_bytes(&self) -> usize {
+        use super::heap::HeapSize;
+        self.prepared.heap_bytes() + self.standing.heap_bytes()
     }
 
     /// Why `e` may not retire its summary: only the oldest summary in the view
@@ -182,6 +209,7 @@ impl Summaries {
     pub fn retire(&mut self, summary: u32) {
         if let Some(s) = self.standing.get_mut(summary as usize) {
             s.state = SummaryState::Retired;
+            self.forget_text(summary as usize);
         }
     }
 }
