@@ -17,6 +17,10 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Log what the engine and the store do on stderr: -v flushes, guards, summaries, repairs
+    /// and conflicts; -vv every call, edit and append; -vvv everything.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
 }
 
 /// The subcommands.

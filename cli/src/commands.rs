@@ -415,7 +415,7 @@ pub fn restore(args: &RestoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     // A restore the invariants refuse (nothing to restore, no such seq) is a bad `--seq`, not a
     // bad log: exit 2 like any other input error.
     let committed = session.restore(args.seq, "ctxlog restore", &args.why).map_err(|e| match e {
-        ctxlog::SessionError::Invariant { violation, .. } => {
+        ctxlog::SessionError::Refused { violation, .. } => {
             CliError::Usage(format!("cannot restore --seq {}: {violation}", args.seq))
         }
         e => e.into(),

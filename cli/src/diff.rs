@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use ctxlog::config::Config;
-use ctxlog::replay::{EditRecord, Mode};
+use ctxlog::replay::{Mode, TimelineEdit};
 use ctxlog::view::thousands;
 use serde_json::{json, Value};
 
@@ -40,9 +40,9 @@ pub struct CallDiff<'a> {
     /// The call on the right.
     pub right: Option<&'a Call>,
     /// Edits only the right made, as `(seq, kind)` with the right's reason.
-    pub edits_added: Vec<&'a EditRecord>,
+    pub edits_added: Vec<&'a TimelineEdit>,
     /// Edits only the left made.
-    pub edits_removed: Vec<&'a EditRecord>,
+    pub edits_removed: Vec<&'a TimelineEdit>,
     /// Guards only the right raised.
     pub guards_added: Vec<String>,
     /// Guards only the left raised.
@@ -100,7 +100,7 @@ pub fn compare<'a>(left: &Side<'a>, right: &Side<'a>) -> Diff<'a> {
         }
         let (le, re) = (edit_keys(l), edit_keys(r));
         let (lg, rg) = (guard_kinds(l), guard_kinds(r));
-        let pick = |c: Option<&'a Call>, keep: &dyn Fn(&(u64, &'static str)) -> bool| -> Vec<&'a EditRecord> {
+        let pick = |c: Option<&'a Call>, keep: &dyn Fn(&(u64, &'static str)) -> bool| -> Vec<&'a TimelineEdit> {
             c.map(|c| c.record.edits.iter().filter(|e| keep(&(e.seq, e.kind))).collect()).unwrap_or_default()
         };
         calls.push(CallDiff {
@@ -256,7 +256,7 @@ pub fn to_json(diff: &Diff<'_>, left: &Side<'_>, right: &Side<'_>, notes: Option
         .iter()
         .map(|(name, a, b)| (name.replace(' ', "_"), json!({"left": int(*a), "right": int(*b), "delta": int(b - a)})))
         .collect();
-    let edits = |list: &[&EditRecord]| {
+    let edits = |list: &[&TimelineEdit]| {
         list.iter().map(|e| json!({"seq": e.seq, "kind": e.kind, "reason": e.reason})).collect::<Vec<_>>()
     };
     let calls: Vec<Value> = diff

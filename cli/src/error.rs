@@ -115,6 +115,7 @@ impl CliError {
             }
             CliError::Session(
                 SessionError::Config(_)
+                | SessionError::Refused { .. }
                 | SessionError::Message { .. }
                 | SessionError::Exists(_)
                 | SessionError::NotFound(_)

@@ -23,7 +23,8 @@ use ctxlog::time::Millis;
 use ctxlog::view::{render_item_with, ViewCache};
 use ctxlog::wire::{parse_timestamp_ms, BlobSource, Media, RenderOpts};
 use ctxlog::{
-    BlobId, ExpectedVersion, Record, Session, SessionError, Snapshot, State, Store, StoreError, StreamId, Version,
+    BlobId, ExpectedVersion, Record, Session, SessionError, Snapshot, State, Store, StoreError, StreamId, Timestamp,
+    Version,
 };
 
 use crate::error::{output, CliError};
@@ -99,7 +100,14 @@ pub fn import_in_chunks(
     let mut records = Vec::new();
     let (mut session, resumed_at) = match target.head(id)? {
         None => {
-            let s = Session::create_import(&store, id, transcript.format(), opts.config.clone(), start, source)?;
+            let s = Session::create_import(
+                &store,
+                id,
+                transcript.format(),
+                opts.config.clone(),
+                Timestamp::from_millis(start),
+                source,
+            )?;
             (s, None)
         }
         Some(head) => {
@@ -125,8 +133,8 @@ pub fn import_in_chunks(
                 if !pending.is_empty() {
                     blobs += session.append(std::mem::take(&mut pending))?.blobs.len() as u64;
                 }
-                let reported = m.meta.usage.as_ref().and_then(|u| ctxlog::wire::usage_input_tokens(u).ok().flatten());
-                let plan = session.plan(clock)?;
+                let reported = m.meta.usage.as_ref().and_then(|u| ctxlog::wire::usage_of(u).ok().flatten());
+                let plan = session.plan(Timestamp::from_millis(clock))?;
                 if let Some(w) = opts.views.as_deref_mut() {
                     let messages: Vec<Vec<u8>> = if opts.inline_media {
                         session.render_plan(&plan).0.into_iter().map(String::into_bytes).collect()
@@ -135,7 +143,7 @@ pub fn import_in_chunks(
                     };
                     write_view(w, plan.call(), messages)?;
                 }
-                let committed = session.commit(plan, clock, reported)?;
+                let committed = session.commit(plan, Timestamp::from_millis(clock), reported)?;
                 let first = committed.version + 1 - committed.events.len() as u64;
                 for (i, ev) in committed.events.iter().enumerate() {
                     if let Some(rec) = timeline.feed(first + i as u64, ev, session.state()) {

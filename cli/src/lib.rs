@@ -7,6 +7,7 @@ pub mod commands;
 pub mod diff;
 pub mod error;
 pub mod import;
+pub mod logs;
 pub mod markup;
 pub mod output;
 pub mod report;
@@ -26,6 +27,8 @@ use ctxlog::config::Config;
 use crate::args::{Cli, Command, ConfigArgs, DemoArgs, ImportArgs};
 use crate::error::{output as out_err, CliError};
 use crate::import::{import, ImportOptions};
+use crate::logs::with_logs;
+pub use crate::logs::Logs;
 use crate::output::{details, json_line, summary, Out, TimelineTable};
 use crate::stores::{open_store, Access};
 use crate::transcript::{FormatArg, Source};
@@ -40,16 +43,17 @@ pub fn run(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> i32 {
-    run_with_progress(args, stdout, stderr, false)
+    run_with_progress(args, stdout, stderr, false, Logs::Captured)
 }
 
 /// [`run`], printing progress of long work on `stderr` when `progress` is set (the binary sets
-/// it when stderr is a terminal).
+/// it when stderr is a terminal), and `-v` logs where `logs` says.
 pub fn run_with_progress(
     args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
     progress: bool,
+    logs: Logs,
 ) -> i32 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     // Decided before parsing, so that a flag clap rejects is reported as JSON too.
@@ -67,7 +71,9 @@ pub fn run_with_progress(
         }
     };
     let mut out = Out { stdout, stderr, progress };
-    match dispatch(cli.command, &mut out) {
+    let (result, captured) = with_logs(cli.verbose, logs, || dispatch(cli.command, &mut out));
+    let _ = out.stderr.write_all(&captured);
+    match result {
         Ok(()) => 0,
         // The reader went away (`ctxlog replay | head`): not an error of ours.
         Err(CliError::Output { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => 0,

@@ -9,6 +9,7 @@ fn main() {
         &mut std::io::stdout().lock(),
         &mut std::io::stderr().lock(),
         progress,
+        ctxlog_cli::Logs::Process,
     );
     std::process::exit(code);
 }

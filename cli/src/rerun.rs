@@ -20,7 +20,7 @@ use ctxlog::session::{Prepared, Produced};
 use ctxlog::summary::SummaryJob;
 use ctxlog::time::Millis;
 use ctxlog::wire::WireFormat;
-use ctxlog::{MemoryStore, Session, SessionError, Store, StreamId};
+use ctxlog::{MemoryStore, Session, SessionError, Store, StreamId, Timestamp, Usage};
 use serde_json::{json, Value};
 
 use crate::analysis::{analyze, Analysis, Keep, Until};
@@ -58,8 +58,9 @@ pub enum Step {
         plan_at: Millis,
         /// When its dispatch completed.
         at: Millis,
-        /// The provider's input tokens, if reported.
-        reported: Option<u64>,
+        /// What the provider reported, if anything (a bare prompt total for logs older than
+        /// record kind 17).
+        reported: Option<Usage>,
         /// The recorded view's digest and tokens (what `reported` describes).
         digest: String,
         /// The recorded view's tokens.
@@ -168,7 +169,7 @@ pub fn inputs(store: &dyn Store, session: StreamId) -> Result<Inputs, CliError> 
                 steps.push(Step::Call {
                     plan_at: planned.filter(|p| *p <= s.at).unwrap_or(s.at),
                     at: s.at,
-                    reported: s.reported_tokens,
+                    reported: s.usage.or(s.reported_tokens.map(Usage::prompt)),
                     digest: s.digest,
                     view_tokens: s.view_tokens,
                 });
@@ -191,27 +192,29 @@ pub fn inputs(store: &dyn Store, session: StreamId) -> Result<Inputs, CliError> 
 pub fn run(inputs: &Inputs, config: Config, summaries: SummariesArg) -> Result<(MemoryStore, Notes), CliError> {
     let store = MemoryStore::new();
     let mut notes = Notes::default();
-    let mut session = Session::create(&store, inputs.session, inputs.format, config, inputs.started_at)?;
+    let mut session =
+        Session::create(&store, inputs.session, inputs.format, config, Timestamp::from_millis(inputs.started_at))?;
     for step in &inputs.steps {
         match step {
             Step::Append(messages) => {
                 session.append(messages.clone())?;
             }
             Step::Call { plan_at, at, reported, digest, view_tokens } => {
-                let plan = session.plan(*plan_at)?;
+                let plan = session.plan(Timestamp::from_millis(*plan_at))?;
                 let reported = match reported {
                     Some(r) if plan.digest != *digest && *view_tokens > 0 => {
                         notes.usage_scaled += 1;
-                        Some((*r as f64 * plan.view_tokens as f64 / *view_tokens as f64).round() as u64)
+                        let total = r.prompt_total() as f64 * plan.view_tokens as f64 / *view_tokens as f64;
+                        Some(Usage::prompt(total.round() as u64))
                     }
                     r => *r,
                 };
-                session.commit(plan, *at, reported)?;
+                session.commit(plan, Timestamp::from_millis(*at), reported)?;
                 run_jobs(&mut session, &inputs.summaries, summaries, &mut notes)?;
             }
             Step::Restore { seq, by, why } => match session.restore(*seq, by, why) {
                 Ok(_) => {}
-                Err(SessionError::Invariant { .. }) => notes.restores_skipped.push(*seq),
+                Err(SessionError::Refused { .. }) => notes.restores_skipped.push(*seq),
                 Err(e) => return Err(e.into()),
             },
         }

@@ -54,21 +54,29 @@ pub mod kind {
     /// `GuardRaised`.
     pub const GUARD_RAISED: u8 = 8;
     /// `SessionStarted` whose config has `summary_share`, `hard_limit_ratio`, `clear_at_least`
-    /// (frozen as [`legacy::SessionStartedV2`]); still written for every session that is not an
-    /// import, so earlier builds keep reading them.
-    pub const SESSION_STARTED: u8 = 9;
+    /// (read only, frozen as [`legacy::SessionStartedV2`](super::legacy::SessionStartedV2); see [`SESSION_STARTED`]).
+    pub const SESSION_STARTED_V2: u8 = 9;
     /// `SummaryPrepared` with `merged` (condensed summaries).
     pub const SUMMARY_PREPARED: u8 = 10;
-    /// `RequestServed` with `deferred`.
-    pub const REQUEST_SERVED: u8 = 11;
+    /// `RequestServed` with `deferred` (read only; see [`REQUEST_SERVED`]).
+    pub const REQUEST_SERVED_V2: u8 = 11;
     /// `SummaryRetired`.
     pub const SUMMARY_RETIRED: u8 = 12;
     /// `Flushed` with `condensed`.
     pub const FLUSHED: u8 = 13;
-    /// `SessionStarted` of an import: kind 9 + `import` (the transcript it reads).
-    pub const SESSION_STARTED_IMPORT: u8 = 14;
+    /// `SessionStarted` of an import: kind 9 + `import` (read only, frozen as
+    /// [`legacy::SessionStartedV2Import`](super::legacy::SessionStartedV2Import); see [`SESSION_STARTED`]).
+    pub const SESSION_STARTED_V2_IMPORT: u8 = 14;
     /// `ImportCompleted`.
     pub const IMPORT_COMPLETED: u8 = 15;
+    /// `SessionStarted` whose config has `usage_floor_ratio`, without `import` (read only,
+    /// frozen as [`legacy::SessionStartedV3`](super::legacy::SessionStartedV3); see [`SESSION_STARTED`]).
+    pub const SESSION_STARTED_V3: u8 = 16;
+    /// `RequestServed` with the provider's `usage` parts and `anchored`.
+    pub const REQUEST_SERVED: u8 = 17;
+    /// `SessionStarted` whose config has `usage_floor_ratio`, with `import` (the transcript an
+    /// import reads; `None` for every other session).
+    pub const SESSION_STARTED: u8 = 18;
 }
 
 pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
@@ -80,8 +88,7 @@ pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> 
 /// Encodes an event. Fails only for values bincode cannot represent (a bug, not bad input).
 pub fn encode(event: &Event) -> Result<Record, String> {
     match event {
-        Event::SessionStarted(e) if e.import.is_some() => payload(kind::SESSION_STARTED_IMPORT, e),
-        Event::SessionStarted(e) => payload(kind::SESSION_STARTED, &legacy::SessionStartedV2::from(e)),
+        Event::SessionStarted(e) => payload(kind::SESSION_STARTED, e),
         Event::MessageAppended(e) => payload(kind::MESSAGE_APPENDED, e),
         Event::SummaryPrepared(e) => payload(kind::SUMMARY_PREPARED, e),
         Event::Flushed(e) => payload(kind::FLUSHED, e),
@@ -121,13 +128,18 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::RESTORED => body(rest).map(Event::Restored),
         kind::REQUEST_SERVED_V1 => body::<legacy::RequestServedV1>(rest).map(|e| Event::RequestServed(e.into())),
         kind::GUARD_RAISED => body(rest).map(Event::GuardRaised),
-        kind::SESSION_STARTED => body::<legacy::SessionStartedV2>(rest).map(|e| Event::SessionStarted(e.into())),
+        kind::SESSION_STARTED_V2 => body::<legacy::SessionStartedV2>(rest).map(|e| Event::SessionStarted(e.into())),
         kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
+        kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),
         kind::SUMMARY_RETIRED => body(rest).map(Event::SummaryRetired),
         kind::FLUSHED => body(rest).map(Event::Flushed),
-        kind::SESSION_STARTED_IMPORT => body(rest).map(Event::SessionStarted),
+        kind::SESSION_STARTED_V2_IMPORT => {
+            body::<legacy::SessionStartedV2Import>(rest).map(|e| Event::SessionStarted(e.into()))
+        }
         kind::IMPORT_COMPLETED => body(rest).map(Event::ImportCompleted),
+        kind::SESSION_STARTED_V3 => body::<legacy::SessionStartedV3>(rest).map(|e| Event::SessionStarted(e.into())),
+        kind::SESSION_STARTED => body(rest).map(Event::SessionStarted),
         other => return Err(fail(format!("unknown event kind {other} in format {format}"))),
     };
     event.map_err(|e| fail(format!("kind {k}: {e}")))

@@ -50,6 +50,11 @@ pub struct Config {
     /// Cache-aware only: a rewrite of a warm prefix that frees fewer tokens than this is not
     /// made unless the view is over the budget (0 = any rewrite is worth it).
     pub clear_at_least: u64,
+    /// A provider-reported prompt total below `usage_floor_ratio ×` the estimate of the view it
+    /// was for is not trusted for anchoring the meter (it is almost always a partial count,
+    /// such as Anthropic's `input_tokens` without the cache), and raises `usage_below_estimate`
+    /// once. 0 trusts every report.
+    pub usage_floor_ratio: f64,
 }
 
 impl Default for Config {
@@ -70,6 +75,7 @@ impl Default for Config {
             summary_share: 0.25,
             hard_limit_ratio: 1.0,
             clear_at_least: 0,
+            usage_floor_ratio: 0.5,
         }
     }
 }
@@ -111,6 +117,12 @@ impl Config {
         ratio_of(self.target_tokens(), self.summary_share)
     }
 
+    /// Is a reported prompt total of `reported` tokens, for a view estimated at `estimate`,
+    /// plausible enough to anchor the meter on?
+    pub fn trusts_usage(&self, reported: u64, estimate: u64) -> bool {
+        reported as f64 >= estimate as f64 * self.usage_floor_ratio
+    }
+
     /// The estimator these knobs imply.
     pub fn estimator(&self) -> Estimator {
         Estimator { image_tokens: self.image_tokens }
@@ -147,6 +159,9 @@ impl Config {
         }
         if !unit(self.summary_share) {
             return e("summary-share", format!("{} is not a ratio in (0, 1]", self.summary_share));
+        }
+        if !(self.usage_floor_ratio.is_finite() && (0.0..=1.0).contains(&self.usage_floor_ratio)) {
+            return e("usage-floor", format!("{} is not a ratio in [0, 1]", self.usage_floor_ratio));
         }
         if self.breaker_passes == 0 {
             return e("breaker", "must be at least 1".into());

@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::config::Config;
 use crate::message::Message;
 use crate::time::Millis;
+use crate::usage::Usage;
 use crate::wire::WireFormat;
 
 /// Every event of a session stream.
@@ -66,7 +67,7 @@ pub struct SessionStarted {
     pub at: Millis,
     /// Set when `ctxlog import` creates the session: the session is complete only once its
     /// `ImportCompleted` is in the log, and readers treat it as absent until then. Added in
-    /// record kind 14 (kind 9, still written for every other session, upcasts to `None`).
+    /// record kind 14, written in kind 18 (kinds 1, 9 and 16 upcast to `None`).
     pub import: Option<ImportSource>,
 }
 
@@ -302,7 +303,7 @@ pub struct RequestServed {
     pub view_tokens: u64,
     /// The meter reading the gate used (anchored on provider usage when available).
     pub metered_tokens: u64,
-    /// Provider-reported input tokens of this call, if given.
+    /// Provider-reported prompt tokens of this call ([`Usage::prompt_total`]), if given.
     pub reported_tokens: Option<u64>,
     /// Highest ladder level this call reached (0 = no ladder).
     pub level: u8,
@@ -313,6 +314,14 @@ pub struct RequestServed {
     /// Work the cache-aware gate held back on this call, and why. Added in record kind 11
     /// (kind 7 upcasts to `None`).
     pub deferred: Option<Deferral>,
+    /// The provider's usage as the host reported it (uncached input, cache reads and writes,
+    /// output), if it gave the parts. Added in record kind 17 (older kinds upcast to `None`).
+    pub usage: Option<Usage>,
+    /// The meter anchors on `reported_tokens` from this call on. False when nothing was
+    /// reported, or when the report was far below the estimate of the served view (not trusted,
+    /// see `usage_below_estimate`). Added in record kind 17 (older kinds upcast to
+    /// `reported_tokens.is_some()`, what their fold did).
+    pub anchored: bool,
 }
 
 /// Why a call served its view unchanged although something was pending or due.
@@ -393,6 +402,9 @@ pub enum GuardKind {
         /// The precondition that failed.
         reason: String,
     },
+    /// A provider-reported prompt total was far below the estimate of the view it was for, so
+    /// the meter did not anchor on it.
+    UsageBelowEstimate,
 }
 
 impl GuardKind {
@@ -404,6 +416,7 @@ impl GuardKind {
             GuardKind::BreakerTripped => "breaker_tripped".into(),
             GuardKind::OverBudget => "over_budget".into(),
             GuardKind::ForkRefused { reason } => format!("fork_refused:{reason}"),
+            GuardKind::UsageBelowEstimate => "usage_below_estimate".into(),
         }
     }
 }

@@ -1,37 +1,99 @@
-//! ctxlog: keeps an LLM conversation inside its context window without losing anything,
+//! ctxlog keeps an LLM conversation inside its context window without losing anything,
 //! without breaking the provider's prompt cache, and with every decision recorded as an event.
 //!
+//! A host appends messages to a [`Session`], asks it before each model call what to send
+//! ([`Session::plan`], pure: flush gate, ladder, guards), sends the exact body
+//! ([`Session::request`]), and commits what the provider reported ([`Session::commit`]): the
+//! call's decisions and the served request are appended to the session's log as one atomic
+//! batch, then applied. Between calls it writes the summaries the engine asks for.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ctxlog::{parse_message, Config, MemoryStore, Prepared, Produced, RequestOptions, Session, StreamId, Timestamp, Usage, WireFormat};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemoryStore::new(); // or SqliteStore, FsStore, SledStore, PgStore: the `Store` trait
+//! let config = Config { budget: 200_000, cache_aware: true, ..Config::default() };
+//! let mut now = Timestamp::from_secs(1_767_225_600); // the host's clock: Timestamp::from_system_time(SystemTime::now())
+//! let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, now)?;
+//! session.append(vec![parse_message(r#"{"role":"user","content":"Add CSV export to ~/src/ora."}"#)?])?;
+//! let opts = RequestOptions::new().model("claude-sonnet-4-5").max_tokens(4_096);
+//! for turn in 0..3 {
+//!     let plan = session.plan(now)?; // decided, nothing written
+//!     let request = session.request(&plan, &opts)?; // the exact JSON body to POST
+//!     // ... send `request.body()`; if the call fails: `session.abort(plan)` writes nothing.
+//!     let reported = serde_json::json!({"input_tokens": 30, "cache_read_input_tokens": 1_200 * turn, "output_tokens": 90});
+//!     now = now + Duration::from_secs(4);
+//!     session.commit(plan, now, Some(Usage::from_anthropic(&reported)?))?; // durable, then applied
+//!     session.append(vec![
+//!         parse_message(r#"{"role":"assistant","content":"Done: the exporter writes RFC 4180 CSV."}"#)?,
+//!         parse_message(r#"{"role":"user","content":"Now add a header row."}"#)?,
+//!     ])?;
+//!     // Effects the host fulfils between calls: summaries (the built-in one here, or a model).
+//!     while let Some(job) = session.summary_job() {
+//!         let text = session.summarize(&job)?;
+//!         if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive())? {
+//!             break;
+//!         }
+//!     }
+//! }
+//! // The log explains itself: every served view re-renders to the digest recorded for it.
+//! assert!(ctxlog::replay::verify(&store, session.id())?.ok());
+//! # Ok(()) }
+//! ```
+//!
 //! This crate is the sans-IO core: it performs no IO and reads no clock. Time comes in as an
-//! argument (`now`, `at`), storage through the [`store::Store`] trait, summaries through
-//! effects the host fulfils.
+//! argument (`now`, `at`), storage through the [`Store`] trait, summaries through effects the
+//! host fulfils. Backends live in their own crates (`ctxlog-store-sqlite`, `-fs`, `-sled`,
+//! `-postgres`); `ctxlog-tokio` runs a session's store IO off a tokio runtime's workers.
+//! Decisions are also emitted as `tracing` events (no message content above `trace`).
 
+// The public surface is curated (ARCHITECTURE.md "Public API", `docs/public-api.md` is the
+// semver list): the root re-exports what a host uses; the modules below hold the data types
+// a host reads (events, state, timeline). `#[doc(hidden)]` modules are the engine's parts that
+// the workspace's CLI, tests and benchmarks reach into; they are not part of the semver promise.
+// Private modules are reachable only through the root's re-exports.
+#[doc(hidden)]
 pub mod codec;
 pub mod config;
 pub mod cost;
-pub mod engine;
+mod engine;
 pub mod event;
-pub mod json;
+mod json;
+#[doc(hidden)]
 pub mod media;
 pub mod message;
+#[doc(hidden)]
 pub mod policy;
 pub mod replay;
+pub mod request;
 pub mod session;
 pub mod state;
 pub mod store;
 pub mod summary;
 pub mod time;
+#[doc(hidden)]
 pub mod tokens;
+mod trace;
 pub mod transfer;
+pub mod usage;
+#[doc(hidden)]
 pub mod view;
+#[doc(hidden)]
 pub mod wire;
 
-pub use config::Config;
+pub use codec::DecodeError;
+pub use config::{Config, ConfigError};
 pub use event::Event;
 pub use message::Message;
-pub use session::{Plan, Session, SessionError};
-pub use state::State;
+pub use request::{CacheTtl, Request, RequestError, RequestOptions};
+pub use session::{Appended, Committed, Plan, Prepared, Produced, Session, SessionError, StaleCause};
+pub use state::{State, Violation};
 pub use store::{
     BlobId, ExpectedVersion, IntegrityReport, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId,
     Version,
 };
-pub use wire::WireFormat;
+pub use summary::SummaryJob;
+pub use time::{Millis, Timestamp};
+pub use usage::{Usage, UsageError, UsageFormat};
+pub use wire::{parse_message, WireError, WireFormat};

@@ -6,7 +6,8 @@ use serde::Serialize;
 use crate::codec;
 use crate::event::{Event, GuardRaised};
 use crate::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message};
-use crate::session::{decode_snapshot, hydrate, SessionError, READ_CHUNK};
+use crate::request::{self, Request, RequestOptions, ServedView};
+use crate::session::{decode_snapshot, hydrate, SessionError, StoreBlobs, READ_CHUNK};
 use crate::state::{State, Violation};
 use crate::store::{Store, StoreError, StreamId, Version};
 use crate::view::ViewCache;
@@ -26,8 +27,11 @@ pub struct CallRecord {
     pub view_messages: u64,
     /// Estimated tokens of the view.
     pub view_tokens: u64,
-    /// Provider-reported input tokens, if given.
+    /// Provider-reported prompt tokens (cache reads and writes included), if given.
     pub reported_tokens: Option<u64>,
+    /// The provider's usage in parts, when the host gave them (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::Usage>,
     /// The budget.
     pub budget: u64,
     /// Hard threshold in tokens.
@@ -43,7 +47,7 @@ pub struct CallRecord {
     /// The flush committed by this call.
     pub flush: Option<FlushRecord>,
     /// Edits committed by this call.
-    pub edits: Vec<EditRecord>,
+    pub edits: Vec<TimelineEdit>,
     /// Guards raised by this call.
     pub guards: Vec<GuardRecord>,
     /// The view was the previous view plus new messages, byte for byte.
@@ -76,9 +80,10 @@ pub struct FlushRecord {
     pub condensed: usize,
 }
 
-/// An edit in the timeline.
+/// An edit as a line of the timeline (what a call did). The edit in force on a message is
+/// [`crate::state::EditRecord`]; one name per concept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EditRecord {
+pub struct TimelineEdit {
     /// The message.
     pub seq: u64,
     /// `removed` | `truncated` | `stubbed` | `summary_retired` (then `seq` is the first seq the
@@ -102,7 +107,7 @@ pub struct GuardRecord {
 #[derive(Debug, Default)]
 pub struct Timeline {
     flush: Option<FlushRecord>,
-    edits: Vec<EditRecord>,
+    edits: Vec<TimelineEdit>,
     guards: Vec<GuardRecord>,
 }
 
@@ -124,10 +129,10 @@ impl Timeline {
                 })
             }
             Event::SummaryRetired(r) => {
-                self.edits.push(EditRecord { seq: r.from, kind: "summary_retired", reason: r.reason.clone() })
+                self.edits.push(TimelineEdit { seq: r.from, kind: "summary_retired", reason: r.reason.clone() })
             }
             Event::Edited(e) => {
-                self.edits.push(EditRecord { seq: e.seq, kind: e.kind.as_str(), reason: e.reason.describe() })
+                self.edits.push(TimelineEdit { seq: e.seq, kind: e.kind.as_str(), reason: e.reason.describe() })
             }
             Event::GuardRaised(GuardRaised { call: Some(_), kind, detail, knob }) => {
                 self.guards.push(GuardRecord { kind: kind.name(), detail: format!("{detail} (knob: {knob})") })
@@ -142,6 +147,7 @@ impl Timeline {
                     view_messages: s.view_messages,
                     view_tokens: s.view_tokens,
                     reported_tokens: s.reported_tokens,
+                    usage: s.usage,
                     budget: config.budget,
                     trigger_tokens: config.trigger_tokens(),
                     target_tokens: config.target_tokens(),
@@ -234,6 +240,48 @@ pub fn replay<S: Store + ?Sized>(
     Ok(Replayed { state, timeline: out, violations })
 }
 
+/// The request call `call` sent, rebuilt byte for byte from the log: the view it served
+/// (checked against the recorded digest) rendered with `opts`, as [`crate::Session::request`]
+/// built it at the time with the same options.
+pub fn served_request<S: Store + ?Sized>(
+    store: &S,
+    stream: StreamId,
+    call: u64,
+    opts: &RequestOptions,
+) -> Result<Request, SessionError> {
+    if store.head(stream)?.is_none() {
+        return Err(SessionError::NotFound(stream));
+    }
+    let mut state = State::new();
+    let mut from = 1;
+    loop {
+        let batch = store.read(stream, from, READ_CHUNK)?;
+        let Some(last) = batch.last().map(|r| r.version) else {
+            return Err(SessionError::NoSuchCall { stream, call, calls: state.calls() });
+        };
+        for rec in batch {
+            let ev = codec::decode(stream, rec.version, &rec.record)?;
+            if let Event::RequestServed(s) = &ev {
+                if s.call == call {
+                    let mut cache = ViewCache::new();
+                    cache.sync_prefix(&state, usize::try_from(s.view_messages).unwrap_or(usize::MAX));
+                    if cache.digest() != s.digest {
+                        let rebuilt = cache.digest();
+                        return Err(SessionError::ViewMismatch { stream, call, recorded: s.digest.clone(), rebuilt });
+                    }
+                    let view =
+                        ServedView { state: &state, items: cache.items(), bytes: cache.bytes(), digest: &s.digest };
+                    let format = state.info().map_or(crate::wire::WireFormat::Anthropic, |i| i.format);
+                    return Ok(request::render(&view, format, opts, &StoreBlobs(store)));
+                }
+            }
+            hydrate(store, stream, &mut state, &ev)?;
+            state.apply(rec.version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?;
+        }
+        from = last + 1;
+    }
+}
+
 /// What `verify` found.
 #[derive(Debug, Clone, Default)]
 pub struct VerifyReport {
@@ -274,26 +322,66 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
     let result = for_each_event(store, stream, 1, None, |version, ev| {
         report.events += 1;
         if let Event::RequestServed(s) = &ev {
-            // The view this call served is the state right before its RequestServed.
-            let synced = cache.sync(&state);
+            // The view this call served is the state right before its RequestServed, less the
+            // messages appended between the call's plan and its commit: they come last in the
+            // view, after the `view_messages` it served.
+            let view = state.view();
+            let recorded = usize::try_from(s.view_messages).unwrap_or(usize::MAX).min(view.len());
+            // Messages appended after the plan can only be plain, unedited messages at the end.
+            let late_from = view.len()
+                - view
+                    .iter()
+                    .rev()
+                    .zip((0..state.message_count()).rev())
+                    .take_while(|(it, seq)| {
+                        it.item == crate::state::Item::Message(*seq)
+                            && state.entry(*seq).is_some_and(|e| e.edit.is_none() && !e.restored)
+                    })
+                    .count();
+            let mut synced = Some(cache.sync_prefix(&state, recorded));
+            let mut served = recorded;
+            if cache.digest() != s.digest {
+                // A wrong `view_messages` alone: another prefix the late appends allow hashes to
+                // the recorded digest. Then that is the one problem (not a digest and a count).
+                let other = (late_from..=view.len()).rev().filter(|&n| n != recorded).find(|&n| {
+                    let mut c = ViewCache::new();
+                    c.sync_prefix(&state, n);
+                    c.digest() == s.digest
+                });
+                if let Some(n) = other {
+                    served = n;
+                    cache.sync_prefix(&state, n);
+                    synced = None; // the chain to the previous call is not known through a lie
+                }
+            }
             let digest = cache.digest();
-            let tokens = state.view_tokens();
-            let sum: u64 = state.view().iter().map(|i| u64::from(i.tokens)).sum();
+            let tokens: u64 = view.iter().take(served).map(|i| u64::from(i.tokens)).sum();
+            let sum: u64 = view.iter().map(|i| u64::from(i.tokens)).sum();
             let mut bad = |what: String| {
                 report.problems.push(format!("stream {stream} version {version} (call {}): {what}", s.call))
             };
             if digest != s.digest {
                 bad(format!("view digest {digest} differs from the recorded {}", s.digest));
             }
-            if tokens != s.view_tokens || sum != tokens {
-                bad(format!("view tokens: recorded {}, re-rendered {tokens}, sum of messages {sum}", s.view_tokens));
+            if tokens != s.view_tokens || sum != state.view_tokens() {
+                bad(format!(
+                    "view tokens: recorded {}, re-rendered {tokens}, sum of messages {sum} against {}",
+                    s.view_tokens,
+                    state.view_tokens()
+                ));
             }
-            if state.view().len() as u64 != s.view_messages {
-                bad(format!("view messages: recorded {}, re-rendered {}", s.view_messages, state.view().len()));
+            if served != recorded || (view.len() as u64) < s.view_messages || served < late_from {
+                bad(format!(
+                    "view messages: recorded {}, re-rendered {served} of a view of {} whose last {} are \
+                     messages appended after the plan",
+                    s.view_messages,
+                    view.len(),
+                    view.len() - late_from
+                ));
             }
             // Call 0 reused nothing (nothing was served before it); the first sync of the cache
             // says so by itself, so every call is checked.
-            if synced.appended_only != s.prefix_reused {
+            if let Some(synced) = synced.filter(|sy| sy.appended_only != s.prefix_reused) {
                 bad(format!(
                     "prefix_reused recorded {} but the view bytes say {}",
                     s.prefix_reused, synced.appended_only

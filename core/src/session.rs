@@ -13,17 +13,20 @@ use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
 use crate::event::{
-    Event, ImportCompleted, ImportSource, MessageAppended, RequestServed, Restored, SessionStarted, SummaryMode,
-    SummaryPrepared,
+    Event, GuardKind, ImportCompleted, ImportSource, MessageAppended, RequestServed, Restored, SessionStarted,
+    SummaryMode, SummaryPrepared,
 };
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
+use crate::policy::guards;
+use crate::request::{self, Request, RequestOptions, ServedView};
 use crate::state::{State, Violation};
 use crate::store::{BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId, Version};
 use crate::summary::{self, SummaryJob};
-use crate::time::Millis;
+use crate::time::Timestamp;
 use crate::tokens::text_tokens;
-use crate::view::{render_item_with, ViewCache};
+use crate::usage::Usage;
+use crate::view::{render_item_with, thousands, ViewCache};
 use crate::wire::{self, BlobSource, Media, RenderOpts, WireError, WireFormat};
 
 /// Records read per store round trip during replay.
@@ -36,7 +39,10 @@ pub const READ_CHUNK: usize = 1024;
 /// 4: the count of verbatim messages that carry tool ids includes system and first human ones.
 /// 5: bounded memory: entries keep facts, their record's version and a body only while in the
 /// view; a tool index replaces the id maps; summaries out of the view drop their text; imports.
-pub const SNAPSHOT_LAYOUT: u32 = 5;
+/// 6: the config holds `usage_floor_ratio`; the meter anchors only on trusted reports (and
+/// scales what was added since by the report's ratio), and a trusted report clears the
+/// usage guard.
+pub const SNAPSHOT_LAYOUT: u32 = 6;
 
 /// Everything a session command can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -48,8 +54,19 @@ pub enum SessionError {
     /// A record did not decode.
     #[error(transparent)]
     Decode(#[from] DecodeError),
-    /// An event would break (or a stored event breaks) an invariant.
-    #[error("stream {stream}: {violation}")]
+    /// What the caller asked for is impossible (restore a message that was never edited, a
+    /// time before the last event, a tool result with no call, ...): the event it would write
+    /// breaks an invariant, so nothing was written and the log is intact. Fix the call.
+    #[error("stream {stream}: refused, nothing written: {violation}")]
+    Refused {
+        /// The stream.
+        stream: StreamId,
+        /// The invariant the command would break.
+        violation: Violation,
+    },
+    /// A stored event breaks an invariant: the log is corrupt (or was written by a buggy
+    /// writer). Reading stops at `violation.version`; `ctxlog verify` reports it.
+    #[error("stream {stream}: the log breaks an invariant: {violation}")]
     Invariant {
         /// The stream.
         stream: StreamId,
@@ -100,23 +117,92 @@ pub enum SessionError {
         /// What is wrong.
         error: WireError,
     },
-    /// The plan was made against an older state.
-    #[error("stale plan: made at version {planned}, session is at version {current}")]
+    /// The plan can no longer be committed: since it was made, something other than appends
+    /// changed the session (`by`: another call was committed, a summary prepared, a message
+    /// restored), or it belongs to another session. Plan again.
+    #[error("stale plan: made at version {planned}, session is at version {current}: {by}")]
     StalePlan {
         /// Version the plan was made at.
         planned: Version,
         /// Current version.
         current: Version,
+        /// What happened since.
+        by: StaleCause,
+    },
+    /// The log has no such call.
+    #[error("stream {stream}: no call {call} (the session served {calls})")]
+    NoSuchCall {
+        /// The stream.
+        stream: StreamId,
+        /// The call asked for.
+        call: u64,
+        /// Calls served.
+        calls: u64,
+    },
+    /// A call's view, rebuilt from the log, does not hash to the digest recorded for it.
+    #[error("stream {stream} call {call}: the rebuilt view hashes to {rebuilt}, the log recorded {recorded}")]
+    ViewMismatch {
+        /// The stream.
+        stream: StreamId,
+        /// The call.
+        call: u64,
+        /// Digest recorded in `RequestServed`.
+        recorded: String,
+        /// Digest of the rebuilt view.
+        rebuilt: String,
     },
     /// Encoding an event failed (a bug).
     #[error("cannot encode event: {0}")]
     Encode(String),
 }
 
+/// Why a plan can no longer be committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleCause {
+    /// Another call was committed since (its `RequestServed`, flush or edits).
+    CallCommitted,
+    /// A summary was prepared since (the plan did not see it).
+    SummaryPrepared,
+    /// A message was restored since.
+    Restored,
+    /// The session was reopened or caught up past the plan's version: this handle cannot
+    /// tell what was written before.
+    Reopened,
+    /// The plan was made by another session.
+    OtherSession,
+}
+
+impl StaleCause {
+    /// What `ev` does to a plan made before it; `None` when it leaves the plan committable
+    /// (an append, or the import's completion marker: neither is part of a served view).
+    fn of(ev: &Event) -> Option<StaleCause> {
+        match ev {
+            Event::MessageAppended(_) | Event::ImportCompleted(_) => None,
+            Event::SummaryPrepared(_) => Some(StaleCause::SummaryPrepared),
+            Event::Restored(_) => Some(StaleCause::Restored),
+            Event::SessionStarted(_) => Some(StaleCause::Reopened),
+            _ => Some(StaleCause::CallCommitted),
+        }
+    }
+}
+
+impl std::fmt::Display for StaleCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StaleCause::CallCommitted => "another call was committed since",
+            StaleCause::SummaryPrepared => "a summary was prepared since",
+            StaleCause::Restored => "a message was restored since",
+            StaleCause::Reopened => "the session was reopened since",
+            StaleCause::OtherSession => "the plan belongs to another session",
+        })
+    }
+}
+
 /// A call decided but not yet committed. Dropping it (or [`Session::abort`]) writes nothing.
 #[derive(Debug, Clone)]
 #[must_use = "a plan is committed with Session::commit or dropped with Session::abort"]
 pub struct Plan {
+    stream: StreamId,
     base_version: Version,
     call: u64,
     decision: engine::Decision,
@@ -200,24 +286,53 @@ pub enum Prepared {
     Discarded(String),
 }
 
-/// A session over a store.
+// A session, its plans and its requests move between threads (a worker pool, tokio's blocking
+// pool): checked here so that a field that is not `Send` fails this crate's build.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Session<crate::store::MemoryStore>>();
+    send::<Session<Arc<dyn Store>>>();
+    send::<Plan>();
+    send::<Request>();
+};
+
+/// A session over a store. `Send` when its store handle is: one shared store (`Arc<S>`, `&S`)
+/// serves any number of sessions on any number of threads; one session is driven by one thread
+/// at a time (`&mut self`).
 pub struct Session<S: Store> {
     store: S,
     stream: StreamId,
     state: State,
     cache: ViewCache,
+    /// Version and kind of the last event that was not an append: a plan made at or after it
+    /// can still be committed (appends since then are not part of the view it served).
+    settled: (Version, StaleCause),
 }
 
 impl<S: Store> Session<S> {
     /// Creates a new session (writes `SessionStarted`).
+    ///
+    /// ```
+    /// use ctxlog::{Timestamp, Config, MemoryStore, Session, SessionError, StreamId, WireFormat};
+    /// # fn main() -> Result<(), SessionError> {
+    /// let store = MemoryStore::new();
+    /// let id = StreamId::random();
+    /// let config = Config { budget: 120_000, ..Config::default() };
+    /// let session = Session::create(&store, id, WireFormat::Anthropic, config.clone(), Timestamp::from_millis(1_767_225_600_000))?;
+    /// assert_eq!(session.config().budget, 120_000);
+    /// // An id is created once.
+    /// let again = Session::create(&store, id, WireFormat::Anthropic, config, Timestamp::from_millis(1_767_225_600_000));
+    /// assert!(matches!(again, Err(SessionError::Exists(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn create(
         store: S,
         id: StreamId,
         format: WireFormat,
         config: Config,
-        now: Millis,
+        now: Timestamp,
     ) -> Result<Self, SessionError> {
-        Self::start(store, SessionStarted { session: id.0, format, config, at: now, import: None })
+        Self::start(store, SessionStarted { session: id.0, format, config, at: now.as_millis(), import: None })
     }
 
     /// Creates a session that an import of `source` will fill: until [`Session::complete_import`]
@@ -229,10 +344,11 @@ impl<S: Store> Session<S> {
         id: StreamId,
         format: WireFormat,
         config: Config,
-        now: Millis,
+        now: Timestamp,
         source: ImportSource,
     ) -> Result<Self, SessionError> {
-        Self::start(store, SessionStarted { session: id.0, format, config, at: now, import: Some(source) })
+        let at = now.as_millis();
+        Self::start(store, SessionStarted { session: id.0, format, config, at, import: Some(source) })
     }
 
     fn start(store: S, started: SessionStarted) -> Result<Self, SessionError> {
@@ -241,9 +357,15 @@ impl<S: Store> Session<S> {
         if store.head(id)?.is_some() {
             return Err(SessionError::Exists(id));
         }
-        let mut s = Session { store, stream: id, state: State::new(), cache: ViewCache::new() };
+        let mut s = Session {
+            store,
+            stream: id,
+            state: State::new(),
+            cache: ViewCache::new(),
+            settled: (0, StaleCause::Reopened),
+        };
         let ev = Event::SessionStarted(started);
-        s.state.check_event(1, &ev).map_err(|v| s.invariant(v))?;
+        s.state.check_event(1, &ev).map_err(|v| s.refused(v))?;
         match s.persist_then_apply(vec![ev]) {
             Err(SessionError::Store(StoreError::Conflict { .. })) => Err(SessionError::Exists(id)),
             other => other.map(|_| s),
@@ -252,7 +374,21 @@ impl<S: Store> Session<S> {
 
     /// Opens an existing session: the snapshot if it is valid, then a strict replay of the rest.
     /// An import that did not finish is refused ([`SessionError::Unfinished`]).
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// let id = StreamId::random();
+    /// let mut first = Session::create(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
+    /// first.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// drop(first); // a restart
+    /// let reopened = Session::open(&store, id)?;
+    /// assert_eq!(reopened.state().message_count(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn open(store: S, id: StreamId) -> Result<Self, SessionError> {
+        let _span = tracing::info_span!("ctxlog.open", session = %id).entered();
         let s = Self::open_any(store, id)?;
         match s.state.import() {
             Some(i) if !i.completed => Err(SessionError::Unfinished {
@@ -267,6 +403,7 @@ impl<S: Store> Session<S> {
     /// Opens a session whose import did not finish, for the import that resumes it; any other
     /// session is [`SessionError::Exists`].
     pub fn open_import(store: S, id: StreamId) -> Result<Self, SessionError> {
+        let _span = tracing::info_span!("ctxlog.open_import", session = %id).entered();
         let s = Self::open_any(store, id)?;
         if s.state.import_unfinished() {
             Ok(s)
@@ -280,8 +417,11 @@ impl<S: Store> Session<S> {
             return Err(SessionError::NotFound(id));
         }
         let state = load_snapshot(&store, id)?.unwrap_or_default();
-        let mut s = Session { store, stream: id, state, cache: ViewCache::new() };
+        let snapshot = state.version();
+        let settled = (state.version(), StaleCause::Reopened);
+        let mut s = Session { store, stream: id, state, cache: ViewCache::new(), settled };
         s.catch_up()?;
+        tracing::debug!(snapshot, version = s.state.version(), "opened");
         Ok(s)
     }
 
@@ -290,22 +430,27 @@ impl<S: Store> Session<S> {
     pub fn complete_import(&mut self) -> Result<Committed, SessionError> {
         let ev =
             Event::ImportCompleted(ImportCompleted { messages: self.state.message_count(), calls: self.state.calls() });
-        self.state.check_event(self.state.version() + 1, &ev).map_err(|v| self.invariant(v))?;
+        self.state.check_event(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
         let version = self.persist_then_apply(vec![ev.clone()])?;
+        tracing::info!(messages = self.state.message_count(), version, "import completed");
         Ok(Committed { version, events: vec![ev] })
     }
 
     /// Folds records written since the state's version (by this or another writer).
     pub fn catch_up(&mut self) -> Result<(), SessionError> {
-        let (stream, state, store) = (self.stream, &mut self.state, &self.store);
+        let (stream, state, store, settled) = (self.stream, &mut self.state, &self.store, &mut self.settled);
         crate::replay::for_each_event(store, stream, state.version() + 1, None, |version, ev| {
+            if let Some(cause) = StaleCause::of(&ev) {
+                *settled = (version, cause);
+            }
             hydrate(store, stream, state, &ev)?;
             state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })
         })
     }
 
-    fn invariant(&self, violation: Violation) -> SessionError {
-        SessionError::Invariant { stream: self.stream, violation }
+    /// A command that would break an invariant: refused before anything is written.
+    fn refused(&self, violation: Violation) -> SessionError {
+        SessionError::Refused { stream: self.stream, violation }
     }
 
     /// The session id.
@@ -334,7 +479,23 @@ impl<S: Store> Session<S> {
     }
 
     /// Appends messages as one atomic batch. Media payloads go to the blob area first.
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+    /// let appended = session.append(vec![parse_message(&format!(
+    ///     r#"{{"role":"user","content":[{{"type":"text","text":"this screen"}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"{png}"}}}}]}}"#
+    /// ))?])?;
+    /// assert_eq!(appended.blobs.len(), 1); // the image went to the blob area; the log keeps a reference
+    /// # Ok(()) }
+    /// ```
     pub fn append(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
+        let _span =
+            tracing::info_span!("ctxlog.append", session = %self.stream, version = self.state.version()).entered();
         let format = self.format();
         for (index, m) in messages.iter().enumerate() {
             wire::check_format(m, format).map_err(|error| SessionError::Message { index, error })?;
@@ -352,8 +513,13 @@ impl<S: Store> Session<S> {
             }));
         }
         // Validate without copying the state (appends are the hot path), persist, then apply.
-        self.state.check_appends(self.state.version() + 1, &events).map_err(|v| self.invariant(v))?;
+        self.state.check_appends(self.state.version() + 1, &events).map_err(|v| self.refused(v))?;
+        let messages = events.len();
         report.version = self.persist_then_apply(events)?;
+        for reason in &report.inline_fallbacks {
+            tracing::warn!(%reason, "a media payload stays inline: its blob could not be written");
+        }
+        tracing::debug!(messages, blobs = report.blobs.len(), version = report.version, "appended");
         Ok(report)
     }
 
@@ -400,8 +566,24 @@ impl<S: Store> Session<S> {
     }
 
     /// Decides the next call at `now` without writing anything.
-    pub fn plan(&mut self, now: Millis) -> Result<Plan, SessionError> {
-        let decision = engine::decide(&self.state, now).map_err(|v| self.invariant(v))?;
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// # let head = ctxlog::Store::head(&store, session.id())?;
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?;
+    /// assert_eq!((plan.call(), plan.view_messages), (0, 1));
+    /// assert!(plan.events().is_empty()); // nothing to compact yet
+    /// assert_eq!(ctxlog::Store::head(&store, session.id())?, head); // nothing written
+    /// # Ok(()) }
+    /// ```
+    pub fn plan(&mut self, now: Timestamp) -> Result<Plan, SessionError> {
+        let now = now.as_millis();
+        let _span = self.call_span(self.state.calls()).entered();
+        let decision = engine::decide(&self.state, now).map_err(|v| self.refused(v))?;
         let (cache, view_state) = match &decision.scratch {
             // The scratch view differs from the cached one (new generation), so it is rendered
             // afresh; bringing the cache up to date or copying it first would only be thrown
@@ -418,7 +600,17 @@ impl<S: Store> Session<S> {
         };
         let digest = cache.as_ref().unwrap_or(&self.cache).digest();
         let prefix_reused = self.state.calls() > 0 && view_state.prefix_stable_since_last_call();
+        tracing::debug!(
+            view_messages = view_state.view().len(),
+            view_tokens = view_state.view_tokens(),
+            metered_tokens = decision.metered_tokens,
+            level = decision.level,
+            tentative_events = decision.events.len(),
+            prefix_reused,
+            "planned"
+        );
         Ok(Plan {
+            stream: self.stream,
             base_version: self.state.version(),
             call: self.state.calls(),
             digest,
@@ -430,18 +622,57 @@ impl<S: Store> Session<S> {
         })
     }
 
+    /// The request to send for `plan`, in the session's wire format: the view it serves with
+    /// media inlined, the host's fields from `opts` passed through (model, tools, …), and for
+    /// Anthropic the system prompt in `system` and the requested cache breakpoints. See
+    /// [`crate::request`] for the exact bytes. Fails with [`SessionError::StalePlan`] when the
+    /// plan can no longer be committed.
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// use ctxlog::{Timestamp, CacheTtl, RequestOptions};
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?;
+    /// let opts = RequestOptions::new().model("claude-sonnet-4-5").max_tokens(1_024).cache_breakpoints(CacheTtl::FiveMinutes);
+    /// let request = session.request(&plan, &opts)?;
+    /// assert_eq!(
+    ///     std::str::from_utf8(request.body())?,
+    ///     r#"{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"hi"}]}"#
+    /// );
+    /// assert_eq!(request.view_digest(), plan.digest);
+    /// # Ok(()) }
+    /// ```
+    pub fn request(&self, plan: &Plan, opts: &RequestOptions) -> Result<Request, SessionError> {
+        let _span = self.call_span(plan.call).entered();
+        let view = self.served_view(plan)?;
+        let request = request::render(&view, self.format(), opts, &StoreBlobs(&self.store));
+        if !request.missing_blobs().is_empty() {
+            tracing::warn!(missing = request.missing_blobs().len(), "media of the view are missing from the blob area");
+        }
+        tracing::debug!(bytes = request.body().len(), breakpoints = request.breakpoints(), "request rendered");
+        Ok(request)
+    }
+
+    /// The span of call `call`: session, call number, the version it starts from.
+    fn call_span(&self, call: u64) -> tracing::Span {
+        tracing::info_span!("ctxlog.call", session = %self.stream, call, version = self.state.version())
+    }
+
     /// The planned view as the provider needs it: one JSON message per element, media
     /// inlined from the blob area. Missing blobs stay references and are returned.
     pub fn render_plan(&self, plan: &Plan) -> (Vec<String>, Vec<BlobId>) {
-        let state = plan.decision.scratch.as_ref().unwrap_or(&self.state);
+        let Ok(view) = self.served_view(plan) else { return (Vec::new(), Vec::new()) };
         let source = StoreBlobs(&self.store);
         let opts = RenderOpts { meta: false, media: Media::Inline(&source) };
         let mut missing = Vec::new();
-        let msgs = state
-            .view()
+        let msgs = view
+            .items
             .iter()
             .map(|it| {
-                let bytes = render_item_with(state, it.item, opts, &mut missing);
+                let bytes = render_item_with(view.state, it.item, opts, &mut missing);
                 String::from_utf8_lossy(bytes.strip_suffix(b"\n").unwrap_or(&bytes)).into_owned()
             })
             .collect();
@@ -450,16 +681,76 @@ impl<S: Store> Session<S> {
 
     /// The view bytes of a plan (media as references), one JSON message per element.
     pub fn plan_view(&self, plan: &Plan) -> Vec<Arc<[u8]>> {
-        plan.cache.as_ref().unwrap_or(&self.cache).bytes().to_vec()
+        self.served_view(plan).map(|v| v.bytes.to_vec()).unwrap_or_default()
+    }
+
+    /// The view `plan` serves: its own rendering when it changed the view, else the first
+    /// `view_messages` items of the session's (messages appended since come after them).
+    fn served_view<'a>(&'a self, plan: &'a Plan) -> Result<ServedView<'a>, SessionError> {
+        self.check_fresh(plan)?;
+        let (state, cache) = match (&plan.decision.scratch, &plan.cache) {
+            (Some(scratch), Some(cache)) => (scratch, cache),
+            _ => (&self.state, &self.cache),
+        };
+        let n = usize::try_from(plan.view_messages).unwrap_or(usize::MAX);
+        let (items, bytes) = (cache.items(), cache.bytes());
+        Ok(ServedView {
+            state,
+            items: items.get(..n).unwrap_or(items),
+            bytes: bytes.get(..n).unwrap_or(bytes),
+            digest: &plan.digest,
+        })
     }
 
     /// Commits a dispatched call: its tentative events plus `RequestServed`, as one batch.
-    /// `at` is when the dispatch completed; `reported` the provider's input tokens, if known.
-    pub fn commit(&mut self, plan: Plan, at: Millis, reported: Option<u64>) -> Result<Committed, SessionError> {
-        if plan.base_version != self.state.version() {
-            return Err(SessionError::StalePlan { planned: plan.base_version, current: self.state.version() });
+    /// `at` is when the dispatch completed; `usage` what the provider reported for it, if known.
+    ///
+    /// Messages appended since the plan was made do not make it stale: they were not part of
+    /// the view it served, which is what `RequestServed` records (its digest is the one sent).
+    /// Anything else written since (another call's commit, a prepared summary, a restore) does:
+    /// [`SessionError::StalePlan`], and nothing is written.
+    ///
+    /// The meter anchors on the reported prompt total ([`Usage::prompt_total`]) unless it is
+    /// below `usage_floor_ratio ×` the estimate of the served view: such a report is recorded
+    /// but not trusted, and raises `usage_below_estimate` once.
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// use ctxlog::{Timestamp, Event, Usage};
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?;
+    /// // The provider's usage object, as Anthropic returns it: most of the prompt from the cache.
+    /// let usage = serde_json::json!({"input_tokens": 3, "cache_read_input_tokens": 7, "output_tokens": 20});
+    /// let committed = session.commit(plan, Timestamp::from_millis(2_500), Some(Usage::from_anthropic(&usage)?))?;
+    /// let Some(Event::RequestServed(served)) = committed.events.last() else { unreachable!() };
+    /// assert_eq!(served.reported_tokens, Some(10)); // the whole prompt, cache included
+    /// # Ok(()) }
+    /// ```
+    pub fn commit(&mut self, plan: Plan, at: Timestamp, usage: Option<Usage>) -> Result<Committed, SessionError> {
+        let at = at.as_millis();
+        let _span = self.call_span(plan.call).entered();
+        self.check_fresh(&plan)?;
+        let Plan { decision, cache, digest, view_messages, view_tokens, prefix_reused, call, base_version, .. } = plan;
+        let reported = usage.map(|u| u.prompt_total());
+        let config = self.config();
+        let anchored = reported.is_some_and(|r| config.trusts_usage(r, view_tokens));
+        let mut events = decision.events;
+        if let (Some(r), false) = (reported, anchored) {
+            let detail = format!(
+                "the provider reported {} prompt tokens for a view estimated at {}, below {}x the estimate; \
+                 the meter keeps the estimate. Likely cause: a partial count was passed, such as Anthropic's \
+                 `input_tokens` alone (it excludes cache reads and writes): pass the whole usage \
+                 (Usage::from_anthropic / from_openai_chat / from_openai_responses)",
+                thousands(r),
+                thousands(view_tokens),
+                config.usage_floor_ratio
+            );
+            let guard = guards::raise(&self.state, call, GuardKind::UsageBelowEstimate, detail, "usage_floor_ratio");
+            events.extend(guard);
         }
-        let Plan { decision, cache, digest, view_messages, view_tokens, prefix_reused, call, .. } = plan;
         let served = Event::RequestServed(RequestServed {
             call,
             at,
@@ -472,19 +763,35 @@ impl<S: Store> Session<S> {
             needed: decision.needed,
             prefix_reused,
             deferred: decision.deferred,
+            usage,
+            anchored,
         });
-        let served_version = self.state.version() + decision.events.len() as u64 + 1;
-        let mut events = decision.events;
-        let version = match decision.scratch {
+        let first = self.state.version() + 1;
+        let planned_here = base_version == self.state.version();
+        let scratch = match decision.scratch {
+            // Only appends since the plan: its decisions are taken again on top of them.
+            Some(_) if !planned_here => Some(self.replayed(&events, first)?),
+            // The scratch state holds the decided events; add the usage guard, if any.
+            Some(mut next) => {
+                let decided = usize::try_from(next.version() - base_version).unwrap_or(usize::MAX);
+                for (ev, version) in events.iter().skip(decided).zip(next.version() + 1..) {
+                    next.apply(version, ev).map_err(|v| self.refused(v))?;
+                }
+                Some(next)
+            }
+            None if events.is_empty() => None,
+            None => Some(self.replayed(&events, first)?),
+        };
+        let version = match scratch {
             // The view changed: the scratch state already holds the batch; finish it there.
             Some(mut next) => {
-                next.apply(served_version, &served).map_err(|v| self.invariant(v))?;
+                next.apply(first + events.len() as u64, &served).map_err(|v| self.refused(v))?;
                 events.push(served);
                 self.persist(events.clone(), next)?
             }
             // Only `RequestServed`: validate in place, no copy of the state.
             None => {
-                self.state.check_event(served_version, &served).map_err(|v| self.invariant(v))?;
+                self.state.check_event(first, &served).map_err(|v| self.refused(v))?;
                 events.push(served);
                 self.persist_then_apply(events.clone())?
             }
@@ -492,22 +799,84 @@ impl<S: Store> Session<S> {
         if let Some(c) = cache {
             self.cache = c;
         }
+        crate::trace::committed(&events, version);
         Ok(Committed { version, events })
     }
 
+    /// A copy of the state with `events` applied from `first` on (validating each).
+    fn replayed(&self, events: &[Event], first: Version) -> Result<State, SessionError> {
+        let mut next = self.state.clone();
+        for (ev, version) in events.iter().zip(first..) {
+            hydrate(&self.store, self.stream, &mut next, ev)?;
+            next.apply(version, ev).map_err(|v| self.refused(v))?;
+        }
+        Ok(next)
+    }
+
+    /// Is `plan` still committable here: this session's, and nothing but appends since?
+    fn check_fresh(&self, plan: &Plan) -> Result<(), SessionError> {
+        let (changed, by) = self.settled;
+        let stale = |by| SessionError::StalePlan { planned: plan.base_version, current: self.state.version(), by };
+        if plan.stream != self.stream {
+            return Err(stale(StaleCause::OtherSession));
+        }
+        if changed > plan.base_version || plan.base_version > self.state.version() {
+            tracing::info!(planned = plan.base_version, changed_at = changed, %by, "stale plan");
+            return Err(stale(by));
+        }
+        Ok(())
+    }
+
     /// Drops a plan: nothing was written, nothing changes; the next call decides again.
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?;
+    /// // ... the provider call failed ...
+    /// session.abort(plan);
+    /// assert_eq!(session.plan(Timestamp::from_millis(3_000))?.call(), 0); // the same call, decided again
+    /// # Ok(()) }
+    /// ```
     pub fn abort(&mut self, plan: Plan) {
         drop(plan);
     }
 
     /// Undoes the edit (or flush) of `seq`, together with its tool partners.
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, SessionError, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// let config = Config { budget: 2_000, ..Config::default() };
+    /// let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, Timestamp::from_millis(0))?;
+    /// for i in 0..8 {
+    ///     session.append(vec![parse_message(&format!(r#"{{"role":"user","content":"question {i} {}"}}"#, "x".repeat(900)))?])?;
+    ///     session.append(vec![parse_message(r#"{"role":"assistant","content":"answer"}"#)?])?;
+    /// }
+    /// let plan = session.plan(Timestamp::from_millis(1_000))?; // over the trigger: the ladder edits
+    /// session.commit(plan, Timestamp::from_millis(1_000), None)?;
+    /// let edited = (0..16).find(|&seq| session.state().entry(seq).is_some_and(|e| e.edit.is_some())).unwrap();
+    /// session.restore(edited, "support", "the user asked for the original")?;
+    /// assert!(session.state().in_view(edited));
+    /// // Restoring what is in the view is a mistake of the caller, refused with a typed error.
+    /// assert!(matches!(session.restore(edited, "support", "again"), Err(SessionError::Refused { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn restore(&mut self, seq: u64, by: &str, why: &str) -> Result<Committed, SessionError> {
+        let _span =
+            tracing::info_span!("ctxlog.restore", session = %self.stream, version = self.state.version()).entered();
         let partners = self.restore_partners(seq);
+        let restored_with = partners.len();
         let ev = Event::Restored(Restored { seq, partners, by: by.to_owned(), why: why.to_owned() });
         let mut next = self.state.clone();
         hydrate(&self.store, self.stream, &mut next, &ev)?;
-        next.apply(self.state.version() + 1, &ev).map_err(|v| self.invariant(v))?;
+        next.apply(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
         let version = self.persist(vec![ev.clone()], next)?;
+        tracing::info!(seq, partners = restored_with, by, version, "restored");
         Ok(Committed { version, events: vec![ev] })
     }
 
@@ -537,6 +906,23 @@ impl<S: Store> Session<S> {
     /// take more than their share. Pure: nothing is written until [`Session::prepare`]. A host
     /// may run jobs until this returns `None` (or a job is discarded); one that cannot condense
     /// may skip those jobs, and the engine then retires the oldest summaries instead.
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Prepared, Produced, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// let config = Config { budget: 4_000, ..Config::default() };
+    /// let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, config, Timestamp::from_millis(0))?;
+    /// for i in 0..12 {
+    ///     session.append(vec![parse_message(&format!(r#"{{"role":"user","content":"step {i}: {}"}}"#, "details ".repeat(150)))?])?;
+    ///     session.append(vec![parse_message(r#"{"role":"assistant","content":"done"}"#)?])?;
+    /// }
+    /// let job = session.summary_job().expect("over the soft threshold");
+    /// let text = session.summarize(&job)?; // the built-in summarizer; a model call would go here
+    /// assert!(matches!(session.prepare(&job, text, Produced::extractive())?, Prepared::Written(_)));
+    /// assert_eq!(session.state().compacted(), job.to); // prepared: the next call's gate may flush it
+    /// # Ok(()) }
+    /// ```
     pub fn summary_job(&self) -> Option<SummaryJob> {
         summary::next_job(&self.state)
     }
@@ -548,7 +934,8 @@ impl<S: Store> Session<S> {
     }
 
     /// Runs the built-in summarizer for `job`: the condensed summary of summaries, or the
-    /// extractive summary of a span of messages (read back from the log where needed).
+    /// extractive summary of a span of messages (read back from the log where needed). What a
+    /// host without a model for summaries hands to [`Session::prepare`].
     pub fn summarize(&self, job: &SummaryJob) -> Result<String, SessionError> {
         if job.is_condense() {
             return Ok(summary::condense(&self.state, job));
@@ -574,6 +961,27 @@ impl<S: Store> Session<S> {
     /// smaller than what it replaces, or a condensed summary is over the job's `max_tokens`; a
     /// discarded summary writes nothing and says why.
     pub fn prepare(&mut self, job: &SummaryJob, text: String, produced: Produced) -> Result<Prepared, SessionError> {
+        let _span =
+            tracing::info_span!("ctxlog.prepare", session = %self.stream, version = self.state.version()).entered();
+        let mode = produced.used;
+        let prepared = self.try_prepare(job, text, produced)?;
+        match &prepared {
+            Prepared::Written(c) => tracing::info!(
+                from = job.from,
+                to = job.to,
+                condense = job.is_condense(),
+                mode = ?mode,
+                version = c.version,
+                "summary prepared"
+            ),
+            Prepared::Discarded(reason) => {
+                tracing::info!(from = job.from, to = job.to, condense = job.is_condense(), %reason, "summary discarded")
+            }
+        }
+        Ok(prepared)
+    }
+
+    fn try_prepare(&mut self, job: &SummaryJob, text: String, produced: Produced) -> Result<Prepared, SessionError> {
         if let Err(why) = summary::still_valid(&self.state, job) {
             return Ok(Prepared::Discarded(why));
         }
@@ -604,7 +1012,7 @@ impl<S: Store> Session<S> {
             refusal: produced.refusal,
             merged: job.condense.clone(),
         });
-        self.state.check_event(self.state.version() + 1, &ev).map_err(|v| self.invariant(v))?;
+        self.state.check_event(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
         let version = self.persist_then_apply(vec![ev.clone()])?;
         Ok(Prepared::Written(Committed { version, events: vec![ev] }))
     }
@@ -613,6 +1021,7 @@ impl<S: Store> Session<S> {
     pub fn snapshot(&self) -> Result<(), SessionError> {
         let snap = encode_snapshot(&self.state).map_err(SessionError::Encode)?;
         self.store.put_snapshot(self.stream, &snap)?;
+        tracing::debug!(session = %self.stream, version = snap.version, bytes = snap.bytes.len(), "snapshot written");
         Ok(())
     }
 
@@ -622,8 +1031,12 @@ impl<S: Store> Session<S> {
     fn persist_then_apply(&mut self, events: Vec<Event>) -> Result<Version, SessionError> {
         let first = self.state.version() + 1;
         let version = self.write(&events)?;
+        self.note_settled(&events, version);
         for (i, ev) in events.iter().enumerate() {
-            self.state.apply(first + i as u64, ev).map_err(|v| self.invariant(v))?;
+            let stream = self.stream;
+            self.state
+                .apply(first + i as u64, ev)
+                .map_err(|violation| SessionError::Invariant { stream, violation })?;
         }
         Ok(version)
     }
@@ -631,21 +1044,39 @@ impl<S: Store> Session<S> {
     /// Appends `events` (already applied to the copy `next`), then adopts `next`.
     fn persist(&mut self, events: Vec<Event>, next: State) -> Result<Version, SessionError> {
         let version = self.write(&events)?;
+        self.note_settled(&events, version);
         self.state = next;
         Ok(version)
+    }
+
+    fn note_settled(&mut self, events: &[Event], version: Version) {
+        if let Some(cause) = events.iter().rev().find_map(StaleCause::of) {
+            self.settled = (version, cause);
+        }
     }
 
     /// Encodes `events` and appends them as one atomic batch at the current version.
     fn write(&self, events: &[Event]) -> Result<Version, SessionError> {
         let records =
             events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
-        Ok(self.store.append(self.stream, ExpectedVersion::Exact(self.state.version()), &records)?)
+        let expected = ExpectedVersion::Exact(self.state.version());
+        match self.store.append(self.stream, expected, &records) {
+            Err(e @ StoreError::Conflict { .. }) => {
+                tracing::warn!(
+                    error = %e,
+                    "conflict: another handle wrote this session first; nothing was written (catch up, then plan again)"
+                );
+                Err(e.into())
+            }
+            other => Ok(other?),
+        }
     }
 }
 
-struct StoreBlobs<'a, S: Store>(&'a S);
+/// A store's blob area as the renderer's blob source (a blob that cannot be read is missing).
+pub(crate) struct StoreBlobs<'a, S: Store + ?Sized>(pub &'a S);
 
-impl<S: Store> BlobSource for StoreBlobs<'_, S> {
+impl<S: Store + ?Sized> BlobSource for StoreBlobs<'_, S> {
     fn blob(&self, id: &BlobId) -> Option<Vec<u8>> {
         self.0.get_blob(id).ok().flatten()
     }

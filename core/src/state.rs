@@ -444,11 +444,19 @@ impl State {
     }
 
     /// The meter: the last provider-reported total plus the estimate of what was added since,
-    /// or the plain estimate when there is no valid anchor.
+    /// or the plain estimate when there is no valid anchor. What was added is counted at the
+    /// rate the provider counted the anchored view (reported ÷ estimate) when that is above 1:
+    /// a provider whose tokenizer counts 30% more than the estimate will count the new messages
+    /// 30% higher too, and a cache-aware session may let the meter reach the budget itself.
     pub fn metered_tokens(&self, estimate: u64) -> u64 {
         match self.anchor {
             Some(a) if a.generation == self.generation => {
-                a.reported.saturating_add(estimate.saturating_sub(a.estimate))
+                let added = u128::from(estimate.saturating_sub(a.estimate));
+                let added = match a.reported > a.estimate && a.estimate > 0 {
+                    true => added * u128::from(a.reported) / u128::from(a.estimate),
+                    false => added,
+                };
+                a.reported.saturating_add(u64::try_from(added).unwrap_or(u64::MAX))
             }
             _ => estimate,
         }
@@ -992,11 +1000,15 @@ impl State {
                 self.calls = e.call + 1;
                 self.last_request_at = Some(e.at);
                 self.served_generation = Some(self.generation);
-                self.anchor = e.reported_tokens.map(|reported| Anchor {
+                // A report the commit did not trust leaves the meter on the estimate.
+                self.anchor = e.reported_tokens.filter(|_| e.anchored).map(|reported| Anchor {
                     reported,
                     estimate: e.view_tokens,
                     generation: self.generation,
                 });
+                if e.anchored {
+                    self.raised.remove(&GuardKind::UsageBelowEstimate);
+                }
                 let budget = self.config().budget;
                 if e.needed && e.metered_tokens > budget {
                     self.breaker += 1;

@@ -1,7 +1,75 @@
-//! Time as data. The core never reads a clock: every instant is a `Millis` passed in by the host.
+//! Time as data. The core never reads a clock: every instant is passed in by the host.
+//!
+//! The session API takes a [`Timestamp`], not a bare integer, so seconds cannot be passed
+//! where milliseconds are meant; hosts build one from their clock
+//! ([`Timestamp::from_system_time`], or `ctxlog_tokio::now()`) or from a recorded instant
+//! ([`Timestamp::from_millis`]). The log stores the milliseconds ([`Millis`]).
 
-/// Milliseconds since the Unix epoch.
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch, as recorded in events.
 pub type Millis = u64;
+
+/// An instant: milliseconds since the Unix epoch, as a type of its own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(Millis);
+
+impl Timestamp {
+    /// The Unix epoch.
+    pub const EPOCH: Timestamp = Timestamp(0);
+
+    /// An instant given in milliseconds since the epoch (a recorded `at`, a database column).
+    pub const fn from_millis(ms: Millis) -> Timestamp {
+        Timestamp(ms)
+    }
+
+    /// An instant given in whole seconds since the epoch (saturating).
+    pub const fn from_secs(secs: u64) -> Timestamp {
+        Timestamp(secs.saturating_mul(1000))
+    }
+
+    /// The instant a [`SystemTime`] stands for; one before 1970 reads as the epoch. This
+    /// converts a value the host read; it reads no clock itself.
+    pub fn from_system_time(t: SystemTime) -> Timestamp {
+        let ms = t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Timestamp(ms)
+    }
+
+    /// Parses an RFC 3339 instant (see [`parse_rfc3339_ms`]).
+    pub fn parse_rfc3339(s: &str) -> Result<Timestamp, String> {
+        parse_rfc3339_ms(s).map(Timestamp)
+    }
+
+    /// Milliseconds since the epoch.
+    pub const fn as_millis(self) -> Millis {
+        self.0
+    }
+
+    /// The instant `d` later (saturating; below a millisecond is dropped).
+    pub fn after(self, d: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+    }
+}
+
+impl From<SystemTime> for Timestamp {
+    fn from(t: SystemTime) -> Timestamp {
+        Timestamp::from_system_time(t)
+    }
+}
+
+impl std::ops::Add<Duration> for Timestamp {
+    type Output = Timestamp;
+    fn add(self, d: Duration) -> Timestamp {
+        self.after(d)
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    /// RFC 3339 in UTC, e.g. `2026-03-02T09:00:00Z`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&format_rfc3339(self.0))
+    }
+}
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` into milliseconds since the epoch.
 pub fn parse_rfc3339_ms(s: &str) -> Result<Millis, String> {
@@ -119,5 +187,20 @@ mod tests {
         for bad in ["", "2026-03-02", "2026-13-02T00:00:00Z", "2026-03-02T09:00:00", "yesterday"] {
             assert!(parse_rfc3339_ms(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_timestamp_keeps_its_unit_whichever_way_it_is_built() {
+        let t = Timestamp::parse_rfc3339("2026-03-02T09:00:00Z").unwrap();
+        assert_eq!(t, Timestamp::from_secs(1_772_442_000));
+        assert_eq!(t, Timestamp::from_millis(1_772_442_000_000));
+        assert_eq!(t, Timestamp::from_system_time(UNIX_EPOCH + Duration::from_secs(1_772_442_000)));
+        assert_eq!(Timestamp::from(UNIX_EPOCH + Duration::from_millis(1_500)).as_millis(), 1_500);
+        assert_eq!((t + Duration::from_secs(4)).as_millis(), 1_772_442_004_000);
+        assert_eq!(t.to_string(), "2026-03-02T09:00:00Z");
+        // Before 1970 and past u64 milliseconds: clamped, never a panic.
+        assert_eq!(Timestamp::from_system_time(UNIX_EPOCH - Duration::from_secs(1)), Timestamp::EPOCH);
+        assert_eq!(Timestamp::from_secs(u64::MAX).as_millis(), u64::MAX);
+        assert_eq!(Timestamp::from_millis(u64::MAX).after(Duration::from_secs(1)).as_millis(), u64::MAX);
     }
 }

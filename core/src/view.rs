@@ -257,7 +257,14 @@ impl ViewCache {
     /// Brings the cache up to `state`'s view, rendering only new items when the view has only
     /// grown since the last sync.
     pub fn sync(&mut self, state: &State) -> Synced {
-        let view = state.view();
+        self.sync_prefix(state, usize::MAX)
+    }
+
+    /// Like [`ViewCache::sync`], but only up to the first `len` items of the view: the view a
+    /// call served when messages were appended between its plan and its commit.
+    pub fn sync_prefix(&mut self, state: &State, len: usize) -> Synced {
+        let all = state.view();
+        let view = all.get(..len.min(all.len())).unwrap_or(all);
         let grown = self.generation == Some(state.generation())
             && view.len() >= self.items.len()
             && self.items.last().is_none_or(|last| view.get(self.items.len() - 1) == Some(last));

@@ -12,6 +12,7 @@ use crate::message::{
     Block, Content, Extra, ImageUrl, MediaData, MediaKind, MediaSource, Message, Meta, RawJson, Role, ToolCall,
 };
 use crate::store::BlobId;
+use crate::usage::Usage;
 
 /// A session's wire format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -265,24 +266,18 @@ pub fn parse_timestamp_ms(ts: &RawJson) -> Result<u64, String> {
     }
 }
 
-/// Provider-reported input tokens of a `usage` object: Anthropic `input_tokens` (plus cache
-/// creation and cache read, which the provider bills as input) or OpenAI `prompt_tokens`.
-pub fn usage_input_tokens(usage: &RawJson) -> Result<Option<u64>, String> {
+/// The provider's [`Usage`] recorded on a transcript line (`usage`, in any of the shapes
+/// [`Usage::from_json`] reads); `None` when it carries no prompt count.
+pub fn usage_of(usage: &RawJson) -> Result<Option<Usage>, String> {
     let v: serde_json::Value = serde_json::from_str(usage.as_str()).map_err(|e| e.to_string())?;
-    let obj = v.as_object().ok_or("expected an object")?;
-    let field = |k: &str| -> Result<Option<u64>, String> {
-        match obj.get(k) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(n) => n.as_u64().map(Some).ok_or_else(|| format!("`{k}` must be a non-negative integer")),
-        }
-    };
-    if let Some(prompt) = field("prompt_tokens")? {
-        return Ok(Some(prompt));
-    }
-    let Some(input) = field("input_tokens")? else { return Ok(None) };
-    let cache_write = field("cache_creation_input_tokens")?.unwrap_or(0);
-    let cache_read = field("cache_read_input_tokens")?.unwrap_or(0);
-    Ok(Some(input + cache_write + cache_read))
+    Usage::from_json(&v).map_err(|e| e.to_string())
+}
+
+/// Provider-reported prompt tokens of a `usage` object: its [`Usage::prompt_total`], so
+/// Anthropic's cache reads and writes count (its `input_tokens` excludes them) and OpenAI's
+/// cached tokens are not counted twice.
+pub fn usage_input_tokens(usage: &RawJson) -> Result<Option<u64>, String> {
+    Ok(usage_of(usage)?.map(|u| u.prompt_total()))
 }
 
 /// Checks that a parsed message is valid in `format`.
@@ -420,6 +415,11 @@ fn write_extra(w: &mut JsonWriter, extra: &Extra) {
         w.key(k);
         w.raw(v.as_str());
     }
+}
+
+/// Writes a message's `content` value alone (a string or an array of blocks).
+pub fn write_content_value(w: &mut JsonWriter, c: &Content, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
+    write_content(w, c, opts, missing);
 }
 
 fn write_content(w: &mut JsonWriter, c: &Content, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {

@@ -372,12 +372,25 @@ impl FsStore {
             if let Some(torn) = torn {
                 if self.writer.is_some() {
                     let repaired = self.quarantine(stream, &path, &torn)?;
+                    tracing::warn!(
+                        stream = %stream, path = %path.display(), offset = repaired.offset,
+                        bytes_dropped = repaired.bytes_dropped, quarantine = %repaired.quarantine.display(),
+                        "torn tail cut into a quarantine file (an append that was never acknowledged)"
+                    );
                     self.recovered.push(repaired);
                 } else {
+                    tracing::info!(
+                        stream = %stream, path = %path.display(), offset = torn.offset, bytes = torn.bytes,
+                        "torn tail left in place (read-only open)"
+                    );
                     self.torn.push(TornTail { stream, path: path.clone(), offset: torn.offset, bytes: torn.bytes });
                 }
             }
             if let Some(d) = &log.damaged {
+                tracing::error!(
+                    stream = %d.stream, path = %d.path.display(), offset = d.offset, version = d.version,
+                    detail = %d.detail, "damaged stream: readable up to the damage, appends refused"
+                );
                 self.damaged.push(d.clone());
             }
             map.insert(stream, Arc::new(Mutex::new(log)));

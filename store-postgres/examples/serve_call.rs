@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ctxlog::session::Committed;
 use ctxlog::store::StoreError;
-use ctxlog::{Message, Session, SessionError, Store};
+use ctxlog::{Message, Session, SessionError, Store, Timestamp};
 
 /// How many times a call is decided again before the error is handed to the caller.
 pub const MAX_ATTEMPTS: u32 = 30;
@@ -21,10 +21,10 @@ pub const MAX_ATTEMPTS: u32 = 30;
 /// What the provider answered.
 #[derive(Debug, Clone, Copy)]
 pub struct Reply {
-    /// When the response arrived (ms since the epoch).
-    pub at: u64,
-    /// The provider's input tokens, if it said.
-    pub input_tokens: Option<u64>,
+    /// When the response arrived.
+    pub at: Timestamp,
+    /// What the provider billed, if it said ([`ctxlog::Usage::from_anthropic`] and friends).
+    pub usage: Option<ctxlog::Usage>,
 }
 
 /// Why a call was not served.
@@ -51,7 +51,7 @@ impl<E> From<SessionError> for ServeError<E> {
 pub fn serve_call<S: Store, E>(
     session: &mut Session<S>,
     turn: &[Message],
-    now: impl Fn() -> u64,
+    now: impl Fn() -> Timestamp,
     mut dispatch: impl FnMut(&[String]) -> Result<Reply, E>,
     mut on_retry: impl FnMut(&StoreError),
 ) -> Result<Committed, ServeError<E>> {
@@ -87,7 +87,7 @@ fn serve_once<S: Store, E>(
     turn: &[Message],
     searched_from: u64,
     appended: &mut bool,
-    now: &impl Fn() -> u64,
+    now: &impl Fn() -> Timestamp,
     dispatch: &mut impl FnMut(&[String]) -> Result<Reply, E>,
 ) -> Result<Committed, ServeError<E>> {
     session.catch_up()?;
@@ -98,11 +98,11 @@ fn serve_once<S: Store, E>(
     *appended = true;
     // Workers' clocks differ, and a session's calls are served in order: never before the
     // last call another worker recorded.
-    let not_before = session.state().last_request_at().unwrap_or(0);
+    let not_before = Timestamp::from_millis(session.state().last_request_at().unwrap_or(0));
     let plan = session.plan(now().max(not_before))?;
     let (request, _missing_blobs) = session.render_plan(&plan);
     match dispatch(&request) {
-        Ok(reply) => Ok(session.commit(plan, reply.at.max(not_before), reply.input_tokens)?),
+        Ok(reply) => Ok(session.commit(plan, reply.at.max(not_before), reply.usage)?),
         Err(e) => {
             session.abort(plan);
             Err(ServeError::Dispatch(e))
@@ -127,14 +127,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("usage: serve_call postgres://USER@HOST/DB");
         return Ok(());
     };
-    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let now = || Timestamp::from_system_time(std::time::SystemTime::now());
     // Two workers, as two processes would have them: each its own store handle and session.
     let worker_a = ctxlog_store_postgres::PgStore::open(&url)?;
     let worker_b = ctxlog_store_postgres::PgStore::open(&url)?;
     let id = ctxlog::StreamId::random();
     let mut on_a = Session::create(&worker_a, id, ctxlog::WireFormat::Anthropic, ctxlog::Config::default(), now())?;
     let ask = |text: &str| parse_message(&format!(r#"{{"role":"user","content":"{text}"}}"#));
-    let provider = |_: &[String]| Ok::<_, String>(Reply { at: now(), input_tokens: None });
+    let provider = |_: &[String]| Ok::<_, String>(Reply { at: now(), usage: None });
     let served = serve_call(&mut on_a, &[ask("first question")?], now, provider, |_| {});
     println!("worker A served call 0 at version {}", served.map_err(|e| format!("{e:?}"))?.version);
     let mut on_b = Session::open(&worker_b, id)?; // the next call lands on worker B

@@ -10,7 +10,7 @@ use ctxlog::event::{EditKind, Event, GuardKind};
 use ctxlog::replay::{self, CallRecord, Timeline};
 use ctxlog::session::{Prepared, Produced};
 use ctxlog::time::Millis;
-use ctxlog::{MemoryStore, Message, Session, Store, StreamId, WireFormat};
+use ctxlog::{MemoryStore, Message, Session, Store, StreamId, Timestamp, WireFormat};
 use serde_json::{json, Value};
 
 /// Start of the simulated clock (2026-01-01T00:00:00Z).
@@ -212,7 +212,9 @@ impl Harness {
     /// A new session in `format` with `config`, at [`T0`].
     pub fn new(format: WireFormat, config: Config) -> Harness {
         let store = Arc::new(MemoryStore::new());
-        let session = Session::create(Arc::clone(&store), StreamId::random(), format, config, T0).unwrap();
+        let session =
+            Session::create(Arc::clone(&store), StreamId::random(), format, config, Timestamp::from_millis(T0))
+                .unwrap();
         Harness {
             store,
             session,
@@ -239,12 +241,13 @@ impl Harness {
 
     /// Like [`Harness::call`] with provider-reported input tokens.
     pub fn call_reported(&mut self, reported: Option<u64>) -> &Call {
-        let plan = self.session.plan(self.now).unwrap();
+        let plan = self.session.plan(Timestamp::from_millis(self.now)).unwrap();
         let view = self.session.plan_view(&plan);
         let (level, view_tokens, view_messages, prefix_reused, digest) =
             (plan.level(), plan.view_tokens, plan.view_messages, plan.prefix_reused, plan.digest.clone());
         let call = plan.call();
-        let committed = self.session.commit(plan, self.now, reported).unwrap();
+        let committed =
+            self.session.commit(plan, Timestamp::from_millis(self.now), reported.map(ctxlog::Usage::prompt)).unwrap();
         for ev in &committed.events {
             let version = committed.version;
             if let Some(rec) = self.live.feed(version, ev, self.session.state()) {

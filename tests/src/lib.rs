@@ -1,7 +1,8 @@
 //! Workspace-level tests for ctxlog. The library part holds shared test support: the `Store`
 //! conformance suite ([`conformance`]), one fixture per backend ([`conformance_fixtures`]), the
 //! given/when/then harness for the fold ([`scenario`]), the harness of the compaction-engine
-//! tests ([`engine_fixtures`]) and the fault-injecting store wrapper ([`faulty_store`]).
+//! tests ([`engine_fixtures`]), the fault-injecting store wrapper ([`faulty_store`]) and a fake
+//! model provider ([`provider`]).
 //! The test targets live in `tests/`.
 
 // This crate is test support only: a failed unwrap here is a failed test, which is what we want.
@@ -13,5 +14,6 @@ pub mod engine_fixtures;
 pub mod faulty_store;
 pub mod postgres;
 pub mod postmortem;
+pub mod provider;
 pub mod scenario;
 pub mod store_files;

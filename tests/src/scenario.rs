@@ -280,6 +280,8 @@ pub fn request_served(call: u64, at_secs: u64) -> Event {
         needed: false,
         prefix_reused: false,
         deferred: None,
+        usage: None,
+        anchored: false,
     })
 }
 

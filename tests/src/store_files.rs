@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use ctxlog::session::Produced;
-use ctxlog::{Config, Session, Store, StreamId, WireFormat};
+use ctxlog::{Config, Session, Store, StreamId, Timestamp, WireFormat};
 use sha2::{Digest, Sha256};
 
 use crate::scenario::{b64, cli, png};
@@ -132,7 +132,7 @@ pub fn call_by_call(backend: Backend, calls: u64) -> Fixture {
         let store = backend.open_writer(live.path());
         let mut session = if run.start == 0 {
             let config = Config { budget: 3_000, ..Config::default() };
-            Session::create(store.as_ref(), id, WireFormat::Anthropic, config, 1_000).unwrap()
+            Session::create(store.as_ref(), id, WireFormat::Anthropic, config, Timestamp::from_millis(1_000)).unwrap()
         } else {
             Session::open(store.as_ref(), id).unwrap()
         };
@@ -215,8 +215,8 @@ pub fn engine_call(session: &mut Session<&dyn Store>, i: u64) {
     let now = 1_000 + (i + 1) * 45_000;
     let messages = turn(i).iter().map(|j| ctxlog::wire::parse_message(j).unwrap()).collect();
     session.append(messages).unwrap();
-    let plan = session.plan(now).unwrap();
-    session.commit(plan, now, None).unwrap();
+    let plan = session.plan(Timestamp::from_millis(now)).unwrap();
+    session.commit(plan, Timestamp::from_millis(now), None).unwrap();
     if let Some(job) = session.summary_job() {
         let text = session.summarize(&job).unwrap();
         session.prepare(&job, text, Produced::extractive()).unwrap();

@@ -18,6 +18,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+use ctxlog::Timestamp;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -269,8 +270,14 @@ fn sqlite_flips_in_a_hot_wal_never_drop_later_commits_silently() {
         let reader = rusqlite::Connection::open(backend.path(live.path())).unwrap();
         reader.execute_batch("BEGIN; SELECT count(*) FROM records;").unwrap();
         let config = ctxlog::Config { budget: 3_000, ..ctxlog::Config::default() };
-        let mut session =
-            ctxlog::Session::create(store.as_ref(), id, ctxlog::WireFormat::Anthropic, config, 1_000).unwrap();
+        let mut session = ctxlog::Session::create(
+            store.as_ref(),
+            id,
+            ctxlog::WireFormat::Anthropic,
+            config,
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap();
         for i in 0..16 {
             sf::engine_call(&mut session, i);
         }

@@ -11,7 +11,7 @@ use ctxlog::event::{
 };
 use ctxlog::replay::{self, Mode};
 use ctxlog::store::{ExpectedVersion, Record, Store, StoreError, StreamId};
-use ctxlog::{MemoryStore, SessionError};
+use ctxlog::{MemoryStore, SessionError, Timestamp};
 use ctxlog_tests::scenario::*;
 use proptest::prelude::*;
 
@@ -84,6 +84,8 @@ fn build_every_kind() -> Vec<Event> {
             needed: true,
             prefix_reused: true,
             deferred: Some(Deferral::TooLittleFreed { cache_age_ms: 1_000, freed_tokens: 12, clear_at_least: 5_000 }),
+            usage: Some(ctxlog::Usage { input: 23, cache_read: 8_000, cache_write: 100, output: 7 }),
+            anchored: true,
         }),
         Event::RequestServed(RequestServed {
             call: 4,
@@ -102,6 +104,8 @@ fn build_every_kind() -> Vec<Event> {
                 flush_pending: true,
                 ladder_due: false,
             }),
+            usage: None,
+            anchored: false,
         }),
         Event::GuardRaised(GuardRaised {
             call: Some(3),
@@ -146,9 +150,21 @@ fn every_event_kind_round_trips_through_the_envelope() {
         // Encoding is deterministic (what golden logs rely on).
         assert_eq!(codec::encode(ev).unwrap(), rec);
     }
-    // One kind byte per event type, and an import's SessionStarted has its own.
-    assert_eq!(kinds.len(), 11, "{kinds:?}");
-    assert!(kinds.contains(&codec::kind::SESSION_STARTED) && kinds.contains(&codec::kind::SESSION_STARTED_IMPORT));
+    // One kind byte per event type, an import's SessionStarted included; only current kinds.
+    use codec::kind::*;
+    let current = [
+        MESSAGE_APPENDED,
+        EDITED,
+        RESTORED,
+        GUARD_RAISED,
+        SUMMARY_PREPARED,
+        SUMMARY_RETIRED,
+        FLUSHED,
+        IMPORT_COMPLETED,
+        REQUEST_SERVED,
+        SESSION_STARTED,
+    ];
+    assert_eq!(kinds, current.into_iter().collect(), "written kinds");
 }
 
 #[test]
@@ -166,7 +182,9 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty(),
             Event::Flushed(e) => e.condensed.is_empty(),
-            Event::RequestServed(e) => e.deferred.is_none(),
+            Event::RequestServed(e) => {
+                e.deferred.is_none() && e.usage.is_none() && e.anchored == e.reported_tokens.is_some()
+            }
             Event::SummaryRetired(_) => false,
         };
         let Some(rec) = codec::legacy::encode(ev) else {
@@ -201,10 +219,75 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
         needed: false,
         prefix_reused: false,
         deferred: None,
+        usage: None,
+        anchored: false,
     });
     let rec = codec::legacy::encode(&served).unwrap().unwrap();
     assert_eq!(rec.body()[1], codec::kind::REQUEST_SERVED_V1);
     assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), served);
+}
+
+#[test]
+fn second_layout_set_kinds_decode_and_upcast_to_the_current_events() {
+    // Kinds 9, 14 (an import's) and 11, written today in their frozen layouts, decode to the
+    // current events: the usage floor at its default, the import's facts kept, no usage parts,
+    // anchored exactly when a report was given.
+    let mut written = std::collections::BTreeSet::new();
+    for (i, ev) in every_kind().iter().enumerate() {
+        let Some(rec) = codec::legacy::encode_v2(ev) else { continue };
+        let rec = rec.unwrap();
+        assert_eq!(&codec::decode(STREAM, i as u64 + 1, &rec).unwrap(), ev, "{}", ev.name());
+        written.insert(rec.body()[1]);
+    }
+    use codec::kind::{REQUEST_SERVED_V2, SESSION_STARTED_V2, SESSION_STARTED_V2_IMPORT};
+    assert_eq!(written, [SESSION_STARTED_V2, REQUEST_SERVED_V2, SESSION_STARTED_V2_IMPORT].into_iter().collect());
+    let mut anchored = request_served(0, 1);
+    if let Event::RequestServed(r) = &mut anchored {
+        r.reported_tokens = Some(900);
+        r.anchored = true;
+    }
+    let rec = codec::legacy::encode_v2(&anchored).unwrap().unwrap();
+    assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), anchored);
+    // Events the old layouts cannot hold are refused, not truncated.
+    let mut parts = anchored.clone();
+    if let Event::RequestServed(r) = &mut parts {
+        r.usage = Some(ctxlog::Usage::prompt(900));
+    }
+    assert!(codec::legacy::encode_v2(&parts).is_none());
+    let floor = Event::SessionStarted(ctxlog::event::SessionStarted {
+        session: STREAM.0,
+        format: ctxlog::WireFormat::Anthropic,
+        config: ctxlog::Config { usage_floor_ratio: 0.25, ..ctxlog::Config::default() },
+        at: T0,
+        import: None,
+    });
+    assert!(codec::legacy::encode_v2(&floor).is_none());
+    assert_eq!(codec::encode(&floor).unwrap().body()[1], codec::kind::SESSION_STARTED);
+}
+
+#[test]
+fn kind_16_a_session_start_before_import_facts_decodes_to_the_current_event() {
+    // Kind 16 (the usage floor, no `import`) decodes with `import: None` and every knob kept,
+    // the usage floor included.
+    let floor = Event::SessionStarted(SessionStarted {
+        session: SESSION,
+        format: ctxlog::WireFormat::Anthropic,
+        config: ctxlog::Config { usage_floor_ratio: 0.25, ..config() },
+        at: T0,
+        import: None,
+    });
+    for ev in [started(), floor] {
+        let rec = codec::legacy::encode_v3(&ev).unwrap().unwrap();
+        assert_eq!(rec.body()[1], codec::kind::SESSION_STARTED_V3);
+        assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), ev);
+        // The current kind is another layout: the frozen one is not what encode writes.
+        assert_ne!(codec::encode(&ev).unwrap(), rec);
+    }
+    // An import's start does not fit kind 16 (it would lose its facts), nor does any other event.
+    for ev in every_kind() {
+        let fits = matches!(&ev, Event::SessionStarted(s) if s.import.is_none());
+        assert_eq!(codec::legacy::encode_v3(&ev).is_some(), fits, "{}", ev.name());
+    }
 }
 
 #[test]
@@ -392,14 +475,20 @@ proptest! {
 // ---- Snapshots: a cache, never a source of truth ---------------------------------------------
 
 fn session_with_history(store: &MemoryStore) -> ctxlog::Session<&MemoryStore> {
-    let mut s =
-        ctxlog::Session::create(store, STREAM, ctxlog::WireFormat::Anthropic, ctxlog::Config::default(), T0).unwrap();
+    let mut s = ctxlog::Session::create(
+        store,
+        STREAM,
+        ctxlog::WireFormat::Anthropic,
+        ctxlog::Config::default(),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     for (i, line) in rich_anthropic().lines().enumerate() {
         let m = parse(line);
         if m.role == ctxlog::message::Role::Assistant {
             let at = T0 + 1_000 * i as u64;
-            let plan = s.plan(at).unwrap();
-            s.commit(plan, at, Some(1_000 + i as u64)).unwrap();
+            let plan = s.plan(Timestamp::from_millis(at)).unwrap();
+            s.commit(plan, Timestamp::from_millis(at), Some(ctxlog::Usage::prompt(1_000 + i as u64))).unwrap();
         }
         s.append(vec![m]).unwrap();
     }
@@ -415,8 +504,8 @@ fn open_from_a_snapshot_equals_a_full_replay() {
     assert_eq!(snap_version, s.state().version());
     // More history after the snapshot.
     s.append(vec![parse(r#"{"role":"user","content":"after the snapshot"}"#)]).unwrap();
-    let plan = s.plan(T0 + 60_000).unwrap();
-    s.commit(plan, T0 + 60_000, None).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 60_000)).unwrap();
+    s.commit(plan, Timestamp::from_millis(T0 + 60_000), None).unwrap();
     let reopened = ctxlog::Session::open(&store, STREAM).unwrap();
     let replayed = replay::replay(&store, STREAM, Mode::Strict, None).unwrap().state;
     assert_eq!(reopened.state(), &replayed);

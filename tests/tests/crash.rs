@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use ctxlog::store::{BlobId, ExpectedVersion, Record, Store, StoreError, StreamId};
+use ctxlog::Timestamp;
 
 const CHILD_ENV: &str = "CTXLOG_CRASH_CHILD";
 const TEST_NAME: &str = "crash_kill9_all_backends";
@@ -46,7 +47,7 @@ fn engine_session(store: &dyn Store) -> ctxlog::Session<&dyn Store> {
     }
     // A small budget so calls flush, edit and raise guards while the child is being killed.
     let config = ctxlog::Config { budget: 2_000, ..ctxlog::Config::default() };
-    ctxlog::Session::create(store, id, ctxlog::WireFormat::Anthropic, config, 0).unwrap()
+    ctxlog::Session::create(store, id, ctxlog::WireFormat::Anthropic, config, Timestamp::from_millis(0)).unwrap()
 }
 
 /// One engine step: a tool call, its result and a user turn, then a committed call and a
@@ -65,8 +66,8 @@ fn engine_step(session: &mut ctxlog::Session<&dyn Store>) -> (u64, u64) {
     let turn = format!(r#"{{"role":"user","content":"step {v}: {}"}}"#, "keep going ".repeat(12));
     let messages = [call, result, turn].iter().map(|j| parse_message(j).unwrap()).collect();
     session.append(messages).unwrap();
-    let plan = session.plan(now).unwrap();
-    let committed = session.commit(plan, now, None).unwrap();
+    let plan = session.plan(Timestamp::from_millis(now)).unwrap();
+    let committed = session.commit(plan, Timestamp::from_millis(now), None).unwrap();
     if let Some(job) = session.summary_job() {
         let text = session.summarize(&job).unwrap();
         session.prepare(&job, text, ctxlog::session::Produced::extractive()).unwrap();

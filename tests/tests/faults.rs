@@ -38,7 +38,7 @@ use ctxlog::message::{Block, Content, MediaData, MediaSource, Message};
 use ctxlog::replay::{replay, verify, Mode};
 use ctxlog::session::{Prepared, Produced};
 use ctxlog::time::Millis;
-use ctxlog::{Config, MemoryStore, Session, SessionError, Store, StoreError, StreamId, Version, WireFormat};
+use ctxlog::{Config, MemoryStore, Session, SessionError, Store, StoreError, StreamId, Timestamp, Version, WireFormat};
 use ctxlog_store_fs::FsStore;
 use ctxlog_store_sled::SledStore;
 use ctxlog_store_sqlite::SqliteStore;
@@ -261,7 +261,13 @@ impl<'a> Host<'a> {
     fn exec(&mut self, index: usize, step: &Step) -> Result<(), SessionError> {
         match step {
             Step::Create => {
-                let s = Session::create(self.store, session_id(), WireFormat::Anthropic, config(), self.now)?;
+                let s = Session::create(
+                    self.store,
+                    session_id(),
+                    WireFormat::Anthropic,
+                    config(),
+                    Timestamp::from_millis(self.now),
+                )?;
                 self.session = Some(s);
                 self.acks.push(Ack { step: index, version: 1, call: None, events: None });
             }
@@ -280,10 +286,10 @@ impl<'a> Host<'a> {
             Step::Call => {
                 let now = self.now;
                 let s = self.session();
-                let plan = s.plan(now)?;
+                let plan = s.plan(Timestamp::from_millis(now))?;
                 let call = plan.call();
                 let (request, missing) = s.render_plan(&plan);
-                let committed = s.commit(plan, now, None)?;
+                let committed = s.commit(plan, Timestamp::from_millis(now), None)?;
                 if !missing.is_empty() {
                     self.fault_visible = true;
                 }
@@ -299,7 +305,7 @@ impl<'a> Host<'a> {
             Step::Abort => {
                 let now = self.now;
                 let s = self.session();
-                let plan = s.plan(now)?;
+                let plan = s.plan(Timestamp::from_millis(now))?;
                 s.abort(plan);
             }
             Step::Prepare => {
@@ -446,7 +452,8 @@ fn check_after(
     assert_eq!(head, log.len() as Version);
     if head == 0 {
         assert!(host_acks.is_empty(), "acknowledged writes but no session in the store");
-        let s = Session::create(store.as_ref(), id, WireFormat::Anthropic, config(), T0).unwrap();
+        let s =
+            Session::create(store.as_ref(), id, WireFormat::Anthropic, config(), Timestamp::from_millis(T0)).unwrap();
         assert_eq!(s.state().version(), 1);
         return;
     }
@@ -473,8 +480,8 @@ fn check_after(
     assert!(*s.state() == replayed.state, "the reopened session differs from a full replay");
     let now = s.state().last_request_at().unwrap_or(T0) + STEP_MS;
     s.append(turn(Wire(WireFormat::Anthropic), 99, 10)).unwrap();
-    let plan = s.plan(now).unwrap();
-    s.commit(plan, now, None).unwrap();
+    let plan = s.plan(Timestamp::from_millis(now)).unwrap();
+    s.commit(plan, Timestamp::from_millis(now), None).unwrap();
     drop(s);
     let report = verify(store.as_ref(), id).unwrap();
     assert!(report.ok(), "verify after the next call: {:?}", report.problems);

@@ -11,7 +11,7 @@ use ctxlog::config::{Config, SummarizerKind};
 use ctxlog::event::{Event, FlushReason, Flushed};
 use ctxlog::state::Item;
 use ctxlog::view::render_item;
-use ctxlog::{Store, WireFormat};
+use ctxlog::{Store, Timestamp, WireFormat};
 use ctxlog_tests::engine_fixtures::{rendered_pair_problems, Harness, T0};
 
 const TTL: u64 = 300_000;
@@ -306,7 +306,7 @@ fn prepare_does_not_change_the_view() {
     for cache_aware in [false, true] {
         let mut h = gate_session(WireFormat::OpenAi, cache_aware);
         h.call();
-        let before = h.session.plan(h.now).unwrap();
+        let before = h.session.plan(Timestamp::from_millis(h.now)).unwrap();
         let (digest, view) = (before.digest.clone(), h.session.plan_view(&before));
         let state_view = h.session.state().view().to_vec();
         let generation = h.session.state().generation();
@@ -317,7 +317,7 @@ fn prepare_does_not_change_the_view() {
         assert_eq!(h.session.state().flushed(), 0);
         if cache_aware {
             // Warm: the plan after prepare serves the very same bytes.
-            let after = h.session.plan(h.now).unwrap();
+            let after = h.session.plan(Timestamp::from_millis(h.now)).unwrap();
             assert_eq!(after.digest, digest);
             assert_eq!(h.session.plan_view(&after), view);
             assert!(after.events().is_empty());
@@ -333,7 +333,7 @@ fn abort_after_a_planned_flush_leaves_the_log_unchanged_and_the_next_plan_flushe
     let head = h.store.head(h.session.id()).unwrap();
     let bytes = h.log_bytes();
     let state = h.session.state().clone();
-    let plan = h.session.plan(h.now).unwrap();
+    let plan = h.session.plan(Timestamp::from_millis(h.now)).unwrap();
     let planned = flushes(plan.events());
     assert_eq!(planned.len(), 1);
     h.session.abort(plan);
@@ -351,22 +351,22 @@ fn abort_after_a_planned_flush_leaves_the_log_unchanged_and_the_next_plan_flushe
 fn warmth_is_measured_from_the_commit_time() {
     let mut h = gate_session(WireFormat::Anthropic, true);
     // Planned at T0, dispatch completed 200 s later.
-    let plan = h.session.plan(T0).unwrap();
+    let plan = h.session.plan(Timestamp::from_millis(T0)).unwrap();
     let committed_at = T0 + 200_000;
-    h.session.commit(plan, committed_at, None).unwrap();
+    h.session.commit(plan, Timestamp::from_millis(committed_at), None).unwrap();
     assert_eq!(h.session.state().last_request_at(), Some(committed_at));
     assert!(h.prepare_extractive());
     // One ttl after the *plan* but only 100 s after the commit: still warm.
-    let plan = h.session.plan(T0 + TTL + 1).unwrap();
+    let plan = h.session.plan(Timestamp::from_millis(T0 + TTL + 1)).unwrap();
     assert!(flushes(plan.events()).is_empty(), "measured warmth from the plan time");
     h.session.abort(plan);
     // One ttl after the commit: cold.
-    let plan = h.session.plan(committed_at + TTL).unwrap();
+    let plan = h.session.plan(Timestamp::from_millis(committed_at + TTL)).unwrap();
     let f = flushes(plan.events());
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].reason, FlushReason::ColdCache);
     assert_eq!(f[0].cache_age_ms, Some(TTL));
-    h.session.commit(plan, committed_at + TTL, None).unwrap();
+    h.session.commit(plan, Timestamp::from_millis(committed_at + TTL), None).unwrap();
 }
 
 #[test]

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use ctxlog::{Session, Store, StreamId};
+use ctxlog::{Session, Store, StreamId, Timestamp};
 use ctxlog_tests::scenario::cli;
 use ctxlog_tests::store_files::{self as sf, Backend};
 
@@ -64,15 +64,21 @@ fn child_writes_until_the_disk_is_full() {
     let store = backend.open_writer(Path::new(dir));
     let id: StreamId = sf::SESSION.parse().unwrap();
     let config = ctxlog::Config { budget: 400_000, ..ctxlog::Config::default() };
-    let mut session =
-        Session::create(store.as_ref() as &dyn Store, id, ctxlog::WireFormat::Anthropic, config, 1_000).unwrap();
+    let mut session = Session::create(
+        store.as_ref() as &dyn Store,
+        id,
+        ctxlog::WireFormat::Anthropic,
+        config,
+        Timestamp::from_millis(1_000),
+    )
+    .unwrap();
     for i in 0.. {
         let big = format!(r#"{{"role":"user","content":"{}"}}"#, format!("line {i} of a long log. ").repeat(800));
         let step = (|| -> Result<(), ctxlog::SessionError> {
             session.append(vec![ctxlog::wire::parse_message(&big).unwrap()])?;
             let now = 1_000 + (i + 1) * 45_000;
-            let plan = session.plan(now)?;
-            session.commit(plan, now, None)?;
+            let plan = session.plan(Timestamp::from_millis(now))?;
+            session.commit(plan, Timestamp::from_millis(now), None)?;
             Ok(())
         })();
         match step {

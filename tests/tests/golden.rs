@@ -11,7 +11,11 @@
 //!   summaries, retired summaries, deferred calls), written through the library by the
 //!   `bless` of its day (git history) so a host that declines to condense is exercised too.
 //! * `v3-*`: an import (kinds 14 and 15: `SessionStarted` with the transcript's facts, and
-//!   `ImportCompleted` last) with v2's knobs, written by `ctxlog_cli::import` through [`bless`].
+//!   `ImportCompleted` last) with v2's knobs, written by `ctxlog_cli::import` through the
+//!   `bless` of its day.
+//! * `v4-*`: the same import with the usage floor (kind 18: `SessionStarted` with
+//!   `usage_floor_ratio` and the import's facts; kind 17: `RequestServed` with the provider's
+//!   usage parts and `anchored`), written by `ctxlog_cli::import` through [`bless`].
 //!
 //! To write the newest golden set (only when a layout set is released):
 //! `CTXLOG_BLESS_GOLDEN=1 cargo test -p ctxlog-tests --test golden`. Blessing refuses to
@@ -37,7 +41,7 @@ use ctxlog_store_sqlite::SqliteStore;
 const SESSION: &str = "00000000-0000-0000-0000-00000000601d";
 const BACKENDS: [&str; 3] = ["sqlite", "fs", "sled"];
 /// The newest set, the one [`bless`] writes.
-const NEWEST: &str = "v3";
+const NEWEST: &str = "v4";
 
 fn golden() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
@@ -59,8 +63,9 @@ fn open(backend: &str, path: &Path) -> Box<dyn Store> {
 }
 
 /// Writes the newest golden set: the golden transcript imported (`ctxlog_cli::import`, so the
-/// session starts with kind 14 and ends with kind 15) with a 4,000-token budget, cache-aware
-/// and a 10% summary share, so it flushes, condenses, edits, defers and raises guards.
+/// session starts with kind 18 and ends with kind 15, and its calls carry the transcript's
+/// usage in kind 17) with a 4,000-token budget, cache-aware, a 10% summary share and a usage
+/// floor of 0.25, so it flushes, condenses, edits, defers and raises guards.
 fn bless() {
     let existing: Vec<PathBuf> = BACKENDS
         .iter()
@@ -76,7 +81,8 @@ fn bless() {
     );
     let text = std::fs::read(golden().join("transcript.jsonl")).unwrap();
     let transcript = read(&text[..], Path::new("transcript.jsonl"), FormatArg::Auto).unwrap();
-    let config = Config { budget: 4_000, cache_aware: true, summary_share: 0.1, ..Config::default() };
+    let config =
+        Config { budget: 4_000, cache_aware: true, summary_share: 0.1, usage_floor_ratio: 0.25, ..Config::default() };
     let id: StreamId = SESSION.parse().unwrap();
     let mem = MemoryStore::new();
     let opts = ImportOptions { config, session: Some(id), call_interval_ms: 30_000, views: None, inline_media: false };
@@ -218,9 +224,6 @@ fn copy_to_temp(set: &str) -> (tempfile::TempDir, PathBuf) {
 
 #[test]
 fn golden_logs_of_an_import_keep_decoding_on_every_backend() {
-    if std::env::var_os("CTXLOG_BLESS_GOLDEN").is_some() {
-        bless();
-    }
     let mut all = FIRST_RELEASE.to_vec();
     all.push("ImportCompleted");
     all.retain(|k| *k != "Restored");
@@ -248,4 +251,69 @@ fn golden_logs_of_an_import_keep_decoding_on_every_backend() {
     let r = replay(store.as_ref(), id, Mode::Strict, None).unwrap();
     assert_eq!(r.state.message_count(), facts.messages);
     assert!(ctxlog::Session::open(store.as_ref(), id).is_ok(), "a completed import opens");
+}
+
+/// The record kinds of the golden session in `set` (from the sqlite store), in log order.
+fn record_kinds(set: &str) -> Vec<u8> {
+    let (_dir, path) = copy_to_temp(set);
+    let store = open("sqlite", &path);
+    let id: StreamId = SESSION.parse().unwrap();
+    let mut kinds = Vec::new();
+    loop {
+        let batch = store.read(id, kinds.len() as u64 + 1, 1024).unwrap();
+        if batch.is_empty() {
+            return kinds;
+        }
+        kinds.extend(batch.iter().map(|r| r.record.body()[1]));
+    }
+}
+
+#[test]
+fn golden_logs_of_an_import_with_usage_keep_decoding_on_every_backend() {
+    if std::env::var_os("CTXLOG_BLESS_GOLDEN").is_some() {
+        bless();
+    }
+    let mut all = FIRST_RELEASE.to_vec();
+    all.push("ImportCompleted");
+    all.retain(|k| *k != "Restored");
+    assert_eq!(check_set("v4").into_iter().collect::<Vec<_>>(), sorted(&all));
+    // The set pins the layouts this build writes: it starts with kind 18 and serves its calls in
+    // kind 17, and holds no frozen kind.
+    use ctxlog::codec::kind;
+    let kinds = record_kinds("v4");
+    assert_eq!(kinds.first(), Some(&kind::SESSION_STARTED));
+    assert_eq!(kinds.last(), Some(&kind::IMPORT_COMPLETED));
+    assert!(kinds.contains(&kind::REQUEST_SERVED));
+    let frozen = [
+        kind::SESSION_STARTED_V1,
+        kind::SUMMARY_PREPARED_V1,
+        kind::FLUSHED_V1,
+        kind::REQUEST_SERVED_V1,
+        kind::SESSION_STARTED_V2,
+        kind::REQUEST_SERVED_V2,
+        kind::SESSION_STARTED_V2_IMPORT,
+        kind::SESSION_STARTED_V3,
+    ];
+    assert!(!kinds.iter().any(|k| frozen.contains(k)), "{kinds:?}");
+    // What only kinds 17 and 18 hold decodes: the usage floor and the import's facts, the
+    // provider's usage parts and the anchoring decision.
+    let (_dir, path) = copy_to_temp("v4");
+    let store = open("sqlite", &path);
+    let (mut started, mut with_usage, mut anchored) = (None, 0, 0);
+    ctxlog::replay::for_each_event(store.as_ref(), SESSION.parse().unwrap(), 1, None, |_, ev| {
+        match ev {
+            ctxlog::Event::SessionStarted(s) => started = Some(s),
+            ctxlog::Event::RequestServed(r) => {
+                with_usage += usize::from(r.usage.is_some_and(|u| Some(u.prompt_total()) == r.reported_tokens));
+                anchored += usize::from(r.anchored);
+            }
+            _ => {}
+        }
+        Ok(())
+    })
+    .unwrap();
+    let started = started.expect("v4 starts no session");
+    assert_eq!(started.config.usage_floor_ratio, 0.25);
+    assert!(started.import.is_some(), "v4's SessionStarted carries no import facts");
+    assert!(with_usage > 10 && anchored > 0, "{with_usage} calls with usage parts, {anchored} anchored");
 }

@@ -13,7 +13,7 @@ use ctxlog::event::{EditKind, Event};
 use ctxlog::message::Role;
 use ctxlog::session::{Prepared, Produced};
 use ctxlog::state::{Invariant, Item, SummaryState};
-use ctxlog::{MemoryStore, Message, Session, Store, StreamId, WireFormat};
+use ctxlog::{MemoryStore, Message, Session, Store, StreamId, Timestamp, WireFormat};
 use ctxlog_tests::engine_fixtures::Wire;
 use ctxlog_tests::scenario::*;
 
@@ -70,15 +70,16 @@ fn drive(
     mut check: impl FnMut(&Session<Arc<MemoryStore>>),
 ) -> Session<Arc<MemoryStore>> {
     let store = Arc::new(MemoryStore::new());
-    let mut s = Session::create(store, StreamId(SESSION), WireFormat::Anthropic, config, T0).unwrap();
+    let mut s =
+        Session::create(store, StreamId(SESSION), WireFormat::Anthropic, config, Timestamp::from_millis(T0)).unwrap();
     let (mut now, mut next_check) = (T0, check_every);
     let mut pending: Vec<Message> = Vec::new();
     for m in agent().take(messages as usize) {
         if m.role == Role::Assistant {
             s.append(std::mem::take(&mut pending)).unwrap();
             now += 20_000;
-            let plan = s.plan(now).unwrap();
-            s.commit(plan, now, None).unwrap();
+            let plan = s.plan(Timestamp::from_millis(now)).unwrap();
+            s.commit(plan, Timestamp::from_millis(now), None).unwrap();
             while let Some(job) = s.summary_job() {
                 let text = s.summarize(&job).unwrap();
                 if let Prepared::Discarded(_) = s.prepare(&job, text, Produced::extractive()).unwrap() {
@@ -139,7 +140,7 @@ fn a_20000_message_session_stays_within_three_views_and_100_bytes_per_message() 
     assert_eq!(reopened.state(), s.state());
     // and the opened session, once it has rendered a view (a call planned, then aborted), is
     // within the goal too: what opening folds back in is what the live session held.
-    let plan = reopened.plan(T0 + 1_000_000_000).unwrap();
+    let plan = reopened.plan(Timestamp::from_millis(T0 + 1_000_000_000)).unwrap();
     reopened.abort(plan);
     let (opened, opened_view) = assert_bounded(&reopened);
     assert!(opened_view > 0, "the opened session rendered its view");
@@ -157,7 +158,14 @@ fn heap_accounting_counts_a_body_while_it_is_in_the_view_and_not_after() {
     let store = Arc::new(MemoryStore::new());
     // (a recent window covering the whole view, so the ladder truncates rather than removes)
     let config = Config { budget: 40_000, protected_tool_results: 0, protected_recent_ratio: 1.0, ..Config::default() };
-    let mut s = Session::create(Arc::clone(&store), StreamId(SESSION), WireFormat::Anthropic, config, T0).unwrap();
+    let mut s = Session::create(
+        Arc::clone(&store),
+        StreamId(SESSION),
+        WireFormat::Anthropic,
+        config,
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     s.append(vec![w.user("start"), w.calls("", &["big"], "read_file")]).unwrap();
     let before = s.state().heap_bytes();
     let big = w.result("big", &text(1, 200_000));
@@ -166,9 +174,9 @@ fn heap_accounting_counts_a_body_while_it_is_in_the_view_and_not_after() {
     assert!(holding >= before + 200_000, "the body in the view is counted: {before} → {holding}");
     // when the ladder truncates it (the view is over the trigger), its body becomes the small
     // truncated rendering,
-    let plan = s.plan(T0 + 1_000).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 1_000)).unwrap();
     assert!(plan.events().iter().any(|e| matches!(e, Event::Edited(x) if x.seq == 2)), "{:?}", plan.events());
-    s.commit(plan, T0 + 1_000, None).unwrap();
+    s.commit(plan, Timestamp::from_millis(T0 + 1_000), None).unwrap();
     let st = s.state();
     assert!(matches!(st.entry(2).unwrap().edit.map(|e| e.kind), Some(EditKind::Truncated { .. })));
     assert!(st.original(2).is_none(), "the original left memory");

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ctxlog::store::{ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId};
 use ctxlog::wire::parse_message;
-use ctxlog::{Config, Session, SessionError, WireFormat};
+use ctxlog::{Config, Session, SessionError, Timestamp, WireFormat};
 use ctxlog_store_postgres::test_support::{Cluster, TestDatabase, PASSWORD_ROLE};
 use ctxlog_store_postgres::{PgError, PgOptions, PgStore, SCHEMA_VERSION};
 use ctxlog_tests::postgres::database;
@@ -45,7 +45,7 @@ fn turn(text: &str) -> Vec<ctxlog::Message> {
 }
 
 fn reply(at: u64) -> impl FnMut(&[String]) -> Result<Reply, String> {
-    move |_| Ok(Reply { at, input_tokens: None })
+    move |_| Ok(Reply { at: Timestamp::from_millis(at), usage: None })
 }
 
 /// Waits until some statement of the cluster waits on a lock (our blocked append).
@@ -66,8 +66,9 @@ fn a_session_moves_between_workers_and_a_stale_plan_is_decided_again() {
     // Two workers: two store handles with their own connections, as two processes would have.
     let (a, b) = (PgStore::open(db.url()).unwrap(), PgStore::open(db.url()).unwrap());
     let id = StreamId::random();
-    let mut on_a = Session::create(&a, id, WireFormat::Anthropic, Config::default(), 1_000).unwrap();
-    serve_call(&mut on_a, &turn("q0"), || 2_000, reply(2_000), |e| panic!("{e}")).unwrap();
+    let mut on_a =
+        Session::create(&a, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000)).unwrap();
+    serve_call(&mut on_a, &turn("q0"), || Timestamp::from_millis(2_000), reply(2_000), |e| panic!("{e}")).unwrap();
 
     // Given worker B opens the session after A served a call, it sees everything A wrote.
     let mut on_b = Session::open(&b, id).unwrap();
@@ -77,11 +78,15 @@ fn a_session_moves_between_workers_and_a_stale_plan_is_decided_again() {
     // When A plans on its (soon stale) head while B serves the next call...
     on_a.append(turn("q1 on A")).unwrap();
     on_b.catch_up().unwrap();
-    let stale = on_a.plan(3_000).unwrap();
+    let stale = on_a.plan(Timestamp::from_millis(3_000)).unwrap();
     on_b.append(turn("q2 on B")).unwrap();
-    let head_after_b = on_b.plan(3_500).and_then(|p| on_b.commit(p, 3_500, None)).unwrap().version;
+    let head_after_b = on_b
+        .plan(Timestamp::from_millis(3_500))
+        .and_then(|p| on_b.commit(p, Timestamp::from_millis(3_500), None))
+        .unwrap()
+        .version;
     // ...then A's commit loses the version to B's: Conflict with B's head, nothing written.
-    match on_a.commit(stale, 4_000, None) {
+    match on_a.commit(stale, Timestamp::from_millis(4_000), None) {
         Err(SessionError::Store(StoreError::Conflict { stream, actual, .. })) => {
             assert_eq!((stream, actual), (id, head_after_b));
         }
@@ -90,14 +95,20 @@ fn a_session_moves_between_workers_and_a_stale_plan_is_decided_again() {
     assert_eq!(a.head(id).unwrap(), Some(head_after_b));
     // And catching up and re-planning on the new head succeeds.
     on_a.catch_up().unwrap();
-    let plan = on_a.plan(4_000).unwrap();
-    let done = on_a.commit(plan, 4_000, None).unwrap();
+    let plan = on_a.plan(Timestamp::from_millis(4_000)).unwrap();
+    let done = on_a.commit(plan, Timestamp::from_millis(4_000), None).unwrap();
     assert_eq!(done.version, head_after_b + 1);
 
     // The retry loop does all of that by itself: B is now stale and serves a call anyway.
     let mut retries = Vec::new();
-    let done =
-        serve_call(&mut on_b, &turn("q3 on B"), || 5_000, reply(5_000), |e| retries.push(e.to_string())).unwrap();
+    let done = serve_call(
+        &mut on_b,
+        &turn("q3 on B"),
+        || Timestamp::from_millis(5_000),
+        reply(5_000),
+        |e| retries.push(e.to_string()),
+    )
+    .unwrap();
     assert_eq!(done.version, b.head(id).unwrap().unwrap());
     let report = ctxlog::replay::verify(&a, id).unwrap();
     assert!(report.ok(), "{:?}", report.problems);
@@ -118,7 +129,7 @@ fn the_retry_loop_recovers_when_two_workers_serve_one_session_at_once() {
     let Some(db) = database("the_retry_loop_recovers_when_two_workers_serve_one_session_at_once") else { return };
     let stores = [PgStore::open(db.url()).unwrap(), PgStore::open(db.url()).unwrap()];
     let id = StreamId::random();
-    drop(Session::create(&stores[0], id, WireFormat::Anthropic, Config::default(), 0).unwrap());
+    drop(Session::create(&stores[0], id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(0)).unwrap());
     let conflicts: Vec<usize> = std::thread::scope(|s| {
         let handles: Vec<_> = stores
             .iter()
@@ -132,7 +143,7 @@ fn the_retry_loop_recovers_when_two_workers_serve_one_session_at_once() {
                         serve_call(
                             &mut session,
                             &turn(&format!("w{w} call {i}")),
-                            || now,
+                            || Timestamp::from_millis(now),
                             reply(now),
                             |e| {
                                 assert!(matches!(e, StoreError::Conflict { .. }), "{e}");
@@ -410,7 +421,14 @@ fn serve(store: &PgStore, id: StreamId, n: u64, t0: u64) {
     let mut session = Session::open(store, id).unwrap();
     for i in 0..n {
         let t = t0 + i * 1_000;
-        serve_call(&mut session, &turn(&format!("call at {t}")), || t, reply(t), |e| panic!("{e}")).unwrap();
+        serve_call(
+            &mut session,
+            &turn(&format!("call at {t}")),
+            || Timestamp::from_millis(t),
+            reply(t),
+            |e| panic!("{e}"),
+        )
+        .unwrap();
     }
 }
 
@@ -439,7 +457,16 @@ fn tail_prints_the_calls_replay_prints_and_follows_new_ones() {
     let url = db.url().to_owned();
     let store = PgStore::open(&url).unwrap();
     let id = StreamId::random();
-    drop(Session::create(&store, id, WireFormat::Anthropic, Config { budget: 400, ..Config::default() }, 0).unwrap());
+    drop(
+        Session::create(
+            &store,
+            id,
+            WireFormat::Anthropic,
+            Config { budget: 400, ..Config::default() },
+            Timestamp::from_millis(0),
+        )
+        .unwrap(),
+    );
     serve(&store, id, 6, 10_000);
     let sid = id.to_string();
     let (code, replayed, err) = cli(&["replay", "--json", "--store", &url, "--session", &sid]);
@@ -477,9 +504,11 @@ fn tail_polls_stores_without_notifications() {
     let url = format!("sqlite:{}", dir.path().join("t.db").display());
     let store = ctxlog_store_sqlite::SqliteStore::open(dir.path().join("t.db")).unwrap();
     let id = StreamId::random();
-    let mut session = Session::create(&store, id, WireFormat::Anthropic, Config::default(), 0).unwrap();
+    let mut session =
+        Session::create(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(0)).unwrap();
     let mut step = |t: u64| {
-        serve_call(&mut session, &turn(&format!("at {t}")), || t, reply(t), |e| panic!("{e}")).unwrap();
+        serve_call(&mut session, &turn(&format!("at {t}")), || Timestamp::from_millis(t), reply(t), |e| panic!("{e}"))
+            .unwrap();
     };
     step(1_000);
     let sid = id.to_string();

@@ -36,7 +36,7 @@ use ctxlog::event::Event;
 use ctxlog::message::{Content, Role};
 use ctxlog::store::{StoreError, StreamId};
 use ctxlog::wire::parse_message;
-use ctxlog::{Config, Session, WireFormat};
+use ctxlog::{Config, Session, Timestamp, WireFormat};
 use ctxlog_store_postgres::test_support::{self, Cluster, ClusterError, ClusterOptions};
 use ctxlog_store_postgres::{PgOptions, PgStore};
 use serve_call::{serve_call, Reply};
@@ -129,7 +129,8 @@ fn worker(url: &str) {
                     v.insert(s)
                 }
             };
-            let dispatch = |_: &[String]| Ok::<_, String>(Reply { at, input_tokens: None });
+            let at = Timestamp::from_millis(at);
+            let dispatch = |_: &[String]| Ok::<_, String>(Reply { at, usage: None });
             let done =
                 serve_call(session, &job_turn(job), || at, dispatch, |e| retry(e)).map_err(|e| format!("{e:?}"))?;
             let digest = match done.events.last() {
@@ -211,7 +212,8 @@ fn drill(cluster: &mut Cluster, seed: u64) -> Result<String, String> {
     let config = Config { budget: 1_500, ..Config::default() };
     let ids: Vec<StreamId> = (0..sessions_n).map(|_| StreamId::random()).collect();
     for id in &ids {
-        Session::create(&store, *id, WireFormat::Anthropic, config.clone(), 0).map_err(|e| e.to_string())?;
+        Session::create(&store, *id, WireFormat::Anthropic, config.clone(), Timestamp::from_millis(0))
+            .map_err(|e| e.to_string())?;
     }
     // A tenth of the sessions get two calls in flight at once, on two workers.
     let hammered: BTreeSet<usize> = (0..ids.len()).filter(|i| i % 10 == 3).collect();

@@ -16,6 +16,7 @@
 use std::collections::BTreeSet;
 
 use ctxlog::config::{Config, SummarizerKind};
+use ctxlog::Timestamp;
 use ctxlog::WireFormat;
 use ctxlog_tests::engine_fixtures::{rendered_pair_problems, Harness};
 use proptest::prelude::*;
@@ -213,7 +214,7 @@ impl Run {
                 // A planned call whose dispatch failed: nothing is written, nothing changes.
                 let before = self.h.log_bytes();
                 let state = self.h.session.state().clone();
-                let plan = self.h.session.plan(self.h.now + gap_ms).unwrap();
+                let plan = self.h.session.plan(Timestamp::from_millis(self.h.now + gap_ms)).unwrap();
                 self.h.session.abort(plan);
                 assert_eq!(self.h.log_bytes(), before);
                 assert_eq!(self.h.session.state(), &state);

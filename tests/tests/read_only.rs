@@ -11,6 +11,7 @@
 use std::path::Path;
 
 use ctxlog::store::Store;
+use ctxlog::Timestamp;
 use ctxlog_tests::scenario::cli;
 use ctxlog_tests::store_files::{self as sf, Backend, Fixture};
 
@@ -115,8 +116,14 @@ fn a_hot_wal_left_by_a_killed_sqlite_writer_is_read_without_a_checkpoint() {
         let reader = rusqlite::Connection::open(Backend::Sqlite.path(live.path())).unwrap();
         reader.execute_batch("BEGIN; SELECT count(*) FROM records;").unwrap();
         let config = ctxlog::Config { budget: 3_000, ..ctxlog::Config::default() };
-        let mut session =
-            ctxlog::Session::create(store.as_ref(), id, ctxlog::WireFormat::Anthropic, config, 1_000).unwrap();
+        let mut session = ctxlog::Session::create(
+            store.as_ref(),
+            id,
+            ctxlog::WireFormat::Anthropic,
+            config,
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap();
         for i in 0..10 {
             sf::engine_call(&mut session, i);
         }
@@ -139,11 +146,23 @@ fn read_only_commands_work_next_to_a_running_writer() {
         let store = backend.open_writer(dir.path());
         let id: ctxlog::StreamId = sf::SESSION.parse().unwrap();
         let config = ctxlog::Config { budget: 3_000, ..ctxlog::Config::default() };
-        let mut session =
-            ctxlog::Session::create(store.as_ref(), id, ctxlog::WireFormat::Anthropic, config.clone(), 1_000).unwrap();
+        let mut session = ctxlog::Session::create(
+            store.as_ref(),
+            id,
+            ctxlog::WireFormat::Anthropic,
+            config.clone(),
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap();
         let other: ctxlog::StreamId = "00000000-0000-4000-8000-00000000beef".parse().unwrap();
-        let mut busy =
-            ctxlog::Session::create(store.as_ref(), other, ctxlog::WireFormat::Anthropic, config, 1_000).unwrap();
+        let mut busy = ctxlog::Session::create(
+            store.as_ref(),
+            other,
+            ctxlog::WireFormat::Anthropic,
+            config,
+            Timestamp::from_millis(1_000),
+        )
+        .unwrap();
         std::thread::scope(|scope| {
             let writer = scope.spawn(|| {
                 for i in 0..12 {

@@ -6,8 +6,9 @@
 use ctxlog::codec;
 use ctxlog::event::Event;
 use ctxlog::replay::{self, Mode};
+use ctxlog::session::StaleCause;
 use ctxlog::state::{Invariant, State};
-use ctxlog::{ExpectedVersion, MemoryStore, Session, SessionError, Store, StreamId};
+use ctxlog::{ExpectedVersion, MemoryStore, Session, SessionError, Store, StreamId, Timestamp};
 use ctxlog_tests::scenario::*;
 
 // ---- SessionStart ----------------------------------------------------------------------------
@@ -533,7 +534,9 @@ fn lenient_replay_renumbers_a_seq_gap_and_strict_replay_refuses_it() {
 // ---- Live commands -------------------------------------------------------------------------
 
 fn live_session(store: &MemoryStore) -> Session<&MemoryStore> {
-    let mut s = Session::create(store, StreamId(SESSION), ctxlog::WireFormat::Anthropic, config(), T0).unwrap();
+    let mut s =
+        Session::create(store, StreamId(SESSION), ctxlog::WireFormat::Anthropic, config(), Timestamp::from_millis(T0))
+            .unwrap();
     let msgs = [
         r#"{"role":"system","content":"sys"}"#,
         r#"{"role":"user","content":"hi"}"#,
@@ -552,7 +555,7 @@ fn live_restore_of_a_never_edited_seq_is_rejected_and_writes_nothing() {
     let before = s.state().clone();
     let err = s.restore(1, "test", "why not").unwrap_err();
     assert!(
-        matches!(&err, SessionError::Invariant { violation, .. } if violation.invariant == Invariant::RestoreTarget),
+        matches!(&err, SessionError::Refused { violation, .. } if violation.invariant == Invariant::RestoreTarget),
         "{err:?}"
     );
     assert_eq!(store.head(s.id()).unwrap(), head, "nothing written");
@@ -573,7 +576,7 @@ fn live_append_breaking_an_invariant_is_rejected_and_writes_nothing() {
     ];
     let err = s.append(batch).unwrap_err();
     assert!(
-        matches!(&err, SessionError::Invariant { violation, .. } if violation.invariant == Invariant::UnknownToolCall),
+        matches!(&err, SessionError::Refused { violation, .. } if violation.invariant == Invariant::UnknownToolCall),
         "{err:?}"
     );
     assert_eq!(store.head(s.id()).unwrap(), head);
@@ -584,7 +587,7 @@ fn live_append_breaking_an_invariant_is_rejected_and_writes_nothing() {
             r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"again"}]}"#,
         )])
         .unwrap_err();
-    assert!(matches!(err, SessionError::Invariant { .. }), "{err:?}");
+    assert!(matches!(err, SessionError::Refused { .. }), "{err:?}");
     // A message of the wrong format is a typed message error naming the batch index.
     let err = s
         .append(vec![
@@ -604,14 +607,17 @@ fn live_append_breaking_an_invariant_is_rejected_and_writes_nothing() {
 fn a_stale_plan_is_refused_and_abort_writes_nothing() {
     let store = MemoryStore::new();
     let mut s = live_session(&store);
-    let plan = s.plan(T0 + 1000).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 1000)).unwrap();
     let head = store.head(s.id()).unwrap();
     s.abort(plan);
     assert_eq!(store.head(s.id()).unwrap(), head);
-    let stale = s.plan(T0 + 2000).unwrap();
-    s.append(vec![parse(r#"{"role":"user","content":"more"}"#)]).unwrap();
+    // Another call committed meanwhile: the first plan no longer describes the session.
+    let stale = s.plan(Timestamp::from_millis(T0 + 2000)).unwrap();
+    let competing = s.plan(Timestamp::from_millis(T0 + 2000)).unwrap();
+    s.commit(competing, Timestamp::from_millis(T0 + 2000), None).unwrap();
     let head = store.head(s.id()).unwrap();
-    assert!(matches!(s.commit(stale, T0 + 2000, None), Err(SessionError::StalePlan { .. })));
+    let err = s.commit(stale, Timestamp::from_millis(T0 + 3000), None).unwrap_err();
+    assert!(matches!(err, SessionError::StalePlan { by: StaleCause::CallCommitted, .. }), "{err:?}");
     assert_eq!(store.head(s.id()).unwrap(), head);
 }
 
@@ -619,13 +625,13 @@ fn a_stale_plan_is_refused_and_abort_writes_nothing() {
 fn a_commit_going_back_in_time_is_rejected_and_writes_nothing() {
     let store = MemoryStore::new();
     let mut s = live_session(&store);
-    let plan = s.plan(T0 + 10_000).unwrap();
-    s.commit(plan, T0 + 10_000, None).unwrap();
+    let plan = s.plan(Timestamp::from_millis(T0 + 10_000)).unwrap();
+    s.commit(plan, Timestamp::from_millis(T0 + 10_000), None).unwrap();
     let head = store.head(s.id()).unwrap();
-    let plan = s.plan(T0 + 5_000).unwrap();
-    let err = s.commit(plan, T0 + 5_000, None).unwrap_err();
+    let plan = s.plan(Timestamp::from_millis(T0 + 5_000)).unwrap();
+    let err = s.commit(plan, Timestamp::from_millis(T0 + 5_000), None).unwrap_err();
     assert!(
-        matches!(&err, SessionError::Invariant { violation, .. } if violation.invariant == Invariant::TimeBackwards),
+        matches!(&err, SessionError::Refused { violation, .. } if violation.invariant == Invariant::TimeBackwards),
         "{err:?}"
     );
     assert_eq!(store.head(s.id()).unwrap(), head);
@@ -659,6 +665,7 @@ fn served_with_usage(call: u64, at_secs: u64, view_tokens: u64, reported: u64) -
     let Event::RequestServed(mut r) = request_served(call, at_secs) else { unreachable!() };
     r.view_tokens = view_tokens;
     r.reported_tokens = Some(reported);
+    r.anchored = true;
     Event::RequestServed(r)
 }
 
@@ -673,7 +680,19 @@ fn the_meter_anchors_on_reported_usage_until_the_history_changes() {
     let st = fold(&events);
     let added = st.view_tokens() - estimate;
     assert!(added > 0);
-    assert_eq!(st.metered_tokens(st.view_tokens()), 9_000 + added, "last reported + estimate of what was added");
+    assert_eq!(
+        st.metered_tokens(st.view_tokens()),
+        9_000 + added * 9_000 / estimate,
+        "last reported + what was added, counted at the provider's rate"
+    );
+    // A provider that counts fewer tokens than the estimate: what was added counts as estimated.
+    let mut low = events.clone();
+    let Some(Event::RequestServed(r)) = low.iter_mut().rev().find(|e| matches!(e, Event::RequestServed(_))) else {
+        unreachable!()
+    };
+    r.reported_tokens = Some(estimate - 1);
+    let st = fold(&low);
+    assert_eq!(st.metered_tokens(st.view_tokens()), estimate - 1 + added);
     // An edit changes the history the provider counted: the anchor is void.
     events.push(removed(4));
     let st = fold(&events);
@@ -685,11 +704,13 @@ fn session_create_refuses_a_bad_config_or_a_taken_id_and_writes_nothing() {
     let store = MemoryStore::new();
     let id = StreamId(SESSION);
     let bad = ctxlog::Config { target_ratio: 0.9, ..config() };
-    let err = Session::create(&store, id, ctxlog::WireFormat::Anthropic, bad, T0).err().unwrap();
+    let err =
+        Session::create(&store, id, ctxlog::WireFormat::Anthropic, bad, Timestamp::from_millis(T0)).err().unwrap();
     assert!(matches!(&err, SessionError::Config(c) if c.key == "target"), "{err:?}");
     assert_eq!(store.head(id).unwrap(), None);
-    let _s = Session::create(&store, id, ctxlog::WireFormat::Anthropic, config(), T0).unwrap();
-    let err = Session::create(&store, id, ctxlog::WireFormat::OpenAi, config(), T0).err().unwrap();
+    let _s = Session::create(&store, id, ctxlog::WireFormat::Anthropic, config(), Timestamp::from_millis(T0)).unwrap();
+    let err =
+        Session::create(&store, id, ctxlog::WireFormat::OpenAi, config(), Timestamp::from_millis(T0)).err().unwrap();
     assert!(matches!(err, SessionError::Exists(x) if x == id), "{err:?}");
     assert_eq!(store.head(id).unwrap(), Some(1));
     assert!(matches!(Session::open(&store, StreamId::random()).err().unwrap(), SessionError::NotFound(_)));

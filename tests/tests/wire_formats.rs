@@ -11,7 +11,7 @@ use ctxlog::replay;
 use ctxlog::store::{BlobId, ExpectedVersion, Record, Snapshot, StoreError, StoredRecord, StreamId, Version};
 use ctxlog::tokens::{Estimator, BLOCK_OVERHEAD, MESSAGE_OVERHEAD};
 use ctxlog::wire::{self, check_format, detect, parse_message, to_json, Media, RenderOpts, WireFormat};
-use ctxlog::{Config, MemoryStore, Session, SessionError, Store};
+use ctxlog::{Config, MemoryStore, Session, SessionError, Store, Timestamp};
 use ctxlog_tests::scenario::{b64, cli, png, rich_anthropic, rich_openai, T0};
 use serde_json::Value;
 
@@ -315,7 +315,8 @@ fn blob_ref(m: &Message) -> &ctxlog::message::BlobRef {
 fn an_image_is_externalized_to_a_blob_written_before_its_event() {
     let store = Recording::new(false);
     let id = StreamId(uuid::Uuid::from_u128(1));
-    let mut s = Session::create(&store, id, WireFormat::Anthropic, Config::default(), T0).unwrap();
+    let mut s =
+        Session::create(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(T0)).unwrap();
     let bytes = png(800, 600);
     let appended = s.append(vec![image_message(&bytes), image_message(&bytes)]).unwrap();
     let blob = BlobId::of(&bytes);
@@ -342,9 +343,14 @@ fn an_image_is_externalized_to_a_blob_written_before_its_event() {
 #[test]
 fn a_blob_that_cannot_be_written_falls_back_to_inline() {
     let store = Recording::new(true);
-    let mut s =
-        Session::create(&store, StreamId(uuid::Uuid::from_u128(2)), WireFormat::Anthropic, Config::default(), T0)
-            .unwrap();
+    let mut s = Session::create(
+        &store,
+        StreamId(uuid::Uuid::from_u128(2)),
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     let bytes = png(32, 32);
     let appended = s.append(vec![image_message(&bytes)]).unwrap();
     assert_eq!(appended.inline_fallbacks.len(), 1);
@@ -360,9 +366,14 @@ fn a_blob_that_cannot_be_written_falls_back_to_inline() {
 #[test]
 fn rendering_resolves_blobs_back_to_the_original_base64() {
     let store = MemoryStore::new();
-    let mut s =
-        Session::create(&store, StreamId(uuid::Uuid::from_u128(3)), WireFormat::Anthropic, Config::default(), T0)
-            .unwrap();
+    let mut s = Session::create(
+        &store,
+        StreamId(uuid::Uuid::from_u128(3)),
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     let original = lines(&rich_anthropic()).into_iter().map(str::to_owned).collect::<Vec<_>>();
     s.append(original[..2].iter().map(|l| parse_message(l).unwrap()).collect()).unwrap();
     let source = |id: &BlobId| store.get_blob(id).ok().flatten();
@@ -416,18 +427,19 @@ fn export_returns_the_imported_transcript_equal_as_json_with_media_inlined() {
 fn per_message_estimates_sum_exactly_to_the_view_and_verify_agrees() {
     let store = MemoryStore::new();
     let id = StreamId(uuid::Uuid::from_u128(4));
-    let mut s = Session::create(&store, id, WireFormat::Anthropic, Config::default(), T0).unwrap();
+    let mut s =
+        Session::create(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(T0)).unwrap();
     let all = lines(&rich_anthropic()).into_iter().map(|l| parse_message(l).unwrap()).collect::<Vec<_>>();
     let mut at = T0;
     for m in all {
         let is_call = m.role == ctxlog::message::Role::Assistant;
         if is_call {
             at += 30_000;
-            let plan = s.plan(at).unwrap();
+            let plan = s.plan(Timestamp::from_millis(at)).unwrap();
             let sum: u64 = s.state().entries().iter().map(|e| u64::from(e.tokens)).sum();
             assert_eq!(plan.view_tokens, sum);
             assert_eq!(s.state().view_tokens(), sum);
-            s.commit(plan, at, None).unwrap();
+            s.commit(plan, Timestamp::from_millis(at), None).unwrap();
         }
         s.append(vec![m]).unwrap();
         let sum: u64 = s.state().entries().iter().map(|e| u64::from(e.tokens)).sum();
@@ -467,9 +479,14 @@ fn a_seven_megabyte_screenshot_costs_the_flat_image_price_not_millions() {
     assert_eq!(Estimator::default().message(&m), flat, "inline");
     // Externalized (no readable header, so no dimensions): still flat.
     let store = MemoryStore::new();
-    let mut s =
-        Session::create(&store, StreamId(uuid::Uuid::from_u128(5)), WireFormat::Anthropic, Config::default(), T0)
-            .unwrap();
+    let mut s = Session::create(
+        &store,
+        StreamId(uuid::Uuid::from_u128(5)),
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     s.append(vec![m]).unwrap();
     assert_eq!(s.state().entries()[0].tokens, flat);
     assert_eq!(s.state().view_tokens(), u64::from(flat));
@@ -480,9 +497,14 @@ fn a_seven_megabyte_screenshot_costs_the_flat_image_price_not_millions() {
 #[test]
 fn a_known_size_costs_by_the_provider_formula_capped_at_the_flat_price() {
     let store = MemoryStore::new();
-    let mut s =
-        Session::create(&store, StreamId(uuid::Uuid::from_u128(6)), WireFormat::Anthropic, Config::default(), T0)
-            .unwrap();
+    let mut s = Session::create(
+        &store,
+        StreamId(uuid::Uuid::from_u128(6)),
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     s.append(vec![image_message(&png(100, 75)), image_message(&png(4000, 3000))]).unwrap();
     let base = MESSAGE_OVERHEAD + BLOCK_OVERHEAD + 1 + BLOCK_OVERHEAD;
     assert_eq!(s.state().entries()[0].tokens, base + 10); // ceil(7500/750)
@@ -494,8 +516,14 @@ fn a_known_size_costs_by_the_provider_formula_capped_at_the_flat_price() {
 #[test]
 fn messages_with_only_wrong_format_parts_are_refused_by_the_session() {
     let store = MemoryStore::new();
-    let mut s =
-        Session::create(&store, StreamId(uuid::Uuid::from_u128(7)), WireFormat::OpenAi, Config::default(), T0).unwrap();
+    let mut s = Session::create(
+        &store,
+        StreamId(uuid::Uuid::from_u128(7)),
+        WireFormat::OpenAi,
+        Config::default(),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     let head = store.head(s.id()).unwrap();
     let err = s.append(vec![image_message(&png(2, 2))]).unwrap_err();
     assert!(matches!(&err, SessionError::Message { index: 0, error } if error.field == "content[1]"), "{err:?}");

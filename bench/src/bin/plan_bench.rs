@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use ctxlog::config::{Config, SummarizerKind};
 use ctxlog::wire::parse_message;
-use ctxlog::{MemoryStore, Message, Session, StreamId, WireFormat};
+use ctxlog::{MemoryStore, Message, Session, StreamId, Timestamp, WireFormat};
 
 fn triple(i: usize) -> [Message; 3] {
     let user =
@@ -32,8 +32,8 @@ fn triple(i: usize) -> [Message; 3] {
 }
 
 fn session(store: &MemoryStore, n: usize, config: Config) -> Session<&MemoryStore> {
-    let mut s =
-        Session::create(store, StreamId::random(), WireFormat::OpenAi, config, 0).unwrap_or_else(|e| panic!("{e}"));
+    let mut s = Session::create(store, StreamId::random(), WireFormat::OpenAi, config, Timestamp::from_millis(0))
+        .unwrap_or_else(|e| panic!("{e}"));
     for i in 0..n {
         s.append(triple(i).to_vec()).unwrap_or_else(|e| panic!("{e}"));
     }
@@ -52,17 +52,17 @@ fn steady(n: usize, reps: usize) -> f64 {
     let config = Config { budget: 100_000_000, summarizer: SummarizerKind::None, ..Config::default() };
     let mut s = session(&store, n, config);
     let mut now = 1_000;
-    let plan = s.plan(now).unwrap_or_else(|e| panic!("{e}"));
-    s.commit(plan, now, None).unwrap_or_else(|e| panic!("{e}"));
+    let plan = s.plan(Timestamp::from_millis(now)).unwrap_or_else(|e| panic!("{e}"));
+    s.commit(plan, Timestamp::from_millis(now), None).unwrap_or_else(|e| panic!("{e}"));
     let mut times = Vec::with_capacity(reps);
     for i in 0..reps {
         let [user, ..] = triple(n + i);
         now += 1_000;
         let t = Instant::now();
         s.append(vec![user]).unwrap_or_else(|e| panic!("{e}"));
-        let plan = s.plan(now).unwrap_or_else(|e| panic!("{e}"));
+        let plan = s.plan(Timestamp::from_millis(now)).unwrap_or_else(|e| panic!("{e}"));
         times.push(t.elapsed().as_secs_f64() * 1e6);
-        s.commit(plan, now, None).unwrap_or_else(|e| panic!("{e}"));
+        s.commit(plan, Timestamp::from_millis(now), None).unwrap_or_else(|e| panic!("{e}"));
     }
     median(times)
 }
@@ -86,7 +86,7 @@ fn escalating(n: usize, reps: usize) -> (f64, usize) {
     let times = (0..reps)
         .map(|_| {
             let t = Instant::now();
-            let plan = s.plan(1_000).unwrap_or_else(|e| panic!("{e}"));
+            let plan = s.plan(Timestamp::from_millis(1_000)).unwrap_or_else(|e| panic!("{e}"));
             let us = t.elapsed().as_secs_f64() * 1e6;
             edits = plan.events().len();
             s.abort(plan);

@@ -33,7 +33,7 @@ use std::time::Instant;
 use clap::Parser as _;
 use ctxlog::cost::{PrefixCache, TTL_MS};
 use ctxlog::replay::CallRecord;
-use ctxlog::{MemoryStore, Session, Store, StreamId};
+use ctxlog::{MemoryStore, Session, Store, StreamId, Timestamp};
 use ctxlog_bench::machine;
 use ctxlog_bench::views::{Diff, ViewTracker};
 use ctxlog_cli::args::{Cli, Command as CliCommand};
@@ -333,7 +333,7 @@ impl Write for ViewSink {
 fn import_args(path: &Path, flags: &[String]) -> ctxlog_cli::args::ImportArgs {
     let argv = ["ctxlog", "import"].into_iter().map(String::from).chain([path.display().to_string()]);
     match Cli::try_parse_from(argv.chain(flags.iter().cloned())) {
-        Ok(Cli { command: CliCommand::Import(a) }) => a,
+        Ok(Cli { command: CliCommand::Import(a), .. }) => a,
         Ok(_) => fail("flags", "not an import"),
         Err(e) => fail("flags", e),
     }
@@ -454,7 +454,7 @@ fn backend_run(
 fn resident<S: Store + ?Sized>(store: &S, id: StreamId, now: u64, version: u64) -> Resident {
     let mut session = Session::open(store, id).unwrap_or_else(|e| fail("open session", e));
     assert_eq!(session.state().version(), version, "the stored session ends elsewhere than the policy run's");
-    let plan = session.plan(now).unwrap_or_else(|e| fail("plan", e));
+    let plan = session.plan(Timestamp::from_millis(now)).unwrap_or_else(|e| fail("plan", e));
     let view_bytes = session.plan_view(&plan).iter().map(|m| m.len() as u64).sum();
     session.abort(plan);
     let messages = session.state().message_count();

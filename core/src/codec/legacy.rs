@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::config::{Config, SummarizerKind};
-use crate::event::{Event, FlushReason, Flushed, RequestServed, SessionStarted, SummaryMode, SummaryPrepared};
+use crate::event::{
+    Deferral, Event, FlushReason, Flushed, ImportSource, RequestServed, SessionStarted, SummaryMode, SummaryPrepared,
+};
 use crate::store::Record;
 use crate::time::Millis;
 use crate::wire::WireFormat;
@@ -56,10 +58,74 @@ pub struct SessionStartedV1 {
     pub at: Millis,
 }
 
-/// Kind 9: `SessionStarted` without `import`, the layout of every session that is not an
-/// import (written as such, so earlier builds keep reading them).
+/// The fifteen knobs of kinds 9 (before `usage_floor_ratio`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigV2 {
+    /// See [`Config::budget`].
+    pub budget: u64,
+    /// See [`Config::trigger_ratio`].
+    pub trigger_ratio: f64,
+    /// See [`Config::target_ratio`].
+    pub target_ratio: f64,
+    /// See [`Config::prepare_ratio`].
+    pub prepare_ratio: f64,
+    /// See [`Config::summarizer`].
+    pub summarizer: SummarizerKind,
+    /// See [`Config::cache_aware`].
+    pub cache_aware: bool,
+    /// See [`Config::flush_ttl_ms`].
+    pub flush_ttl_ms: u64,
+    /// See [`Config::protected_tool_results`].
+    pub protected_tool_results: u32,
+    /// See [`Config::protected_recent_ratio`].
+    pub protected_recent_ratio: f64,
+    /// See [`Config::breaker_passes`].
+    pub breaker_passes: u32,
+    /// See [`Config::image_tokens`].
+    pub image_tokens: u32,
+    /// See [`Config::truncate_chars`].
+    pub truncate_chars: u32,
+    /// See [`Config::summary_share`].
+    pub summary_share: f64,
+    /// See [`Config::hard_limit_ratio`].
+    pub hard_limit_ratio: f64,
+    /// See [`Config::clear_at_least`].
+    pub clear_at_least: u64,
+}
+
+/// Kind 9: `SessionStarted` with a [`ConfigV2`], the layout of every session that was not an
+/// import before kind 16.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionStartedV2 {
+    /// Session id.
+    pub session: Uuid,
+    /// Wire format.
+    pub format: WireFormat,
+    /// Knobs.
+    pub config: ConfigV2,
+    /// Creation time.
+    pub at: Millis,
+}
+
+/// Kind 14: `SessionStarted` of an import, before `usage_floor_ratio`: kind 9 + `import`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStartedV2Import {
+    /// Session id.
+    pub session: Uuid,
+    /// Wire format.
+    pub format: WireFormat,
+    /// Knobs.
+    pub config: ConfigV2,
+    /// Creation time.
+    pub at: Millis,
+    /// The transcript the import reads.
+    pub import: Option<ImportSource>,
+}
+
+/// Kind 16: `SessionStarted` with `usage_floor_ratio`, before `import`. Its config is today's
+/// [`Config`]; a change to `Config` must freeze it here as a `ConfigV3` first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStartedV3 {
     /// Session id.
     pub session: Uuid,
     /// Wire format.
@@ -68,18 +134,6 @@ pub struct SessionStartedV2 {
     pub config: Config,
     /// Creation time.
     pub at: Millis,
-}
-
-impl From<&SessionStarted> for SessionStartedV2 {
-    fn from(e: &SessionStarted) -> SessionStartedV2 {
-        SessionStartedV2 { session: e.session, format: e.format, config: e.config.clone(), at: e.at }
-    }
-}
-
-impl From<SessionStartedV2> for SessionStarted {
-    fn from(e: SessionStartedV2) -> SessionStarted {
-        SessionStarted { session: e.session, format: e.format, config: e.config, at: e.at, import: None }
-    }
 }
 
 /// Kind 3: `SummaryPrepared` before condensed summaries (`merged`).
@@ -147,6 +201,33 @@ pub struct RequestServedV1 {
     pub prefix_reused: bool,
 }
 
+/// Kind 11: `RequestServed` before `usage` and `anchored`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestServedV2 {
+    /// 0-based call number.
+    pub call: u64,
+    /// Dispatch completion time.
+    pub at: Millis,
+    /// View digest.
+    pub digest: String,
+    /// Messages in the view.
+    pub view_messages: u64,
+    /// Estimated view tokens.
+    pub view_tokens: u64,
+    /// Meter reading.
+    pub metered_tokens: u64,
+    /// Provider-reported tokens.
+    pub reported_tokens: Option<u64>,
+    /// Ladder level.
+    pub level: u8,
+    /// Compaction was needed.
+    pub needed: bool,
+    /// Pure append of the previous view.
+    pub prefix_reused: bool,
+    /// Work the gate held back.
+    pub deferred: Option<Deferral>,
+}
+
 /// Knobs a first-release session never set take their defaults: they only steer decisions
 /// of later calls, never the fold of what was recorded.
 impl From<ConfigV1> for Config {
@@ -165,6 +246,70 @@ impl From<ConfigV1> for Config {
             image_tokens: c.image_tokens,
             truncate_chars: c.truncate_chars,
             ..Config::default()
+        }
+    }
+}
+
+/// A session that predates `usage_floor_ratio` gets its default: the knob only decides whether
+/// later reports anchor the meter, never the fold of what was recorded.
+impl From<ConfigV2> for Config {
+    fn from(c: ConfigV2) -> Config {
+        Config {
+            budget: c.budget,
+            trigger_ratio: c.trigger_ratio,
+            target_ratio: c.target_ratio,
+            prepare_ratio: c.prepare_ratio,
+            summarizer: c.summarizer,
+            cache_aware: c.cache_aware,
+            flush_ttl_ms: c.flush_ttl_ms,
+            protected_tool_results: c.protected_tool_results,
+            protected_recent_ratio: c.protected_recent_ratio,
+            breaker_passes: c.breaker_passes,
+            image_tokens: c.image_tokens,
+            truncate_chars: c.truncate_chars,
+            summary_share: c.summary_share,
+            hard_limit_ratio: c.hard_limit_ratio,
+            clear_at_least: c.clear_at_least,
+            ..Config::default()
+        }
+    }
+}
+
+impl From<SessionStartedV2> for SessionStarted {
+    fn from(e: SessionStartedV2) -> SessionStarted {
+        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at, import: None }
+    }
+}
+
+impl From<SessionStartedV2Import> for SessionStarted {
+    fn from(e: SessionStartedV2Import) -> SessionStarted {
+        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at, import: e.import }
+    }
+}
+
+impl From<SessionStartedV3> for SessionStarted {
+    fn from(e: SessionStartedV3) -> SessionStarted {
+        SessionStarted { session: e.session, format: e.format, config: e.config, at: e.at, import: None }
+    }
+}
+
+/// Before kind 17 the fold anchored on every report.
+impl From<RequestServedV2> for RequestServed {
+    fn from(e: RequestServedV2) -> RequestServed {
+        RequestServed {
+            call: e.call,
+            at: e.at,
+            digest: e.digest,
+            view_messages: e.view_messages,
+            view_tokens: e.view_tokens,
+            metered_tokens: e.metered_tokens,
+            anchored: e.reported_tokens.is_some(),
+            reported_tokens: e.reported_tokens,
+            level: e.level,
+            needed: e.needed,
+            prefix_reused: e.prefix_reused,
+            deferred: e.deferred,
+            usage: None,
         }
     }
 }
@@ -220,6 +365,8 @@ impl From<RequestServedV1> for RequestServed {
             needed: e.needed,
             prefix_reused: e.prefix_reused,
             deferred: None,
+            usage: None,
+            anchored: e.reported_tokens.is_some(),
         }
     }
 }
@@ -276,7 +423,9 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
             };
             payload(kind::FLUSHED_V1, &v1)
         }
-        Event::RequestServed(e) if e.deferred.is_none() => {
+        Event::RequestServed(e)
+            if e.deferred.is_none() && e.usage.is_none() && e.anchored == e.reported_tokens.is_some() =>
+        {
             let v1 = RequestServedV1 {
                 call: e.call,
                 at: e.at,
@@ -298,4 +447,78 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
         | Event::ImportCompleted(_) => return None,
         other => super::encode(other),
     })
+}
+
+/// Encodes `event` in the second layout set's kinds 9 (`SessionStarted` without
+/// `usage_floor_ratio`), 14 (the same, of an import) and 11 (`RequestServed` without `usage`
+/// and `anchored`), if that layout can hold it; `None` for other events, or when the event
+/// needs a newer kind.
+pub fn encode_v2(event: &Event) -> Option<Result<Record, String>> {
+    match event {
+        Event::SessionStarted(e) => {
+            let c = &e.config;
+            let v2 = ConfigV2 {
+                budget: c.budget,
+                trigger_ratio: c.trigger_ratio,
+                target_ratio: c.target_ratio,
+                prepare_ratio: c.prepare_ratio,
+                summarizer: c.summarizer,
+                cache_aware: c.cache_aware,
+                flush_ttl_ms: c.flush_ttl_ms,
+                protected_tool_results: c.protected_tool_results,
+                protected_recent_ratio: c.protected_recent_ratio,
+                breaker_passes: c.breaker_passes,
+                image_tokens: c.image_tokens,
+                truncate_chars: c.truncate_chars,
+                summary_share: c.summary_share,
+                hard_limit_ratio: c.hard_limit_ratio,
+                clear_at_least: c.clear_at_least,
+            };
+            if Config::from(v2.clone()) != *c {
+                return None;
+            }
+            Some(match &e.import {
+                None => {
+                    let e = SessionStartedV2 { session: e.session, format: e.format, config: v2, at: e.at };
+                    payload(kind::SESSION_STARTED_V2, &e)
+                }
+                Some(_) => {
+                    let (session, format, at, import) = (e.session, e.format, e.at, e.import.clone());
+                    payload(
+                        kind::SESSION_STARTED_V2_IMPORT,
+                        &SessionStartedV2Import { session, format, config: v2, at, import },
+                    )
+                }
+            })
+        }
+        Event::RequestServed(e) if e.usage.is_none() && e.anchored == e.reported_tokens.is_some() => {
+            let v2 = RequestServedV2 {
+                call: e.call,
+                at: e.at,
+                digest: e.digest.clone(),
+                view_messages: e.view_messages,
+                view_tokens: e.view_tokens,
+                metered_tokens: e.metered_tokens,
+                reported_tokens: e.reported_tokens,
+                level: e.level,
+                needed: e.needed,
+                prefix_reused: e.prefix_reused,
+                deferred: e.deferred.clone(),
+            };
+            Some(payload(kind::REQUEST_SERVED_V2, &v2))
+        }
+        _ => None,
+    }
+}
+
+/// Encodes a `SessionStarted` that is not an import in kind 16 (before `import`); `None` for
+/// other events and for imports.
+pub fn encode_v3(event: &Event) -> Option<Result<Record, String>> {
+    match event {
+        Event::SessionStarted(e) if e.import.is_none() => {
+            let v3 = SessionStartedV3 { session: e.session, format: e.format, config: e.config.clone(), at: e.at };
+            Some(payload(kind::SESSION_STARTED_V3, &v3))
+        }
+        _ => None,
+    }
 }

@@ -1,0 +1,436 @@
+//! Provider-ready request bodies: the view a plan serves, as the JSON a host POSTs to the
+//! provider, so nothing has to re-parse or re-assemble it.
+//!
+//! * **Anthropic Messages** `{…fields, "system": …, "messages": [...]}`: system messages leave
+//!   `messages` for the top-level `system` (the API has no system role); with
+//!   [`RequestOptions::cache_breakpoints`], `cache_control` marks the last system block and the
+//!   last block of the last message (the whole prefix the next call will reuse).
+//! * **OpenAI chat** `{…fields, "messages": [...]}`: every message in place (`system` and
+//!   `developer` are roles there); OpenAI caches prefixes without markers.
+//!
+//! The other fields (`model`, `max_tokens`, `tools`, `stream`, …) are the host's, passed
+//! through byte for byte in the order given. `messages` is written last.
+//!
+//! **The bytes of `messages` are the digested view.** Each element is the view item's bytes as
+//! [`crate::view::ViewCache`] rendered and hashed them, without the trailing newline, with two
+//! deterministic exceptions: media stored as blobs are inlined as base64 (a provider cannot
+//! read a blob reference), and a requested breakpoint adds `cache_control` as the last key of
+//! the block it marks. A past call's request is rebuilt byte for byte from the log by
+//! [`crate::replay::served_request`].
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+
+use crate::json::JsonWriter;
+use crate::message::{Block, Content, MediaData, MediaSource, Message, RawJson, Role};
+use crate::state::{Item, State, ViewItem};
+use crate::store::BlobId;
+use crate::view::item_message;
+use crate::wire::{self, BlobSource, Media, RenderOpts, WireFormat};
+
+/// How long Anthropic keeps a marked prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheTtl {
+    /// The default five minutes: `{"type":"ephemeral"}`.
+    FiveMinutes,
+    /// One hour: `{"type":"ephemeral","ttl":"1h"}` (priced higher for writes).
+    OneHour,
+}
+
+impl CacheTtl {
+    /// The `cache_control` object.
+    pub fn json(self) -> &'static str {
+        match self {
+            CacheTtl::FiveMinutes => r#"{"type":"ephemeral"}"#,
+            CacheTtl::OneHour => r#"{"type":"ephemeral","ttl":"1h"}"#,
+        }
+    }
+}
+
+/// A field the options cannot take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("request field `{field}`: {message}")]
+pub struct RequestError {
+    /// The field.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn bad(field: &str, message: impl Into<String>) -> RequestError {
+    RequestError { field: field.to_owned(), message: message.into() }
+}
+
+/// What a request carries besides the view: the host's fields and the cache breakpoints.
+#[derive(Debug, Clone, Default)]
+pub struct RequestOptions {
+    fields: Vec<(String, Box<RawValue>)>,
+    breakpoints: Option<CacheTtl>,
+}
+
+/// Fields ctxlog writes itself.
+const OWN_FIELDS: [&str; 2] = ["system", "messages"];
+
+impl RequestOptions {
+    /// No fields, no breakpoints.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every top-level field of a client's request body except `system` and `messages`, kept
+    /// verbatim and in order: what a proxy forwards around the view it substitutes.
+    pub fn from_client_body(body: &[u8]) -> Result<Self, RequestError> {
+        let text = std::str::from_utf8(body).map_err(|e| bad("", format!("not UTF-8: {e}")))?;
+        let fields: Vec<(String, Box<RawValue>)> =
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
+                .map_err(|e| bad("", format!("not a JSON object: {e}")))
+                .and_then(|_| {
+                    // Read again as raw values, so numbers and strings keep their exact bytes.
+                    serde_json::from_str::<RawObject>(text).map(|o| o.0).map_err(|e| bad("", e.to_string()))
+                })?;
+        Ok(RequestOptions {
+            fields: fields.into_iter().filter(|(k, _)| !OWN_FIELDS.contains(&k.as_str())).collect(),
+            breakpoints: None,
+        })
+    }
+
+    /// Sets a top-level field to a JSON value (replacing an earlier one of the same name).
+    /// `system` and `messages` are ctxlog's and refused.
+    pub fn field(mut self, name: &str, json: &str) -> Result<Self, RequestError> {
+        if OWN_FIELDS.contains(&name) {
+            return Err(bad(name, "is written by ctxlog from the view"));
+        }
+        let value: Box<RawValue> = serde_json::from_str(json).map_err(|e| bad(name, format!("invalid JSON: {e}")))?;
+        match self.fields.iter_mut().find(|(k, _)| k == name) {
+            Some(slot) => slot.1 = value,
+            None => self.fields.push((name.to_owned(), value)),
+        }
+        Ok(self)
+    }
+
+    /// `"model": name`.
+    pub fn model(self, name: &str) -> Self {
+        let mut w = JsonWriter::new();
+        w.string(name);
+        self.raw_field("model", w.into_bytes())
+    }
+
+    /// `"max_tokens": n`.
+    pub fn max_tokens(self, n: u64) -> Self {
+        self.raw_field("max_tokens", n.to_string().into_bytes())
+    }
+
+    /// `"tools": [...]`, passed through verbatim; must be a JSON array.
+    pub fn tools(self, json: &str) -> Result<Self, RequestError> {
+        if !json.trim_start().starts_with('[') {
+            return Err(bad("tools", "must be a JSON array"));
+        }
+        self.field("tools", json)
+    }
+
+    /// Anthropic: mark the last system block and the last block of the last message with
+    /// `cache_control` (ignored for OpenAI, which caches without markers).
+    pub fn cache_breakpoints(mut self, ttl: CacheTtl) -> Self {
+        self.breakpoints = Some(ttl);
+        self
+    }
+
+    /// The fields, in order.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.fields.iter().map(|(k, v)| (k.as_str(), v.get()))
+    }
+
+    /// The `tools` field, if set.
+    pub fn tools_json(&self) -> Option<&str> {
+        self.fields().find(|(k, _)| *k == "tools").map(|(_, v)| v)
+    }
+
+    fn raw_field(self, name: &str, json: Vec<u8>) -> Self {
+        // Built by our own writer: always valid JSON.
+        match String::from_utf8(json).ok().and_then(|s| RawValue::from_string(s).ok()) {
+            Some(value) => {
+                let mut out = self;
+                match out.fields.iter_mut().find(|(k, _)| k == name) {
+                    Some(slot) => slot.1 = value,
+                    None => out.fields.push((name.to_owned(), value)),
+                }
+                out
+            }
+            None => self,
+        }
+    }
+}
+
+/// A JSON object read as raw members, in order.
+struct RawObject(Vec<(String, Box<RawValue>)>);
+
+impl<'de> serde::Deserialize<'de> for RawObject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<RawObject, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, Box<RawValue>>()? {
+                    out.push((k, v));
+                }
+                Ok(RawObject(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A request body ready to send, and where its parts are.
+#[derive(Debug, Clone)]
+pub struct Request {
+    format: WireFormat,
+    body: Vec<u8>,
+    system: Option<Range<usize>>,
+    messages: Range<usize>,
+    view_digest: String,
+    missing_blobs: Vec<BlobId>,
+    breakpoints: usize,
+}
+
+impl Request {
+    /// The wire format of the body.
+    pub fn format(&self) -> WireFormat {
+        self.format
+    }
+
+    /// The JSON body, ready to POST.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The JSON body, owned.
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
+    }
+
+    /// The body parsed (for hosts that want to inspect or adjust it; sending [`Request::body`]
+    /// avoids the copy).
+    pub fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_slice(&self.body)
+    }
+
+    /// The bytes of the `messages` array.
+    pub fn messages_json(&self) -> &[u8] {
+        self.body.get(self.messages.clone()).unwrap_or_default()
+    }
+
+    /// The bytes of the Anthropic `system` value, if the view has system messages.
+    pub fn system_json(&self) -> Option<&[u8]> {
+        self.system.clone().and_then(|r| self.body.get(r))
+    }
+
+    /// The digest of the view this request carries (what `RequestServed` records).
+    pub fn view_digest(&self) -> &str {
+        &self.view_digest
+    }
+
+    /// Blobs that could not be read: their media stayed references, which no provider reads.
+    /// A request with missing blobs should not be sent.
+    pub fn missing_blobs(&self) -> &[BlobId] {
+        &self.missing_blobs
+    }
+
+    /// How many `cache_control` breakpoints ctxlog placed.
+    pub fn breakpoints(&self) -> usize {
+        self.breakpoints
+    }
+}
+
+/// The view a plan serves: its items and their view bytes (`JSON ‖ '\n'`), as hashed.
+pub(crate) struct ServedView<'a> {
+    pub state: &'a State,
+    pub items: &'a [ViewItem],
+    pub bytes: &'a [Arc<[u8]>],
+    pub digest: &'a str,
+}
+
+/// Builds the request for `view` in `format`.
+pub(crate) fn render(
+    view: &ServedView<'_>,
+    format: WireFormat,
+    opts: &RequestOptions,
+    blobs: &dyn BlobSource,
+) -> Request {
+    let mut missing = Vec::new();
+    let anthropic = format == WireFormat::Anthropic;
+    let marks = if anthropic { opts.breakpoints } else { None };
+    let is_system = |it: &ViewItem| match it.item {
+        Item::Message(seq) => view.state.entry(seq).is_some_and(|e| e.is_system()),
+        Item::Summary(_) => false,
+    };
+    let mut body = vec![b'{'];
+    for (k, v) in &opts.fields {
+        escape(&mut body, k);
+        body.push(b':');
+        body.extend_from_slice(v.get().as_bytes());
+        body.push(b',');
+    }
+    let mut breakpoints = 0;
+    let mut system = None;
+    if anthropic {
+        let system_msgs: Vec<Message> = view
+            .items
+            .iter()
+            .filter(|it| is_system(it))
+            .filter_map(|it| item_message(view.state, it.item).map(|m| m.into_owned()))
+            .collect();
+        if !system_msgs.is_empty() {
+            body.extend_from_slice(br#""system":"#);
+            let start = body.len();
+            let mut w = JsonWriter::new();
+            let content = system_content(system_msgs, marks, &mut breakpoints);
+            wire::write_content_value(&mut w, &content, inline(blobs), &mut missing);
+            body.extend_from_slice(&w.into_bytes());
+            system = Some(start..body.len());
+            body.push(b',');
+        }
+    }
+    body.extend_from_slice(br#""messages":"#);
+    let start = body.len();
+    body.push(b'[');
+    let sent: Vec<(&ViewItem, &Arc<[u8]>)> =
+        view.items.iter().zip(view.bytes).filter(|(it, _)| !(anthropic && is_system(it))).collect();
+    // The message breakpoint goes on the last message that has a block to carry it.
+    let marked = marks.and_then(|ttl| {
+        sent.iter().enumerate().rev().find_map(|(i, (it, _))| {
+            let mut m = item_message(view.state, it.item)?.into_owned();
+            mark_last_block(&mut m, ttl).then_some((i, m))
+        })
+    });
+    for (i, (it, bytes)) in sent.into_iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        let m = match &marked {
+            Some((at, m)) if *at == i => {
+                breakpoints += 1;
+                Cow::Borrowed(m)
+            }
+            _ if has_blobs(view.state, it.item) => match item_message(view.state, it.item) {
+                Some(m) => m,
+                None => continue,
+            },
+            _ => {
+                body.extend_from_slice(bytes.strip_suffix(b"\n").unwrap_or(bytes));
+                continue;
+            }
+        };
+        let mut w = JsonWriter::new();
+        wire::write_message(&mut w, &m, inline(blobs), &mut missing);
+        body.extend_from_slice(&w.into_bytes());
+    }
+    body.push(b']');
+    let messages = start..body.len();
+    body.push(b'}');
+    missing.sort();
+    missing.dedup();
+    Request { format, body, system, messages, view_digest: view.digest.to_owned(), missing_blobs: missing, breakpoints }
+}
+
+fn inline(blobs: &dyn BlobSource) -> RenderOpts<'_> {
+    RenderOpts { meta: false, media: Media::Inline(blobs) }
+}
+
+fn escape(out: &mut Vec<u8>, s: &str) {
+    crate::json::escape_into(out, s);
+}
+
+/// The `system` value: a single system message's string content as it is; otherwise (several
+/// system messages, blocks, or a breakpoint to place: a string cannot carry one) one array of
+/// their blocks in order, strings as text blocks.
+fn system_content(msgs: Vec<Message>, marks: Option<CacheTtl>, placed: &mut usize) -> Content {
+    if let ([only], None) = (msgs.as_slice(), marks) {
+        if let Some(c @ Content::Text(_)) = &only.content {
+            return c.clone();
+        }
+    }
+    let mut blocks = Vec::new();
+    for m in msgs {
+        match m.content {
+            Some(Content::Text(text)) => blocks.push(Block::Text { text, extra: Vec::new() }),
+            Some(Content::Blocks(bs)) => blocks.extend(bs),
+            Some(Content::Null) | None => {}
+        }
+    }
+    let mut merged = Message::text(Role::System, String::new());
+    merged.content = Some(Content::Blocks(blocks));
+    if let Some(ttl) = marks {
+        *placed += usize::from(mark_last_block(&mut merged, ttl));
+    }
+    merged.content.unwrap_or(Content::Null)
+}
+
+/// Adds `cache_control` as the last key of the last block that may carry one (not a thinking
+/// block, not an empty text). A string content has no block to carry it (the message is left
+/// alone: its bytes stay the view's). A block that already has a `cache_control` keeps it.
+/// Returns whether a breakpoint is now there.
+fn mark_last_block(m: &mut Message, ttl: CacheTtl) -> bool {
+    let cc = || ("cache_control".to_owned(), RawJson(ttl.json().to_owned()));
+    let has = |extra: &[(String, RawJson)]| extra.iter().any(|(k, _)| k == "cache_control");
+    let Some(Content::Blocks(blocks)) = &mut m.content else { return false };
+    for b in blocks.iter_mut().rev() {
+        let extra = match b {
+            Block::Text { text, extra } if !text.is_empty() => extra,
+            Block::Media { extra, .. }
+            | Block::ImageUrl { extra, .. }
+            | Block::ToolUse { extra, .. }
+            | Block::ToolResult { extra, .. } => extra,
+            Block::Other(raw) => match mark_raw(raw, ttl) {
+                Some(marked) => return marked,
+                None => continue,
+            },
+            Block::Text { .. } | Block::Thinking { .. } => continue,
+        };
+        if !has(extra) {
+            extra.push(cc());
+        }
+        return true;
+    }
+    false
+}
+
+/// A block kept verbatim (a type ctxlog does not model): `cache_control` is spliced in as its
+/// last key, unless it is a thinking block, which cannot carry one. `None`: skip it.
+fn mark_raw(raw: &mut RawJson, ttl: CacheTtl) -> Option<bool> {
+    let v: serde_json::Value = serde_json::from_str(raw.as_str()).ok()?;
+    let obj = v.as_object()?;
+    if matches!(obj.get("type").and_then(|t| t.as_str()), Some("thinking" | "redacted_thinking")) {
+        return None;
+    }
+    if obj.contains_key("cache_control") {
+        return Some(true);
+    }
+    let text = raw.as_str().trim_end();
+    let body = text.strip_suffix('}')?;
+    let sep = if obj.is_empty() { "" } else { "," };
+    raw.0 = format!("{body}{sep}\"cache_control\":{}}}", ttl.json());
+    Some(true)
+}
+
+/// Does this item's message hold media stored as blobs (to inline for the provider)? Edits
+/// never add media, summaries have none.
+fn has_blobs(state: &State, item: Item) -> bool {
+    let Item::Message(seq) = item else { return false };
+    let Some(m) = state.shown(seq) else { return false };
+    fn block(b: &Block) -> bool {
+        match b {
+            Block::Media { source: MediaSource::Base64 { data: MediaData::Blob(_), .. }, .. } => true,
+            Block::ImageUrl { url: crate::message::ImageUrl::Data { data: MediaData::Blob(_), .. }, .. } => true,
+            Block::ToolResult { content: Some(Content::Blocks(inner)), .. } => inner.iter().any(block),
+            _ => false,
+        }
+    }
+    m.blocks().iter().any(block)
+}
