@@ -102,3 +102,63 @@ fn a_restore_at_exactly_the_flushed_prefix_is_not_a_restore_out_of_a_flush() {
     let st = fold(&conversation_then(vec![summary_prepared(0, 5), flushed(0, 5), restored(4, vec![])]));
     assert!(!st.hidden_by_flush(4));
 }
+
+/// A folded session on `cfg` (system, long first instruction, four removable turns, a short
+/// last question) whose last `passes` calls all needed the ladder and ended over the budget.
+fn breaker_armed(cfg: &ctxlog::Config, passes: u64) -> ctxlog::state::State {
+    use scenario::*;
+    let mut events = vec![
+        started_with(WireFormat::Anthropic, cfg.clone()),
+        system(0, &"You are a careful assistant. ".repeat(28)),
+        user(1, &"The project is ~/ora. ".repeat(36)),
+    ];
+    for i in 0..2 {
+        events.push(assistant(2 + 2 * i, &format!("step {i}: {}", "looked at it. ".repeat(28))));
+        events.push(user(3 + 2 * i, &"go on. ".repeat(57)));
+    }
+    events.push(assistant(6, "all done"));
+    events.push(user(7, "Anything else?"));
+    for call in 0..passes {
+        let mut ev = request_served(call, 10 * (call + 1));
+        if let Event::RequestServed(s) = &mut ev {
+            (s.needed, s.metered_tokens) = (true, cfg.budget + 1);
+        }
+        events.push(ev);
+    }
+    fold(&events)
+}
+
+#[test]
+fn a_floor_exactly_at_the_budget_does_not_trip_the_breaker() {
+    // Given the budget for which the ladder's floor (what it can reach at its last level) is
+    // exactly the budget (the floor depends on the budget through the recent window: iterate
+    // to the fixed point),
+    let with_budget = |budget| ctxlog::Config { budget, ..config(budget, 0.5, 0.1) };
+    let floor_at = |budget| {
+        let cfg = with_budget(budget);
+        let st = breaker_armed(&cfg, 0);
+        ctxlog::policy::ladder::floor(&st, &cfg, st.view_tokens())
+    };
+    let mut budget = 1_000_000;
+    for _ in 0..10 {
+        budget = floor_at(budget);
+    }
+    assert_eq!(floor_at(budget), budget, "no budget equal to its own floor");
+    for (budget, trips) in [(budget, false), (budget - 1, true)] {
+        // and a session with the breaker armed (as many over-budget passes in a row as it allows)
+        // whose view is over that budget,
+        let cfg = with_budget(budget);
+        let st = breaker_armed(&cfg, u64::from(cfg.breaker_passes));
+        assert!(st.breaker_count() >= cfg.breaker_passes);
+        assert!(st.view_tokens() > budget, "view {} within {budget}", st.view_tokens());
+        // when the next call is decided (cold cache),
+        let d = ctxlog::engine::decide(&st, scenario::T0 + 3_600_000).unwrap();
+        // then only a floor *over* the budget freezes the view; a floor that fits is compacted to.
+        let tripped =
+            d.events.iter().any(|e| matches!(e, Event::GuardRaised(g) if g.kind == GuardKind::BreakerTripped));
+        assert_eq!(tripped, trips, "budget {budget}: {:?}", d.events);
+        if !trips {
+            assert!(d.metered_tokens <= budget, "compacted to {} over {budget}", d.metered_tokens);
+        }
+    }
+}
