@@ -162,3 +162,41 @@ fn a_floor_exactly_at_the_budget_does_not_trip_the_breaker() {
         }
     }
 }
+
+/// A session whose first exchange is one assistant message calling `calls` tools, each result
+/// in its own message, then long turns; only the system and the first and last human messages
+/// are protected.
+fn one_tool_group_of(calls: usize, budget: u64) -> Harness {
+    let cfg = ctxlog::Config { protected_tool_results: 0, protected_recent_ratio: 0.0, ..config(budget, 0.5, 0.25) };
+    let mut h = Harness::new(WireFormat::Anthropic, cfg);
+    let w = h.wire;
+    h.append(vec![w.system("You are a careful assistant."), w.user("Read every file.")]);
+    let ids: Vec<String> = (0..calls).map(|i| format!("t{i}")).collect();
+    let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut group = vec![w.calls("reading them all", &id_refs, "read_file")];
+    group.extend(ids.iter().map(|id| w.result(id, "ok")));
+    h.append(group);
+    for i in 0..6 {
+        h.append(vec![w.assistant(&format!("part {i}: {}", "explained. ".repeat(200))), w.user("go on")]);
+    }
+    h
+}
+
+#[test]
+fn a_tool_group_of_exactly_the_largest_size_is_removed_as_one() {
+    use ctxlog::policy::ladder::MAX_GROUP;
+    for (calls, removable) in [(MAX_GROUP - 1, true), (MAX_GROUP, false)] {
+        // Given a call message and its results, `calls + 1` messages in all (the largest group
+        // the ladder moves is MAX_GROUP messages), as the oldest removable content of a view
+        // four times its target,
+        let view = one_tool_group_of(calls, 1_000_000_000).session.state().view_tokens();
+        let mut h = one_tool_group_of(calls, view);
+        // when a call compacts it,
+        let c = h.call().clone();
+        // then a group of exactly MAX_GROUP messages goes as one, and a larger one stays whole.
+        let group: Vec<u64> = (2..=2 + calls as u64).collect();
+        let removed = c.removed();
+        let gone = group.iter().filter(|s| removed.contains(s)).count();
+        assert_eq!(gone, if removable { group.len() } else { 0 }, "{calls} calls: removed {removed:?}");
+    }
+}
