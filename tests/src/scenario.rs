@@ -4,7 +4,8 @@
 //! use ctxlog::state::Invariant;
 //! use ctxlog_tests::scenario::{removed, started, user, Scenario};
 //!
-//! Scenario::given(vec![started(), user(0, "hi")]).when(removed(0)).then_violates(Invariant::LastUserRemoved);
+//! let given = vec![started(), user(0, "hi"), user(1, "and then?")];
+//! Scenario::given(given).when(removed(1)).then_violates(Invariant::LastUserRemoved);
 //! ```
 //! `given` is folded with versions `1..=n` (and must be valid: a broken `given` fails the test
 //! loudly, so a typo cannot make a violation test pass); `when` is applied at version `n + 1`
