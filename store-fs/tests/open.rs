@@ -132,3 +132,21 @@ fn readers_open_next_to_a_writer_and_see_what_it_wrote_before() {
     // The writer still holds its lock: a second writer is refused.
     assert!(matches!(FsStore::open(dir.path()), Err(StoreError::Locked { .. })));
 }
+
+#[test]
+fn read_only_open_of_a_store_whose_streams_cannot_be_listed_is_an_error_not_an_empty_store() {
+    // Given a store with one stream whose `streams` directory cannot be listed (replaced by a
+    // file: tests run as root, who can list any directory, so permissions cannot show it),
+    let dir = tempfile::tempdir().unwrap();
+    let s = StreamId::random();
+    FsStore::open(dir.path()).unwrap().append(s, ExpectedVersion::Exact(0), &[Record::seal(b"one".to_vec())]).unwrap();
+    let streams = dir.path().join("streams");
+    std::fs::rename(&streams, dir.path().join("streams.moved")).unwrap();
+    std::fs::write(&streams, b"not a directory").unwrap();
+    // when it is opened read-only, then the open fails naming the directory: the store is
+    // damaged, not empty (only a missing `streams`, a writer that never got that far, is empty).
+    let e = FsStore::open_read_only(dir.path()).unwrap_err();
+    assert!(e.to_string().contains(&streams.display().to_string()), "{e}");
+    std::fs::remove_file(&streams).unwrap();
+    assert_eq!(FsStore::open_read_only(dir.path()).unwrap().streams().unwrap(), Vec::<StreamId>::new());
+}

@@ -102,3 +102,101 @@ fn a_restore_at_exactly_the_flushed_prefix_is_not_a_restore_out_of_a_flush() {
     let st = fold(&conversation_then(vec![summary_prepared(0, 5), flushed(0, 5), restored(4, vec![])]));
     assert!(!st.hidden_by_flush(4));
 }
+
+/// A folded session on `cfg` (system, long first instruction, four removable turns, a short
+/// last question) whose last `passes` calls all needed the ladder and ended over the budget.
+fn breaker_armed(cfg: &ctxlog::Config, passes: u64) -> ctxlog::state::State {
+    use scenario::*;
+    let mut events = vec![
+        started_with(WireFormat::Anthropic, cfg.clone()),
+        system(0, &"You are a careful assistant. ".repeat(28)),
+        user(1, &"The project is ~/ora. ".repeat(36)),
+    ];
+    for i in 0..2 {
+        events.push(assistant(2 + 2 * i, &format!("step {i}: {}", "looked at it. ".repeat(28))));
+        events.push(user(3 + 2 * i, &"go on. ".repeat(57)));
+    }
+    events.push(assistant(6, "all done"));
+    events.push(user(7, "Anything else?"));
+    for call in 0..passes {
+        let mut ev = request_served(call, 10 * (call + 1));
+        if let Event::RequestServed(s) = &mut ev {
+            (s.needed, s.metered_tokens) = (true, cfg.budget + 1);
+        }
+        events.push(ev);
+    }
+    fold(&events)
+}
+
+#[test]
+fn a_floor_exactly_at_the_budget_does_not_trip_the_breaker() {
+    // Given the budget for which the ladder's floor (what it can reach at its last level) is
+    // exactly the budget (the floor depends on the budget through the recent window: iterate
+    // to the fixed point),
+    let with_budget = |budget| ctxlog::Config { budget, ..config(budget, 0.5, 0.1) };
+    let floor_at = |budget| {
+        let cfg = with_budget(budget);
+        let st = breaker_armed(&cfg, 0);
+        ctxlog::policy::ladder::floor(&st, &cfg, st.view_tokens())
+    };
+    let mut budget = 1_000_000;
+    for _ in 0..10 {
+        budget = floor_at(budget);
+    }
+    assert_eq!(floor_at(budget), budget, "no budget equal to its own floor");
+    for (budget, trips) in [(budget, false), (budget - 1, true)] {
+        // and a session with the breaker armed (as many over-budget passes in a row as it allows)
+        // whose view is over that budget,
+        let cfg = with_budget(budget);
+        let st = breaker_armed(&cfg, u64::from(cfg.breaker_passes));
+        assert!(st.breaker_count() >= cfg.breaker_passes);
+        assert!(st.view_tokens() > budget, "view {} within {budget}", st.view_tokens());
+        // when the next call is decided (cold cache),
+        let d = ctxlog::engine::decide(&st, scenario::T0 + 3_600_000).unwrap();
+        // then only a floor *over* the budget freezes the view; a floor that fits is compacted to.
+        let tripped =
+            d.events.iter().any(|e| matches!(e, Event::GuardRaised(g) if g.kind == GuardKind::BreakerTripped));
+        assert_eq!(tripped, trips, "budget {budget}: {:?}", d.events);
+        if !trips {
+            assert!(d.metered_tokens <= budget, "compacted to {} over {budget}", d.metered_tokens);
+        }
+    }
+}
+
+/// A session whose first exchange is one assistant message calling `calls` tools, each result
+/// in its own message, then long turns; only the system and the first and last human messages
+/// are protected.
+fn one_tool_group_of(calls: usize, budget: u64) -> Harness {
+    let cfg = ctxlog::Config { protected_tool_results: 0, protected_recent_ratio: 0.0, ..config(budget, 0.5, 0.25) };
+    let mut h = Harness::new(WireFormat::Anthropic, cfg);
+    let w = h.wire;
+    h.append(vec![w.system("You are a careful assistant."), w.user("Read every file.")]);
+    let ids: Vec<String> = (0..calls).map(|i| format!("t{i}")).collect();
+    let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut group = vec![w.calls("reading them all", &id_refs, "read_file")];
+    group.extend(ids.iter().map(|id| w.result(id, "ok")));
+    h.append(group);
+    for i in 0..6 {
+        h.append(vec![w.assistant(&format!("part {i}: {}", "explained. ".repeat(200))), w.user("go on")]);
+    }
+    h
+}
+
+#[test]
+fn a_tool_group_of_exactly_the_largest_size_is_removed_as_one() {
+    use ctxlog::policy::ladder::MAX_GROUP;
+    for (calls, removable) in [(MAX_GROUP - 1, true), (MAX_GROUP, false)] {
+        // Given a call message and its results, `calls + 1` messages in all (the largest group
+        // the ladder moves is MAX_GROUP messages), as the oldest removable content of a view
+        // four times its target,
+        let view = one_tool_group_of(calls, 1_000_000_000).session.state().view_tokens();
+        let mut h = one_tool_group_of(calls, view);
+        // when a call compacts it,
+        let c = h.call().clone();
+        // then a group of exactly MAX_GROUP messages goes as one, and a larger one stays whole.
+        let group: Vec<u64> = (2..=2 + calls as u64).collect();
+        let removed = c.removed();
+        let gone = group.iter().filter(|s| removed.contains(s)).count();
+        assert_eq!(gone, if removable { group.len() } else { 0 }, "{calls} calls: removed {removed:?}");
+    }
+}

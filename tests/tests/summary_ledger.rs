@@ -159,3 +159,20 @@ fn a_bad_retirement_stops_a_strict_replay_and_is_skipped_by_a_lenient_one() {
     assert_eq!(summaries_in_view(&r.state), vec![0, 1, 2]);
     assert_eq!(r.timeline.len(), 1);
 }
+
+#[test]
+fn a_lenient_replay_keeps_the_ready_condensed_summary_of_a_flush_that_also_lists_a_wrong_one() {
+    // Given every message flushed (flushed = compacted = 9) and S3, condensing S0 and S1,
+    // waiting for its flush,
+    let mut given = shown_three();
+    given.push(condensed(0, 7, vec![0, 1]));
+    let mut st = fold(&given);
+    // when a buggy writer's flush lists S2 (already shown) next to S3 and is applied leniently,
+    let found = st.apply_lenient(st.version() + 1, &flush_condensed(9, 9, vec![2, 3]));
+    // then the violation is reported and the flush is repaired to bring in S3 alone, without
+    // moving the flushed prefix (there is nothing left to flush).
+    assert_eq!(found.iter().map(|v| v.invariant).collect::<Vec<_>>(), [Invariant::CondensedSpan]);
+    assert_eq!(summaries_in_view(&st), vec![3, 2]);
+    assert_eq!((st.flushed(), st.compacted()), (9, 9));
+    assert!(!st.flush_pending());
+}
