@@ -57,7 +57,8 @@
 pub mod codec;
 pub mod config;
 pub mod cost;
-mod engine;
+#[doc(hidden)]
+pub mod engine;
 pub mod event;
 mod json;
 #[doc(hidden)]

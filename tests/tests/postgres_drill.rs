@@ -292,7 +292,10 @@ fn drill(cluster: &mut Cluster, seed: u64) -> Result<String, String> {
                 let c = cluster.take().ok_or("cluster gone")?;
                 restart = Some(scope.spawn(move || {
                     c.restart_immediate()?;
-                    while acked_now.load(Ordering::Relaxed) < total * 3 / 4 {
+                    // Bounded: if the main loop ends (done or timed out) before three quarters
+                    // are acknowledged, the crash still happens and the thread can be joined.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+                    while acked_now.load(Ordering::Relaxed) < total * 3 / 4 && std::time::Instant::now() < deadline {
                         std::thread::sleep(Duration::from_millis(10));
                     }
                     c.pg_ctl(&["stop", "-w", "-m", "immediate"])?;
