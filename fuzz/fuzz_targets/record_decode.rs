@@ -56,10 +56,12 @@ fn decoded(stream: StreamId, record: &Record) {
     match codec::decode(stream, VERSION, record) {
         Ok(event) => {
             let encoded = codec::encode(&event).unwrap_or_else(|e| panic!("decoded {event:?} does not encode: {e}"));
-            // Same envelope: format byte and kind number.
-            assert_eq!(encoded.body().get(..2), record.body().get(..2), "kind changed on re-encode");
+            // Same format byte. The kind number may change only by an upcast: a legacy layout
+            // is written again as the current kind of the same event (checked just below).
+            assert_eq!(encoded.body().first(), record.body().first(), "format changed on re-encode");
             let again = codec::decode(stream, VERSION, &encoded)
                 .unwrap_or_else(|e| panic!("re-encoded {event:?} does not decode: {e}"));
+            assert_eq!(format!("{again:?}"), format!("{event:?}"), "re-encoding changed the event");
             let encoded_again = codec::encode(&again).unwrap_or_else(|e| panic!("{again:?} does not encode: {e}"));
             assert_eq!(encoded.as_bytes(), encoded_again.as_bytes(), "encode ∘ decode is not stable for {event:?}");
         }

@@ -283,3 +283,19 @@ fn a_retry_resumes_from_wherever_the_log_was_cut() {
         assert!(cut_after.contains(kind), "no cut after a {kind}: {cut_after:?}");
     }
 }
+
+/// Found by fuzzing: on a 300-token budget the engine kept offering condense jobs that were
+/// accepted, and `import` never returned. Summary jobs between two calls are bounded now.
+#[test]
+fn an_import_on_a_tiny_budget_returns_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcript = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/condense-loop.jsonl");
+    let url = format!("sqlite:{}", dir.path().join("t.db").display());
+    let run = |args: &[&str]| {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = ctxlog_cli::run(args.iter().copied(), &mut out, &mut err);
+        assert_eq!(code, 0, "{args:?}: {}", String::from_utf8_lossy(&err));
+    };
+    run(&["ctxlog", "import", transcript, "--budget", "300", "--store", &url]);
+    run(&["ctxlog", "verify", "--store", &url]);
+}
