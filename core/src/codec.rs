@@ -56,8 +56,10 @@ pub mod kind {
     /// `SessionStarted` whose config has `summary_share`, `hard_limit_ratio`, `clear_at_least`
     /// (read only, frozen as [`legacy::SessionStartedV2`](super::legacy::SessionStartedV2); see [`SESSION_STARTED`]).
     pub const SESSION_STARTED_V2: u8 = 9;
-    /// `SummaryPrepared` with `merged` (condensed summaries).
-    pub const SUMMARY_PREPARED: u8 = 10;
+    /// `SummaryPrepared` with `merged` (condensed summaries), before the summarizer's facts
+    /// (read only, frozen as [`legacy::SummaryPreparedV2`](super::legacy::SummaryPreparedV2); see
+    /// [`SUMMARY_PREPARED`]).
+    pub const SUMMARY_PREPARED_V2: u8 = 10;
     /// `RequestServed` with `deferred` (read only; see [`REQUEST_SERVED`]).
     pub const REQUEST_SERVED_V2: u8 = 11;
     /// `SummaryRetired`.
@@ -72,11 +74,20 @@ pub mod kind {
     /// `SessionStarted` whose config has `usage_floor_ratio`, without `import` (read only,
     /// frozen as [`legacy::SessionStartedV3`](super::legacy::SessionStartedV3); see [`SESSION_STARTED`]).
     pub const SESSION_STARTED_V3: u8 = 16;
-    /// `RequestServed` with the provider's `usage` parts and `anchored`.
-    pub const REQUEST_SERVED: u8 = 17;
+    /// `RequestServed` with the provider's `usage` parts and `anchored`, before the request
+    /// record (read only, frozen as [`legacy::RequestServedV3`](super::legacy::RequestServedV3);
+    /// see [`REQUEST_SERVED`]).
+    pub const REQUEST_SERVED_V3: u8 = 17;
     /// `SessionStarted` whose config has `usage_floor_ratio`, with `import` (the transcript an
     /// import reads; `None` for every other session).
     pub const SESSION_STARTED: u8 = 18;
+    // 19 is reserved (another branch's kind).
+    /// `RequestServed` with the request record (model, tools, breakpoints).
+    pub const REQUEST_SERVED: u8 = 20;
+    /// `SummaryPrepared` with the fork's prefix call, the summarizer's usage and latency.
+    pub const SUMMARY_PREPARED: u8 = 21;
+    /// `SummaryFailed`.
+    pub const SUMMARY_FAILED: u8 = 22;
 }
 
 pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
@@ -98,6 +109,7 @@ pub fn encode(event: &Event) -> Result<Record, String> {
         Event::RequestServed(e) => payload(kind::REQUEST_SERVED, e),
         Event::GuardRaised(e) => payload(kind::GUARD_RAISED, e),
         Event::ImportCompleted(e) => payload(kind::IMPORT_COMPLETED, e),
+        Event::SummaryFailed(e) => payload(kind::SUMMARY_FAILED, e),
     }
 }
 
@@ -129,8 +141,11 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::REQUEST_SERVED_V1 => body::<legacy::RequestServedV1>(rest).map(|e| Event::RequestServed(e.into())),
         kind::GUARD_RAISED => body(rest).map(Event::GuardRaised),
         kind::SESSION_STARTED_V2 => body::<legacy::SessionStartedV2>(rest).map(|e| Event::SessionStarted(e.into())),
+        kind::SUMMARY_PREPARED_V2 => body::<legacy::SummaryPreparedV2>(rest).map(|e| Event::SummaryPrepared(e.into())),
         kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
+        kind::SUMMARY_FAILED => body(rest).map(Event::SummaryFailed),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
+        kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),
         kind::SUMMARY_RETIRED => body(rest).map(Event::SummaryRetired),
         kind::FLUSHED => body(rest).map(Event::Flushed),

@@ -7,6 +7,8 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::message::Message;
+use crate::request::CacheTtl;
+use crate::store::BlobId;
 use crate::time::Millis;
 use crate::usage::Usage;
 use crate::wire::WireFormat;
@@ -34,6 +36,9 @@ pub enum Event {
     GuardRaised(GuardRaised),
     /// An import appended every message of its transcript: the session is complete.
     ImportCompleted(ImportCompleted),
+    /// A summary attempt failed, went stale or was not smaller than its span: recorded with its
+    /// reason, it changes nothing else.
+    SummaryFailed(SummaryFailed),
 }
 
 impl Event {
@@ -50,6 +55,7 @@ impl Event {
             Event::RequestServed(_) => "RequestServed",
             Event::GuardRaised(_) => "GuardRaised",
             Event::ImportCompleted(_) => "ImportCompleted",
+            Event::SummaryFailed(_) => "SummaryFailed",
         }
     }
 }
@@ -115,6 +121,22 @@ pub enum SummaryMode {
     Fork,
     /// The built-in extractive summarizer (no model call).
     Extractive,
+    /// Fork when the span is a large enough share of the prefix, else standalone (only ever
+    /// *requested*; the mode used is one of the others). Appended after the first release's
+    /// three modes, so older records keep decoding.
+    Auto,
+}
+
+impl SummaryMode {
+    /// Snake-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SummaryMode::Standalone => "standalone",
+            SummaryMode::Fork => "fork",
+            SummaryMode::Extractive => "extractive",
+            SummaryMode::Auto => "auto",
+        }
+    }
 }
 
 /// `SummaryPrepared`: a summary of a span of messages, or (`merged` not empty) a condensed
@@ -142,6 +164,13 @@ pub struct SummaryPrepared {
     /// Indices (in prepare order) of the earlier summaries this one condenses; empty for a
     /// summary of messages. Added in record kind 10 (kind 3 upcasts to empty).
     pub merged: Vec<u32>,
+    /// The call whose served request a fork summary appended to (`None` for every other
+    /// mode). Added in record kind 21 (older kinds upcast to `None`).
+    pub prefix_call: Option<u64>,
+    /// The summarizer's reported usage, when a model wrote the summary. Added in kind 21.
+    pub usage: Option<Usage>,
+    /// How long the summarizer call took, as the host measured it. Added in kind 21.
+    pub latency_ms: Option<u64>,
 }
 
 impl SummaryPrepared {
@@ -322,6 +351,122 @@ pub struct RequestServed {
     /// see `usage_below_estimate`). Added in record kind 17 (older kinds upcast to
     /// `reported_tokens.is_some()`, what their fold did).
     pub anchored: bool,
+    /// What the host sent besides the messages (model, tools, cache breakpoints), when it
+    /// committed with [`crate::Session::commit_request`]; `None` when it did not say (a fork
+    /// summary then refuses to append to this request: its tools are unknown). Added in record
+    /// kind 20 (older kinds upcast to `None`).
+    pub request: Option<RequestRecord>,
+}
+
+/// What a served request carried besides its messages: enough to rebuild its prefix for a fork
+/// summary byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// The `model` field, if the request had one.
+    pub model: Option<String>,
+    /// The `tools` field.
+    pub tools: ToolsRecord,
+    /// The cache breakpoints ctxlog placed (Anthropic), if requested.
+    pub breakpoints: Option<CacheTtl>,
+}
+
+/// The `tools` a served request carried. The JSON is stored once per distinct value in the
+/// store's blob area (content-addressed), so a session that sends the same tools on every call
+/// records only their id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolsRecord {
+    /// The request had no `tools` field.
+    None,
+    /// The `tools` JSON, verbatim, as a blob.
+    Blob {
+        /// Content address of the JSON bytes.
+        id: BlobId,
+        /// Their length.
+        bytes: u64,
+    },
+}
+
+/// `SummaryFailed`: a summary attempt that produced nothing usable. It changes nothing but the
+/// count of consecutive failures (and the refusal counts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryFailed {
+    /// First seq of the job's span.
+    pub from: u64,
+    /// One past its last seq.
+    pub to: u64,
+    /// The summaries a condense job would have replaced (empty for a span of messages).
+    pub merged: Vec<u32>,
+    /// Mode asked for.
+    pub mode_requested: SummaryMode,
+    /// Mode used.
+    pub mode_used: SummaryMode,
+    /// Why a fork was refused or declined, if it was.
+    pub refusal: Option<String>,
+    /// The call a fork appended to.
+    pub prefix_call: Option<u64>,
+    /// What went wrong.
+    pub reason: SummaryFailure,
+    /// The summarizer's reported usage, if the call got that far.
+    pub usage: Option<Usage>,
+    /// How long the attempt took, as the host measured it.
+    pub latency_ms: Option<u64>,
+}
+
+/// Why a summary attempt produced nothing usable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SummaryFailure {
+    /// The summarizer did not answer in time.
+    Timeout,
+    /// The summarizer failed (HTTP status, invalid body, program exit, …), in a sentence.
+    Provider(String),
+    /// It answered with no text.
+    Empty,
+    /// The span was edited, flushed or summarized meanwhile (the staleness guard).
+    Stale(String),
+    /// The summary is not smaller than what it replaces (the shrink guard).
+    NotSmaller {
+        /// Its tokens.
+        tokens: u32,
+        /// Tokens of what it would replace.
+        replaced_tokens: u64,
+    },
+    /// A condensed summary over its job's limit.
+    OverLimit {
+        /// Its tokens.
+        tokens: u32,
+        /// The job's limit.
+        max_tokens: u32,
+    },
+}
+
+impl SummaryFailure {
+    /// Snake-case name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SummaryFailure::Timeout => "timeout",
+            SummaryFailure::Provider(_) => "provider_error",
+            SummaryFailure::Empty => "empty",
+            SummaryFailure::Stale(_) => "stale",
+            SummaryFailure::NotSmaller { .. } => "not_smaller",
+            SummaryFailure::OverLimit { .. } => "over_limit",
+        }
+    }
+
+    /// One sentence with the numbers.
+    pub fn describe(&self) -> String {
+        match self {
+            SummaryFailure::Timeout => "the summarizer timed out".into(),
+            SummaryFailure::Provider(why) => format!("the summarizer failed: {why}"),
+            SummaryFailure::Empty => "the summarizer returned no text".into(),
+            SummaryFailure::Stale(why) => format!("stale: {why}"),
+            SummaryFailure::NotSmaller { tokens, replaced_tokens } => {
+                format!("the summary ({tokens} tokens) is not smaller than what it replaces ({replaced_tokens} tokens)")
+            }
+            SummaryFailure::OverLimit { tokens, max_tokens } => {
+                format!("the condensed summary ({tokens} tokens) is over its limit of {max_tokens} tokens")
+            }
+        }
+    }
 }
 
 /// Why a call served its view unchanged although something was pending or due.
@@ -405,6 +550,9 @@ pub enum GuardKind {
     /// A provider-reported prompt total was far below the estimate of the view it was for, so
     /// the meter did not anchor on it.
     UsageBelowEstimate,
+    /// Consecutive summary attempts failed: the engine offers no summary job until a call fits
+    /// the view without compaction again.
+    SummarizerPaused,
 }
 
 impl GuardKind {
@@ -417,6 +565,7 @@ impl GuardKind {
             GuardKind::OverBudget => "over_budget".into(),
             GuardKind::ForkRefused { reason } => format!("fork_refused:{reason}"),
             GuardKind::UsageBelowEstimate => "usage_below_estimate".into(),
+            GuardKind::SummarizerPaused => "summarizer_paused".into(),
         }
     }
 }

@@ -72,6 +72,7 @@ pub mod session;
 pub mod state;
 pub mod store;
 pub mod summary;
+pub mod summary_call;
 pub mod time;
 #[doc(hidden)]
 pub mod tokens;
@@ -88,13 +89,17 @@ pub use config::{Config, ConfigError};
 pub use event::Event;
 pub use message::Message;
 pub use request::{CacheTtl, Request, RequestError, RequestOptions};
-pub use session::{Appended, Committed, Plan, Prepared, Produced, Session, SessionError, StaleCause};
+pub use session::{
+    Appended, Committed, Plan, Prepared, Produced, Session, SessionError, StaleCause, SummaryAttempt, SummaryFinished,
+    SummaryOutcome,
+};
 pub use state::{State, Violation};
 pub use store::{
     BlobId, ExpectedVersion, IntegrityReport, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId,
     Version,
 };
 pub use summary::SummaryJob;
+pub use summary_call::{ForkRefusal, SummaryCall, SummaryRequest};
 pub use time::{Millis, Timestamp};
 pub use usage::{Usage, UsageError, UsageFormat};
 pub use wire::{parse_message, WireError, WireFormat};

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::codec;
-use crate::event::{Event, GuardRaised};
+use crate::event::{Event, GuardRaised, SummaryMode};
 use crate::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message};
 use crate::request::{self, Request, RequestOptions, ServedView};
 use crate::session::{decode_snapshot, hydrate, SessionError, StoreBlobs, READ_CHUNK};
@@ -56,6 +56,39 @@ pub struct CallRecord {
     pub summary_tokens: u64,
     /// Work the cache-aware gate held back on this call, and why (`null` when nothing was).
     pub deferred: Option<DeferRecord>,
+    /// Summary attempts recorded since the previous call (a model asked: standalone, fork or
+    /// auto, and every failed attempt); absent when there were none. The built-in extractive
+    /// summaries are not attempts: they show in `compacted`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub summaries: Vec<SummaryAttemptRecord>,
+}
+
+/// A summary attempt in the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SummaryAttemptRecord {
+    /// First seq of the span.
+    pub from: u64,
+    /// One past its last seq.
+    pub to: u64,
+    /// `standalone` | `fork` | `auto` | `extractive`.
+    pub mode_requested: &'static str,
+    /// The mode used.
+    pub mode_used: &'static str,
+    /// Why a fork was refused or declined.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+    /// `prepared`, or the failure (`timeout`, `provider_error`, `empty`, `stale`, `not_smaller`,
+    /// `over_limit`).
+    pub outcome: &'static str,
+    /// The failure in a sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The summarizer's usage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::Usage>,
+    /// Its latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
 }
 
 /// A deferral in the timeline.
@@ -106,6 +139,7 @@ pub struct GuardRecord {
 /// their timelines are identical by construction.
 #[derive(Debug, Default)]
 pub struct Timeline {
+    summaries: Vec<SummaryAttemptRecord>,
     flush: Option<FlushRecord>,
     edits: Vec<TimelineEdit>,
     guards: Vec<GuardRecord>,
@@ -128,6 +162,30 @@ impl Timeline {
                     condensed: f.condensed.len(),
                 })
             }
+            Event::SummaryPrepared(p) if p.mode_requested != SummaryMode::Extractive => {
+                self.summaries.push(SummaryAttemptRecord {
+                    from: p.from,
+                    to: p.to,
+                    mode_requested: p.mode_requested.as_str(),
+                    mode_used: p.mode_used.as_str(),
+                    refusal: p.refusal.clone(),
+                    outcome: "prepared",
+                    detail: None,
+                    usage: p.usage,
+                    latency_ms: p.latency_ms,
+                })
+            }
+            Event::SummaryFailed(f) => self.summaries.push(SummaryAttemptRecord {
+                from: f.from,
+                to: f.to,
+                mode_requested: f.mode_requested.as_str(),
+                mode_used: f.mode_used.as_str(),
+                refusal: f.refusal.clone(),
+                outcome: f.reason.as_str(),
+                detail: Some(f.reason.describe()),
+                usage: f.usage,
+                latency_ms: f.latency_ms,
+            }),
             Event::SummaryRetired(r) => {
                 self.edits.push(TimelineEdit { seq: r.from, kind: "summary_retired", reason: r.reason.clone() })
             }
@@ -160,6 +218,7 @@ impl Timeline {
                     prefix_reused: s.prefix_reused,
                     summary_tokens: state.view_summary_tokens(),
                     deferred: s.deferred.as_ref().map(|d| DeferRecord { reason: d.as_str(), detail: d.describe() }),
+                    summaries: std::mem::take(&mut self.summaries),
                 });
             }
             _ => {}
@@ -391,6 +450,11 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
         }
         if let Event::MessageAppended(m) = &ev {
             collect_blobs(&m.message, &mut blobs);
+        }
+        if let Event::RequestServed(crate::event::RequestServed { request: Some(r), .. }) = &ev {
+            if let crate::event::ToolsRecord::Blob { id, .. } = &r.tools {
+                blobs.insert(id.clone());
+            }
         }
         hydrate(store, stream, &mut state, &ev)?;
         state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?;

@@ -32,7 +32,7 @@ use crate::view::item_message;
 use crate::wire::{self, BlobSource, Media, RenderOpts, WireFormat};
 
 /// How long Anthropic keeps a marked prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CacheTtl {
     /// The default five minutes: `{"type":"ephemeral"}`.
     FiveMinutes,
@@ -141,6 +141,17 @@ impl RequestOptions {
     /// The fields, in order.
     pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> {
         self.fields.iter().map(|(k, v)| (k.as_str(), v.get()))
+    }
+
+    /// The cache breakpoints requested, if any.
+    pub fn breakpoints(&self) -> Option<CacheTtl> {
+        self.breakpoints
+    }
+
+    /// The `model` field, if set to a string.
+    pub fn model_name(&self) -> Option<String> {
+        let (_, v) = self.fields().find(|(k, _)| *k == "model")?;
+        serde_json::from_str::<String>(v).ok()
     }
 
     /// The `tools` field, if set.

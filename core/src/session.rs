@@ -13,8 +13,8 @@ use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
 use crate::event::{
-    Event, GuardKind, ImportCompleted, ImportSource, MessageAppended, RequestServed, Restored, SessionStarted,
-    SummaryMode, SummaryPrepared,
+    Event, GuardKind, ImportCompleted, ImportSource, MessageAppended, RequestRecord, RequestServed, Restored,
+    SessionStarted, SummaryFailed, SummaryFailure, SummaryMode, SummaryPrepared, ToolsRecord,
 };
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
@@ -23,6 +23,7 @@ use crate::request::{self, Request, RequestOptions, ServedView};
 use crate::state::{State, Violation};
 use crate::store::{BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId, Version};
 use crate::summary::{self, SummaryJob};
+use crate::summary_call::{self, SummaryCall, SummaryRequest};
 use crate::time::Timestamp;
 use crate::tokens::text_tokens;
 use crate::usage::Usage;
@@ -42,7 +43,9 @@ pub const READ_CHUNK: usize = 1024;
 /// 6: the config holds `usage_floor_ratio`; the meter anchors only on trusted reports (and
 /// scales what was added since by the report's ratio), and a trusted report clears the
 /// usage guard.
-pub const SNAPSHOT_LAYOUT: u32 = 6;
+/// 7: the last served request (its record of model and tools), consecutive summary failures,
+/// fork refusal counts; a call that needs no compaction ends a paused summarizer's wait.
+pub const SNAPSHOT_LAYOUT: u32 = 7;
 
 /// Everything a session command can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +157,13 @@ pub enum SessionError {
     /// Encoding an event failed (a bug).
     #[error("cannot encode event: {0}")]
     Encode(String),
+    /// A summary attempt is already in flight in this session (at most one at a time): finish
+    /// or cancel it first.
+    #[error("stream {0}: a summary attempt is already in flight; finish or cancel it first")]
+    SummaryInFlight(StreamId),
+    /// The attempt was not started by this session handle, or was already finished.
+    #[error("stream {0}: this summary attempt is not the one in flight here")]
+    NotInFlight(StreamId),
 }
 
 /// Why a plan can no longer be committed.
@@ -178,6 +188,11 @@ impl StaleCause {
     fn of(ev: &Event) -> Option<StaleCause> {
         match ev {
             Event::MessageAppended(_) | Event::ImportCompleted(_) => None,
+            // A failed summary attempt and the summarizer's guards change no view.
+            Event::SummaryFailed(_) => None,
+            Event::GuardRaised(g) if matches!(g.kind, GuardKind::ForkRefused { .. } | GuardKind::SummarizerPaused) => {
+                None
+            }
             Event::SummaryPrepared(_) => Some(StaleCause::SummaryPrepared),
             Event::Restored(_) => Some(StaleCause::Restored),
             Event::SessionStarted(_) => Some(StaleCause::Reopened),
@@ -277,6 +292,69 @@ impl Produced {
     }
 }
 
+/// A summary attempt in flight ([`Session::start_summary`]): the request to send, and what
+/// [`Session::finish_summary`] needs to record its outcome.
+#[derive(Debug, Clone)]
+#[must_use = "an attempt is finished with Session::finish_summary or dropped with Session::cancel_summary"]
+pub struct SummaryAttempt {
+    stream: StreamId,
+    id: u64,
+    /// The job.
+    pub job: SummaryJob,
+    /// The request to send.
+    pub request: SummaryRequest,
+    max_failures: u32,
+}
+
+/// What the summarizer returned for an attempt, as the host saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryOutcome {
+    /// The summary text, or why there is none.
+    pub result: Result<String, SummaryFailure>,
+    /// The summarizer's reported usage (input, cache read, cache write, output).
+    pub usage: Option<Usage>,
+    /// How long the call took.
+    pub latency_ms: Option<u64>,
+}
+
+impl SummaryOutcome {
+    /// The summarizer answered with `text`.
+    pub fn text(text: impl Into<String>) -> Self {
+        SummaryOutcome { result: Ok(text.into()), usage: None, latency_ms: None }
+    }
+
+    /// The summarizer failed.
+    pub fn failed(failure: SummaryFailure) -> Self {
+        SummaryOutcome { result: Err(failure), usage: None, latency_ms: None }
+    }
+
+    /// With the summarizer's usage.
+    pub fn usage(mut self, usage: Option<Usage>) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// With the measured latency.
+    pub fn latency_ms(mut self, ms: u64) -> Self {
+        self.latency_ms = Some(ms);
+        self
+    }
+}
+
+/// What [`Session::finish_summary`] recorded.
+#[derive(Debug, Clone)]
+pub enum SummaryFinished {
+    /// `SummaryPrepared` was written.
+    Prepared(Committed),
+    /// `SummaryFailed` was written, for this reason; nothing else changed.
+    Failed {
+        /// Why.
+        failure: SummaryFailure,
+        /// The batch (guards and `SummaryFailed`).
+        committed: Committed,
+    },
+}
+
 /// Outcome of [`Session::prepare`].
 #[derive(Debug, Clone)]
 pub enum Prepared {
@@ -307,6 +385,9 @@ pub struct Session<S: Store> {
     /// Version and kind of the last event that was not an append: a plan made at or after it
     /// can still be committed (appends since then are not part of the view it served).
     settled: (Version, StaleCause),
+    /// The summary attempt in flight, by id (at most one).
+    in_flight: Option<u64>,
+    attempts: u64,
 }
 
 impl<S: Store> Session<S> {
@@ -363,6 +444,8 @@ impl<S: Store> Session<S> {
             state: State::new(),
             cache: ViewCache::new(),
             settled: (0, StaleCause::Reopened),
+            in_flight: None,
+            attempts: 0,
         };
         let ev = Event::SessionStarted(started);
         s.state.check_event(1, &ev).map_err(|v| s.refused(v))?;
@@ -419,7 +502,8 @@ impl<S: Store> Session<S> {
         let state = load_snapshot(&store, id)?.unwrap_or_default();
         let snapshot = state.version();
         let settled = (state.version(), StaleCause::Reopened);
-        let mut s = Session { store, stream: id, state, cache: ViewCache::new(), settled };
+        let mut s =
+            Session { store, stream: id, state, cache: ViewCache::new(), settled, in_flight: None, attempts: 0 };
         s.catch_up()?;
         tracing::debug!(snapshot, version = s.state.version(), "opened");
         Ok(s)
@@ -730,6 +814,63 @@ impl<S: Store> Session<S> {
     /// # Ok(()) }
     /// ```
     pub fn commit(&mut self, plan: Plan, at: Timestamp, usage: Option<Usage>) -> Result<Committed, SessionError> {
+        self.commit_with(plan, at, usage, None)
+    }
+
+    /// [`Session::commit`], recording what the request carried besides its messages: `opts`
+    /// are the options it was rendered with ([`Session::request`]). Its `model`, its cache
+    /// breakpoints and its `tools` (stored once per distinct value in the blob area) go into
+    /// `RequestServed`, so a fork summary can rebuild this request byte for byte. A call
+    /// committed with plain [`Session::commit`] is recorded as not saying (tools unknown), and
+    /// a fork refuses to append to it. Fails like `commit`, and with a store error when the
+    /// tools cannot be written (then nothing is).
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat, RequestOptions, Event};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// let opts = RequestOptions::new().model("claude-sonnet-4-5").tools(r#"[{"name":"ls","input_schema":{"type":"object"}}]"#)?;
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?;
+    /// let request = session.request(&plan, &opts)?;
+    /// // ... send request.body() ...
+    /// let committed = session.commit_request(plan, &opts, Timestamp::from_millis(2_500), None)?;
+    /// let Some(Event::RequestServed(served)) = committed.events.last() else { unreachable!() };
+    /// assert_eq!(served.request.as_ref().and_then(|r| r.model.as_deref()), Some("claude-sonnet-4-5"));
+    /// # Ok(()) }
+    /// ```
+    pub fn commit_request(
+        &mut self,
+        plan: Plan,
+        opts: &RequestOptions,
+        at: Timestamp,
+        usage: Option<Usage>,
+    ) -> Result<Committed, SessionError> {
+        self.check_fresh(&plan)?;
+        let tools = match opts.tools_json() {
+            None => ToolsRecord::None,
+            Some(json) => {
+                let id = summary_call::tools_id(json);
+                let known = self.state.last_served().and_then(|l| l.request.as_ref()).map(|r| &r.tools);
+                // The same tools as last time are in the blob area already.
+                if !matches!(known, Some(ToolsRecord::Blob { id: k, .. }) if *k == id) {
+                    self.store.put_blob(json.as_bytes())?;
+                }
+                ToolsRecord::Blob { id, bytes: json.len() as u64 }
+            }
+        };
+        let record = RequestRecord { model: opts.model_name(), tools, breakpoints: opts.breakpoints() };
+        self.commit_with(plan, at, usage, Some(record))
+    }
+
+    fn commit_with(
+        &mut self,
+        plan: Plan,
+        at: Timestamp,
+        usage: Option<Usage>,
+        request: Option<RequestRecord>,
+    ) -> Result<Committed, SessionError> {
         let at = at.as_millis();
         let _span = self.call_span(plan.call).entered();
         self.check_fresh(&plan)?;
@@ -765,6 +906,7 @@ impl<S: Store> Session<S> {
             deferred: decision.deferred,
             usage,
             anchored,
+            request,
         });
         let first = self.state.version() + 1;
         let planned_here = base_version == self.state.version();
@@ -923,8 +1065,175 @@ impl<S: Store> Session<S> {
     /// assert_eq!(session.state().compacted(), job.to); // prepared: the next call's gate may flush it
     /// # Ok(()) }
     /// ```
+    ///
+    /// No job is offered while a summary attempt is in flight ([`Session::start_summary`]), nor
+    /// while the summarizer is paused after consecutive failures (until a call fits again).
     pub fn summary_job(&self) -> Option<SummaryJob> {
+        if self.in_flight.is_some() || self.state.summarizer_paused() {
+            return None;
+        }
         summary::next_job(&self.state)
+    }
+
+    /// The exact request that asks a model for `job`'s summary, in the session's wire format:
+    /// standalone, fork or auto as `call` says, falling back to standalone down the refusal
+    /// ladder (see [`crate::summary_call`]). Pure: nothing is written; the refusal is recorded
+    /// with the attempt's outcome ([`Session::start_summary`], [`Session::finish_summary`]).
+    pub fn summary_request(&self, job: &SummaryJob, call: &SummaryCall) -> Result<SummaryRequest, SessionError> {
+        let span = if job.is_condense() { Vec::new() } else { self.messages(job.from..job.to)? };
+        Ok(summary_call::build(&self.state, self.format(), job, &span, call, &StoreBlobs(&self.store)))
+    }
+
+    /// Starts a summary attempt: builds its request ([`Session::summary_request`]) and marks it
+    /// in flight (at most one per session: [`SessionError::SummaryInFlight`]). Send
+    /// `attempt.request.body()`, then hand the outcome to [`Session::finish_summary`].
+    pub fn start_summary(&mut self, job: &SummaryJob, call: &SummaryCall) -> Result<SummaryAttempt, SessionError> {
+        if self.in_flight.is_some() {
+            return Err(SessionError::SummaryInFlight(self.stream));
+        }
+        let request = self.summary_request(job, call)?;
+        self.attempts += 1;
+        self.in_flight = Some(self.attempts);
+        tracing::info!(
+            from = job.from,
+            to = job.to,
+            requested = request.mode_requested.as_str(),
+            used = request.mode_used.as_str(),
+            refusal = request.refusal.as_ref().map(|r| r.name()),
+            "summary attempt started"
+        );
+        Ok(SummaryAttempt {
+            stream: self.stream,
+            id: self.attempts,
+            job: job.clone(),
+            request,
+            max_failures: call.max_failures,
+        })
+    }
+
+    /// Drops an attempt without recording anything (the host gave up before sending it).
+    pub fn cancel_summary(&mut self, attempt: SummaryAttempt) {
+        if attempt.stream == self.stream && self.in_flight == Some(attempt.id) {
+            self.in_flight = None;
+        }
+    }
+
+    /// Records an attempt's outcome as one batch: the fork refusal's guard (once per reason
+    /// per session), then `SummaryPrepared`, or `SummaryFailed` when the summarizer failed,
+    /// returned nothing, returned after its span was edited, flushed or summarized (stale), or
+    /// wrote a summary not smaller than what it replaces. A failure changes nothing else; the
+    /// one that makes `max_failures` in a row also raises `summarizer_paused`, and no job is
+    /// offered until a call fits without compaction again.
+    pub fn finish_summary(
+        &mut self,
+        attempt: SummaryAttempt,
+        outcome: SummaryOutcome,
+    ) -> Result<SummaryFinished, SessionError> {
+        if attempt.stream != self.stream || self.in_flight != Some(attempt.id) {
+            return Err(SessionError::NotInFlight(self.stream));
+        }
+        self.in_flight = None;
+        let _span =
+            tracing::info_span!("ctxlog.finish_summary", session = %self.stream, version = self.state.version())
+                .entered();
+        let SummaryAttempt { job, request, max_failures, .. } = attempt;
+        let call = self.state.calls();
+        let mut events = Vec::new();
+        if let Some(r) = &request.refusal {
+            let kind = GuardKind::ForkRefused { reason: r.name().to_owned() };
+            let knob = if r.is_decline() { "fork_min_span_ratio (--summary-call)" } else { "--summary-call" };
+            events.extend(guards::raise(&self.state, call, kind, r.describe(), knob));
+        }
+        let refusal = request.refusal.as_ref().map(|r| r.name().to_owned());
+        let SummaryOutcome { result, usage, latency_ms } = outcome;
+        let verdict = result.and_then(|text| self.judge(&job, text));
+        let ev = match verdict {
+            Ok((text, tokens, replaced_tokens)) => Event::SummaryPrepared(SummaryPrepared {
+                from: job.from,
+                to: job.to,
+                text,
+                tokens,
+                replaced_tokens,
+                mode_requested: request.mode_requested,
+                mode_used: request.mode_used,
+                refusal,
+                merged: job.condense.clone(),
+                prefix_call: request.prefix_call,
+                usage,
+                latency_ms,
+            }),
+            Err(reason) => {
+                if self.state.summary_failures().saturating_add(1) >= max_failures {
+                    let detail = format!(
+                        "{} summary attempts failed in a row (the last: {}); no summary job is offered until a                          call fits the view without compaction",
+                        self.state.summary_failures().saturating_add(1),
+                        reason.describe()
+                    );
+                    events.extend(guards::raise(
+                        &self.state,
+                        call,
+                        GuardKind::SummarizerPaused,
+                        detail,
+                        "--summarizer",
+                    ));
+                }
+                Event::SummaryFailed(SummaryFailed {
+                    from: job.from,
+                    to: job.to,
+                    merged: job.condense.clone(),
+                    mode_requested: request.mode_requested,
+                    mode_used: request.mode_used,
+                    refusal,
+                    prefix_call: request.prefix_call,
+                    reason,
+                    usage,
+                    latency_ms,
+                })
+            }
+        };
+        let failure = match &ev {
+            Event::SummaryFailed(f) => Some(f.reason.clone()),
+            _ => None,
+        };
+        events.push(ev);
+        let next = self.replayed(&events, self.state.version() + 1)?;
+        let version = self.persist(events.clone(), next)?;
+        let committed = Committed { version, events };
+        Ok(match failure {
+            None => {
+                tracing::info!(from = job.from, to = job.to, version, "summary prepared");
+                SummaryFinished::Prepared(committed)
+            }
+            Some(failure) => {
+                tracing::info!(from = job.from, to = job.to, reason = failure.as_str(), version, "summary failed");
+                SummaryFinished::Failed { failure, committed }
+            }
+        })
+    }
+
+    /// The text, its tokens and the tokens it replaces, or why it cannot be used.
+    fn judge(&self, job: &SummaryJob, text: String) -> Result<(String, u32, u64), SummaryFailure> {
+        if text.trim().is_empty() {
+            return Err(SummaryFailure::Empty);
+        }
+        summary::still_valid(&self.state, job).map_err(SummaryFailure::Stale)?;
+        let replaced_tokens = self.replaced_tokens(job);
+        let tokens = text_tokens(&text);
+        if u64::from(tokens) >= replaced_tokens {
+            return Err(SummaryFailure::NotSmaller { tokens, replaced_tokens });
+        }
+        if let Some(max_tokens) = job.max_tokens.filter(|&max| tokens > max) {
+            return Err(SummaryFailure::OverLimit { tokens, max_tokens });
+        }
+        Ok((text, tokens, replaced_tokens))
+    }
+
+    fn replaced_tokens(&self, job: &SummaryJob) -> u64 {
+        if job.is_condense() {
+            job.span_tokens
+        } else {
+            (job.from..job.to).filter_map(|s| self.state.entry(s)).map(|e| u64::from(e.tokens)).sum()
+        }
     }
 
     /// The messages `range` as appended, in order: from the state for those in the view
@@ -985,11 +1294,7 @@ impl<S: Store> Session<S> {
         if let Err(why) = summary::still_valid(&self.state, job) {
             return Ok(Prepared::Discarded(why));
         }
-        let replaced_tokens: u64 = if job.is_condense() {
-            job.span_tokens
-        } else {
-            (job.from..job.to).filter_map(|s| self.state.entry(s)).map(|e| u64::from(e.tokens)).sum()
-        };
+        let replaced_tokens = self.replaced_tokens(job);
         let tokens = text_tokens(&text);
         if u64::from(tokens) >= replaced_tokens {
             return Ok(Prepared::Discarded(format!(
@@ -1011,6 +1316,9 @@ impl<S: Store> Session<S> {
             mode_used: produced.used,
             refusal: produced.refusal,
             merged: job.condense.clone(),
+            prefix_call: None,
+            usage: None,
+            latency_ms: None,
         });
         self.state.check_event(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
         let version = self.persist_then_apply(vec![ev.clone()])?;

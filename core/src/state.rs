@@ -224,8 +224,26 @@ pub struct State {
     view_summary_tokens: u64,
     verbatim_tool_messages: u64,
     import: Option<ImportState>,
+    last_served: Option<LastServed>,
+    summary_failures: u32,
+    fork_refusals: BTreeMap<String, u64>,
     #[serde(skip)]
     loaded: Loaded,
+}
+
+/// What the last `RequestServed` recorded: the prefix a fork summary appends to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastServed {
+    /// Its call number.
+    pub call: u64,
+    /// Digest of its view.
+    pub digest: String,
+    /// Messages in its view.
+    pub view_messages: u64,
+    /// Estimated tokens of its view.
+    pub view_tokens: u64,
+    /// What it carried besides the messages, if the host said.
+    pub request: Option<crate::event::RequestRecord>,
 }
 
 fn violation(version: Version, ev: &Event, invariant: Invariant, detail: impl Into<String>) -> Violation {
@@ -338,6 +356,28 @@ impl State {
     /// Consecutive passes that needed compaction and still ended over the budget.
     pub fn breaker_count(&self) -> u32 {
         self.breaker
+    }
+
+    /// The last served request, if any.
+    pub fn last_served(&self) -> Option<&LastServed> {
+        self.last_served.as_ref()
+    }
+
+    /// Summary attempts that failed in a row (reset by a prepared summary, and by a call that
+    /// needed no compaction).
+    pub fn summary_failures(&self) -> u32 {
+        self.summary_failures
+    }
+
+    /// Is the engine holding back summary jobs after consecutive failures?
+    pub fn summarizer_paused(&self) -> bool {
+        self.raised.contains(&GuardKind::SummarizerPaused)
+    }
+
+    /// How often each fork refusal or decline occurred (by reason name), over every recorded
+    /// summary attempt.
+    pub fn fork_refusals(&self) -> &BTreeMap<String, u64> {
+        &self.fork_refusals
     }
 
     /// Guards currently latched (raised and not re-armed).
@@ -613,7 +653,7 @@ impl State {
             _ => {}
         }
         match ev {
-            Event::SessionStarted(_) | Event::GuardRaised(_) => Ok(()),
+            Event::SessionStarted(_) | Event::GuardRaised(_) | Event::SummaryFailed(_) => Ok(()),
             Event::MessageAppended(e) => self.check_append(version, ev, e, self.count(), &|_| false, &|_| false),
             Event::SummaryPrepared(e) if e.is_condensed() => self
                 .summaries
@@ -942,6 +982,16 @@ impl State {
                     self.compacted = e.to;
                 }
                 self.summaries.push(e);
+                self.summary_failures = 0;
+                if let Some(r) = &e.refusal {
+                    *self.fork_refusals.entry(r.clone()).or_default() += 1;
+                }
+            }
+            Event::SummaryFailed(e) => {
+                self.summary_failures = self.summary_failures.saturating_add(1);
+                if let Some(r) = &e.refusal {
+                    *self.fork_refusals.entry(r.clone()).or_default() += 1;
+                }
             }
             Event::Flushed(e) => {
                 self.flushed = e.to;
@@ -1000,6 +1050,13 @@ impl State {
                 self.calls = e.call + 1;
                 self.last_request_at = Some(e.at);
                 self.served_generation = Some(self.generation);
+                self.last_served = Some(LastServed {
+                    call: e.call,
+                    digest: e.digest.clone(),
+                    view_messages: e.view_messages,
+                    view_tokens: e.view_tokens,
+                    request: e.request.clone(),
+                });
                 // A report the commit did not trust leaves the meter on the estimate.
                 self.anchor = e.reported_tokens.filter(|_| e.anchored).map(|reported| Anchor {
                     reported,
@@ -1024,6 +1081,9 @@ impl State {
                 if !e.needed {
                     self.raised.remove(&GuardKind::TargetUnreachable);
                     self.raised.remove(&GuardKind::TargetClamped);
+                    // A call that fits again ends a paused summarizer's wait.
+                    self.raised.remove(&GuardKind::SummarizerPaused);
+                    self.summary_failures = 0;
                 }
             }
             Event::GuardRaised(e) => {

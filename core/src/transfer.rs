@@ -53,6 +53,12 @@ pub fn copy_session<A: Store + ?Sized, B: Store + ?Sized>(
                 }
                 Event::SessionStarted(s) => import = s.import.map(|i| (0, i.messages)),
                 Event::ImportCompleted(_) => import = None,
+                // The tools a served request carried: a fork summary reads them back.
+                Event::RequestServed(r) => {
+                    if let Some(crate::event::ToolsRecord::Blob { id, .. }) = r.request.map(|q| q.tools) {
+                        blobs.insert(id);
+                    }
+                }
                 _ => {}
             }
             records.push(rec.record);

@@ -17,3 +17,4 @@ pub mod postmortem;
 pub mod provider;
 pub mod scenario;
 pub mod store_files;
+pub mod summaries;

@@ -220,6 +220,9 @@ pub fn summary_prepared(from: u64, to: u64) -> Event {
         mode_used: SummaryMode::Extractive,
         refusal: None,
         merged: Vec::new(),
+        prefix_call: None,
+        usage: None,
+        latency_ms: None,
     })
 }
 
@@ -282,6 +285,7 @@ pub fn request_served(call: u64, at_secs: u64) -> Event {
         deferred: None,
         usage: None,
         anchored: false,
+        request: None,
     })
 }
 

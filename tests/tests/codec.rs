@@ -6,8 +6,9 @@
 
 use ctxlog::codec::{self, DecodeError, FORMAT_VERSION};
 use ctxlog::event::{
-    Deferral, Event, FlushReason, Flushed, GuardKind, GuardRaised, ImportCompleted, ImportSource, RequestServed,
-    SessionStarted, SummaryMode, SummaryPrepared, SummaryRetired,
+    Deferral, Event, FlushReason, Flushed, GuardKind, GuardRaised, ImportCompleted, ImportSource, RequestRecord,
+    RequestServed, SessionStarted, SummaryFailed, SummaryFailure, SummaryMode, SummaryPrepared, SummaryRetired,
+    ToolsRecord,
 };
 use ctxlog::replay::{self, Mode};
 use ctxlog::store::{ExpectedVersion, Record, Store, StoreError, StreamId};
@@ -39,6 +40,9 @@ fn build_every_kind() -> Vec<Event> {
             mode_used: SummaryMode::Standalone,
             refusal: Some("prefix changed".into()),
             merged: Vec::new(),
+            prefix_call: None,
+            usage: None,
+            latency_ms: None,
         }),
         Event::SummaryPrepared(SummaryPrepared {
             from: 0,
@@ -50,6 +54,9 @@ fn build_every_kind() -> Vec<Event> {
             mode_used: SummaryMode::Extractive,
             refusal: None,
             merged: vec![0],
+            prefix_call: None,
+            usage: None,
+            latency_ms: None,
         }),
         Event::Flushed(Flushed {
             from: 0,
@@ -86,6 +93,7 @@ fn build_every_kind() -> Vec<Event> {
             deferred: Some(Deferral::TooLittleFreed { cache_age_ms: 1_000, freed_tokens: 12, clear_at_least: 5_000 }),
             usage: Some(ctxlog::Usage { input: 23, cache_read: 8_000, cache_write: 100, output: 7 }),
             anchored: true,
+            request: None,
         }),
         Event::RequestServed(RequestServed {
             call: 4,
@@ -106,6 +114,7 @@ fn build_every_kind() -> Vec<Event> {
             }),
             usage: None,
             anchored: false,
+            request: None,
         }),
         Event::GuardRaised(GuardRaised {
             call: Some(3),
@@ -132,6 +141,60 @@ fn build_every_kind() -> Vec<Event> {
             }),
         }),
         Event::ImportCompleted(ImportCompleted { messages: 20_000, calls: 10_000 }),
+        // Kinds 20–22: a fork summary with the summarizer's facts, a served request with its
+        // record, a failed attempt.
+        Event::SummaryPrepared(SummaryPrepared {
+            from: 2,
+            to: 3,
+            text: "fork".into(),
+            tokens: 1,
+            replaced_tokens: 40,
+            mode_requested: SummaryMode::Auto,
+            mode_used: SummaryMode::Fork,
+            refusal: None,
+            merged: Vec::new(),
+            prefix_call: Some(4),
+            usage: Some(ctxlog::Usage { input: 12, cache_read: 9_000, cache_write: 0, output: 80 }),
+            latency_ms: Some(1_234),
+        }),
+        Event::RequestServed(RequestServed {
+            call: 5,
+            at: T0 + 3,
+            digest: "sha256:00ff".into(),
+            view_messages: 7,
+            view_tokens: 8_000,
+            metered_tokens: 8_000,
+            reported_tokens: None,
+            level: 0,
+            needed: false,
+            prefix_reused: true,
+            deferred: None,
+            usage: None,
+            anchored: false,
+            request: Some(RequestRecord {
+                model: Some("claude-sonnet-4-5".into()),
+                tools: ToolsRecord::Blob { id: ctxlog::BlobId::of(b"[]"), bytes: 2 },
+                breakpoints: Some(ctxlog::CacheTtl::OneHour),
+            }),
+        }),
+        Event::SummaryFailed(SummaryFailed {
+            from: 3,
+            to: 5,
+            merged: vec![0, 1],
+            mode_requested: SummaryMode::Fork,
+            mode_used: SummaryMode::Standalone,
+            refusal: Some("tools_not_recorded".into()),
+            prefix_call: None,
+            reason: SummaryFailure::NotSmaller { tokens: 50, replaced_tokens: 40 },
+            usage: Some(ctxlog::Usage { input: 100, cache_read: 0, cache_write: 0, output: 60 }),
+            latency_ms: Some(15),
+        }),
+        Event::GuardRaised(GuardRaised {
+            call: Some(6),
+            kind: GuardKind::SummarizerPaused,
+            detail: "3 in a row".into(),
+            knob: "--summarizer".into(),
+        }),
     ]
 }
 
@@ -163,6 +226,7 @@ fn every_event_kind_round_trips_through_the_envelope() {
         IMPORT_COMPLETED,
         REQUEST_SERVED,
         SESSION_STARTED,
+        SUMMARY_FAILED,
     ];
     assert_eq!(kinds, current.into_iter().collect(), "written kinds");
 }
@@ -178,12 +242,15 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
         let neutral = match ev {
             Event::SessionStarted(e) => e.import.is_none(),
             Event::MessageAppended(_) | Event::Edited(_) | Event::Restored(_) => true,
-            Event::ImportCompleted(_) => false,
+            Event::ImportCompleted(_) | Event::SummaryFailed(_) => false,
             Event::GuardRaised(_) => true,
-            Event::SummaryPrepared(e) => e.merged.is_empty(),
+            Event::SummaryPrepared(e) => e.merged.is_empty() && e.prefix_call.is_none() && e.usage.is_none(),
             Event::Flushed(e) => e.condensed.is_empty(),
             Event::RequestServed(e) => {
-                e.deferred.is_none() && e.usage.is_none() && e.anchored == e.reported_tokens.is_some()
+                e.deferred.is_none()
+                    && e.usage.is_none()
+                    && e.anchored == e.reported_tokens.is_some()
+                    && e.request.is_none()
             }
             Event::SummaryRetired(_) => false,
         };
@@ -221,6 +288,7 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
         deferred: None,
         usage: None,
         anchored: false,
+        request: None,
     });
     let rec = codec::legacy::encode(&served).unwrap().unwrap();
     assert_eq!(rec.body()[1], codec::kind::REQUEST_SERVED_V1);
@@ -288,6 +356,36 @@ fn kind_16_a_session_start_before_import_facts_decodes_to_the_current_event() {
         let fits = matches!(&ev, Event::SessionStarted(s) if s.import.is_none());
         assert_eq!(codec::legacy::encode_v3(&ev).is_some(), fits, "{}", ev.name());
     }
+}
+
+#[test]
+fn fourth_layout_set_kinds_10_and_17_decode_and_upcast_to_the_current_events() {
+    // Kind 10 (a summary before the summarizer's facts) and kind 17 (a served request before
+    // its record) decode with no prefix call, usage or latency, and tools unknown.
+    let mut written = std::collections::BTreeSet::new();
+    for (i, ev) in every_kind().iter().enumerate() {
+        let fits = match ev {
+            Event::SummaryPrepared(e) => {
+                e.prefix_call.is_none()
+                    && e.usage.is_none()
+                    && e.latency_ms.is_none()
+                    && e.mode_requested != SummaryMode::Auto
+            }
+            Event::RequestServed(e) => e.request.is_none(),
+            _ => false,
+        };
+        let Some(rec) = codec::legacy::encode_v4(ev) else {
+            assert!(!fits, "{} should fit kind 10 or 17", ev.name());
+            continue;
+        };
+        assert!(fits, "{} has new fields but was written in an old layout", ev.name());
+        let rec = rec.unwrap();
+        assert_eq!(&codec::decode(STREAM, i as u64 + 1, &rec).unwrap(), ev, "{}", ev.name());
+        assert_ne!(codec::encode(ev).unwrap(), rec, "{}: the current kind is another layout", ev.name());
+        written.insert(rec.body()[1]);
+    }
+    let expected = [codec::kind::SUMMARY_PREPARED_V2, codec::kind::REQUEST_SERVED_V3];
+    assert_eq!(written, expected.into_iter().collect());
 }
 
 #[test]

@@ -15,7 +15,11 @@
 //!   `bless` of its day.
 //! * `v4-*`: the same import with the usage floor (kind 18: `SessionStarted` with
 //!   `usage_floor_ratio` and the import's facts; kind 17: `RequestServed` with the provider's
-//!   usage parts and `anchored`), written by `ctxlog_cli::import` through [`bless`].
+//!   usage parts and `anchored`), written by `ctxlog_cli::import` through the `bless` of its day.
+//! * `v5-*`: a session whose summaries a model wrote (kind 20: `RequestServed` with the request
+//!   record; kind 21: `SummaryPrepared` with the fork's prefix call, usage and latency; kind 22:
+//!   `SummaryFailed`; the tools as a blob), written through the library by [`bless`] from
+//!   [`ctxlog_tests::summaries`].
 //!
 //! To write the newest golden set (only when a layout set is released):
 //! `CTXLOG_BLESS_GOLDEN=1 cargo test -p ctxlog-tests --test golden`. Blessing refuses to
@@ -29,11 +33,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ctxlog::config::Config;
 use ctxlog::replay::{replay, verify, Mode};
 use ctxlog::{MemoryStore, Store, StreamId};
-use ctxlog_cli::import::{import, ImportOptions};
-use ctxlog_cli::transcript::{read, FormatArg};
 use ctxlog_store_fs::FsStore;
 use ctxlog_store_sled::SledStore;
 use ctxlog_store_sqlite::SqliteStore;
@@ -41,7 +42,7 @@ use ctxlog_store_sqlite::SqliteStore;
 const SESSION: &str = "00000000-0000-0000-0000-00000000601d";
 const BACKENDS: [&str; 3] = ["sqlite", "fs", "sled"];
 /// The newest set, the one [`bless`] writes.
-const NEWEST: &str = "v4";
+const NEWEST: &str = "v5";
 
 fn golden() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
@@ -62,10 +63,8 @@ fn open(backend: &str, path: &Path) -> Box<dyn Store> {
     }
 }
 
-/// Writes the newest golden set: the golden transcript imported (`ctxlog_cli::import`, so the
-/// session starts with kind 18 and ends with kind 15, and its calls carry the transcript's
-/// usage in kind 17) with a 4,000-token budget, cache-aware, a 10% summary share and a usage
-/// floor of 0.25, so it flushes, condenses, edits, defers and raises guards.
+/// Writes the newest golden set: the session of [`ctxlog_tests::summaries::run`] (fork
+/// summaries against the fake provider, one attempt timing out), 14 calls.
 fn bless() {
     let existing: Vec<PathBuf> = BACKENDS
         .iter()
@@ -79,16 +78,16 @@ fn bless() {
          set next to it (bump NEWEST); to redo a set that was never released, delete its files first \
          (git rm), deliberately."
     );
-    let text = std::fs::read(golden().join("transcript.jsonl")).unwrap();
-    let transcript = read(&text[..], Path::new("transcript.jsonl"), FormatArg::Auto).unwrap();
-    let config =
-        Config { budget: 4_000, cache_aware: true, summary_share: 0.1, usage_floor_ratio: 0.25, ..Config::default() };
     let id: StreamId = SESSION.parse().unwrap();
     let mem = MemoryStore::new();
-    let opts = ImportOptions { config, session: Some(id), call_interval_ms: 30_000, views: None, inline_media: false };
-    // The timeline the import produced live, not a replay of what it wrote.
-    let done = import(&transcript, &mem, opts, |_| Ok(())).unwrap();
-    let records: String = done.timeline.iter().map(|c| serde_json::to_string(c).unwrap() + "\n").collect();
+    let mut session = ctxlog_tests::summaries::start(&mem, id);
+    ctxlog_tests::summaries::run(&mut session, 14, ctxlog::event::SummaryMode::Auto, Some(1));
+    let records: String = replay(&mem, id, Mode::Strict, None)
+        .unwrap()
+        .timeline
+        .iter()
+        .map(|c| serde_json::to_string(c).unwrap() + "\n")
+        .collect();
     for backend in BACKENDS {
         let path = store_path(&golden(), NEWEST, backend);
         let store = open(backend, &path);
@@ -270,20 +269,17 @@ fn record_kinds(set: &str) -> Vec<u8> {
 
 #[test]
 fn golden_logs_of_an_import_with_usage_keep_decoding_on_every_backend() {
-    if std::env::var_os("CTXLOG_BLESS_GOLDEN").is_some() {
-        bless();
-    }
     let mut all = FIRST_RELEASE.to_vec();
     all.push("ImportCompleted");
     all.retain(|k| *k != "Restored");
     assert_eq!(check_set("v4").into_iter().collect::<Vec<_>>(), sorted(&all));
-    // The set pins the layouts this build writes: it starts with kind 18 and serves its calls in
-    // kind 17, and holds no frozen kind.
+    // The set pins the layouts of its day: it starts with kind 18 and serves its calls in kind
+    // 17 (frozen since kind 20), and holds no kind frozen before it.
     use ctxlog::codec::kind;
     let kinds = record_kinds("v4");
     assert_eq!(kinds.first(), Some(&kind::SESSION_STARTED));
     assert_eq!(kinds.last(), Some(&kind::IMPORT_COMPLETED));
-    assert!(kinds.contains(&kind::REQUEST_SERVED));
+    assert!(kinds.contains(&kind::REQUEST_SERVED_V3));
     let frozen = [
         kind::SESSION_STARTED_V1,
         kind::SUMMARY_PREPARED_V1,
@@ -316,4 +312,49 @@ fn golden_logs_of_an_import_with_usage_keep_decoding_on_every_backend() {
     assert_eq!(started.config.usage_floor_ratio, 0.25);
     assert!(started.import.is_some(), "v4's SessionStarted carries no import facts");
     assert!(with_usage > 10 && anchored > 0, "{with_usage} calls with usage parts, {anchored} anchored");
+}
+
+#[test]
+fn golden_logs_of_model_written_summaries_keep_decoding_on_every_backend() {
+    if std::env::var_os("CTXLOG_BLESS_GOLDEN").is_some() {
+        bless();
+    }
+    let all = ["SessionStarted", "MessageAppended", "RequestServed", "SummaryPrepared", "SummaryFailed", "Flushed"];
+    let found = check_set("v5");
+    for k in &all {
+        assert!(found.contains(k), "v5 lacks {k}: {found:?}");
+    }
+    use ctxlog::codec::kind;
+    let kinds = record_kinds("v5");
+    for k in [kind::REQUEST_SERVED, kind::SUMMARY_PREPARED, kind::SUMMARY_FAILED] {
+        assert!(kinds.contains(&k), "kind {k} not in v5: {kinds:?}");
+    }
+    assert!(!kinds.contains(&kind::REQUEST_SERVED_V3) && !kinds.contains(&kind::SUMMARY_PREPARED_V2));
+    // What only kinds 20–22 hold decodes: the request record (tools as a blob that the copy
+    // carried), a fork's prefix call and usage, a failed attempt's reason.
+    let (_dir, path) = copy_to_temp("v5");
+    let store = open("sqlite", &path);
+    let (mut recorded, mut forks, mut failed) = (0, 0, 0);
+    ctxlog::replay::for_each_event(store.as_ref(), SESSION.parse().unwrap(), 1, None, |_, ev| {
+        match ev {
+            ctxlog::Event::RequestServed(r) => {
+                if let Some(ctxlog::event::ToolsRecord::Blob { id, .. }) = r.request.map(|q| q.tools) {
+                    assert!(store.get_blob(&id).unwrap().is_some(), "the tools blob is in the set");
+                    recorded += 1;
+                }
+            }
+            ctxlog::Event::SummaryPrepared(p) if p.mode_used == ctxlog::event::SummaryMode::Fork => {
+                assert!(p.prefix_call.is_some() && p.usage.is_some_and(|u| u.cache_read > 0));
+                forks += 1;
+            }
+            ctxlog::Event::SummaryFailed(f) => {
+                assert_eq!(f.reason, ctxlog::event::SummaryFailure::Timeout);
+                failed += 1;
+            }
+            _ => {}
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert!(recorded >= 10 && forks >= 1 && failed == 1, "{recorded} recorded, {forks} forks, {failed} failed");
 }

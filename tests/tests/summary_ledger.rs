@@ -42,6 +42,9 @@ fn condensed(from: u64, to: u64, merged: Vec<u32>) -> Event {
         mode_used: SummaryMode::Extractive,
         refusal: None,
         merged,
+        prefix_call: None,
+        usage: None,
+        latency_ms: None,
     })
 }
 

@@ -12,6 +12,7 @@ use crate::event::{
 };
 use crate::store::Record;
 use crate::time::Millis;
+use crate::usage::Usage;
 use crate::wire::WireFormat;
 
 use super::{kind, payload};
@@ -228,6 +229,103 @@ pub struct RequestServedV2 {
     pub deferred: Option<Deferral>,
 }
 
+/// Kind 10: `SummaryPrepared` with `merged`, before the fork's prefix call and the
+/// summarizer's usage and latency.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryPreparedV2 {
+    /// First covered seq.
+    pub from: u64,
+    /// One past the last covered seq.
+    pub to: u64,
+    /// The summary text.
+    pub text: String,
+    /// Its token estimate.
+    pub tokens: u32,
+    /// Estimated tokens of the span.
+    pub replaced_tokens: u64,
+    /// Mode asked for.
+    pub mode_requested: SummaryMode,
+    /// Mode used.
+    pub mode_used: SummaryMode,
+    /// Why the requested mode was refused.
+    pub refusal: Option<String>,
+    /// Summaries condensed.
+    pub merged: Vec<u32>,
+}
+
+/// Kind 17: `RequestServed` with `usage` and `anchored`, before the request record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestServedV3 {
+    /// 0-based call number.
+    pub call: u64,
+    /// Dispatch completion time.
+    pub at: Millis,
+    /// View digest.
+    pub digest: String,
+    /// Messages in the view.
+    pub view_messages: u64,
+    /// Estimated view tokens.
+    pub view_tokens: u64,
+    /// Meter reading.
+    pub metered_tokens: u64,
+    /// Provider-reported tokens.
+    pub reported_tokens: Option<u64>,
+    /// Ladder level.
+    pub level: u8,
+    /// Compaction was needed.
+    pub needed: bool,
+    /// Pure append of the previous view.
+    pub prefix_reused: bool,
+    /// Work the gate held back.
+    pub deferred: Option<Deferral>,
+    /// The provider's usage parts.
+    pub usage: Option<Usage>,
+    /// The meter anchored on the report.
+    pub anchored: bool,
+}
+
+/// Before kind 21 no summary recorded a prefix, usage or latency.
+impl From<SummaryPreparedV2> for SummaryPrepared {
+    fn from(e: SummaryPreparedV2) -> SummaryPrepared {
+        SummaryPrepared {
+            from: e.from,
+            to: e.to,
+            text: e.text,
+            tokens: e.tokens,
+            replaced_tokens: e.replaced_tokens,
+            mode_requested: e.mode_requested,
+            mode_used: e.mode_used,
+            refusal: e.refusal,
+            merged: e.merged,
+            prefix_call: None,
+            usage: None,
+            latency_ms: None,
+        }
+    }
+}
+
+/// Before kind 20 no request recorded what it carried besides its messages: tools unknown.
+impl From<RequestServedV3> for RequestServed {
+    fn from(e: RequestServedV3) -> RequestServed {
+        RequestServed {
+            call: e.call,
+            at: e.at,
+            digest: e.digest,
+            view_messages: e.view_messages,
+            view_tokens: e.view_tokens,
+            metered_tokens: e.metered_tokens,
+            reported_tokens: e.reported_tokens,
+            level: e.level,
+            needed: e.needed,
+            prefix_reused: e.prefix_reused,
+            deferred: e.deferred,
+            usage: e.usage,
+            anchored: e.anchored,
+            request: None,
+        }
+    }
+}
+
 /// Knobs a first-release session never set take their defaults: they only steer decisions
 /// of later calls, never the fold of what was recorded.
 impl From<ConfigV1> for Config {
@@ -310,6 +408,7 @@ impl From<RequestServedV2> for RequestServed {
             prefix_reused: e.prefix_reused,
             deferred: e.deferred,
             usage: None,
+            request: None,
         }
     }
 }
@@ -332,6 +431,9 @@ impl From<SummaryPreparedV1> for SummaryPrepared {
             mode_used: e.mode_used,
             refusal: e.refusal,
             merged: Vec::new(),
+            prefix_call: None,
+            usage: None,
+            latency_ms: None,
         }
     }
 }
@@ -367,6 +469,7 @@ impl From<RequestServedV1> for RequestServed {
             deferred: None,
             usage: None,
             anchored: e.reported_tokens.is_some(),
+            request: None,
         }
     }
 }
@@ -398,7 +501,7 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
             let e = SessionStartedV1 { session: e.session, format: e.format, config: v1, at: e.at };
             payload(kind::SESSION_STARTED_V1, &e)
         }
-        Event::SummaryPrepared(e) if e.merged.is_empty() => {
+        Event::SummaryPrepared(e) if e.merged.is_empty() && summary_facts_absent(e) => {
             let v1 = SummaryPreparedV1 {
                 from: e.from,
                 to: e.to,
@@ -424,7 +527,10 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
             payload(kind::FLUSHED_V1, &v1)
         }
         Event::RequestServed(e)
-            if e.deferred.is_none() && e.usage.is_none() && e.anchored == e.reported_tokens.is_some() =>
+            if e.deferred.is_none()
+                && e.usage.is_none()
+                && e.anchored == e.reported_tokens.is_some()
+                && e.request.is_none() =>
         {
             let v1 = RequestServedV1 {
                 call: e.call,
@@ -444,7 +550,8 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
         | Event::Flushed(_)
         | Event::RequestServed(_)
         | Event::SummaryRetired(_)
-        | Event::ImportCompleted(_) => return None,
+        | Event::ImportCompleted(_)
+        | Event::SummaryFailed(_) => return None,
         other => super::encode(other),
     })
 }
@@ -491,7 +598,9 @@ pub fn encode_v2(event: &Event) -> Option<Result<Record, String>> {
                 }
             })
         }
-        Event::RequestServed(e) if e.usage.is_none() && e.anchored == e.reported_tokens.is_some() => {
+        Event::RequestServed(e)
+            if e.usage.is_none() && e.anchored == e.reported_tokens.is_some() && e.request.is_none() =>
+        {
             let v2 = RequestServedV2 {
                 call: e.call,
                 at: e.at,
@@ -518,6 +627,52 @@ pub fn encode_v3(event: &Event) -> Option<Result<Record, String>> {
         Event::SessionStarted(e) if e.import.is_none() => {
             let v3 = SessionStartedV3 { session: e.session, format: e.format, config: e.config.clone(), at: e.at };
             Some(payload(kind::SESSION_STARTED_V3, &v3))
+        }
+        _ => None,
+    }
+}
+
+/// Does `e` carry nothing a summary before kind 21 could not hold?
+fn summary_facts_absent(e: &SummaryPrepared) -> bool {
+    e.prefix_call.is_none() && e.usage.is_none() && e.latency_ms.is_none() && e.mode_requested != SummaryMode::Auto
+}
+
+/// Encodes in the fourth layout set's kinds 10 (`SummaryPrepared` before the summarizer's
+/// facts) and 17 (`RequestServed` before the request record), if that layout can hold the
+/// event; `None` otherwise.
+pub fn encode_v4(event: &Event) -> Option<Result<Record, String>> {
+    match event {
+        Event::SummaryPrepared(e) if summary_facts_absent(e) => {
+            let v2 = SummaryPreparedV2 {
+                from: e.from,
+                to: e.to,
+                text: e.text.clone(),
+                tokens: e.tokens,
+                replaced_tokens: e.replaced_tokens,
+                mode_requested: e.mode_requested,
+                mode_used: e.mode_used,
+                refusal: e.refusal.clone(),
+                merged: e.merged.clone(),
+            };
+            Some(payload(kind::SUMMARY_PREPARED_V2, &v2))
+        }
+        Event::RequestServed(e) if e.request.is_none() => {
+            let v3 = RequestServedV3 {
+                call: e.call,
+                at: e.at,
+                digest: e.digest.clone(),
+                view_messages: e.view_messages,
+                view_tokens: e.view_tokens,
+                metered_tokens: e.metered_tokens,
+                reported_tokens: e.reported_tokens,
+                level: e.level,
+                needed: e.needed,
+                prefix_reused: e.prefix_reused,
+                deferred: e.deferred.clone(),
+                usage: e.usage,
+                anchored: e.anchored,
+            };
+            Some(payload(kind::REQUEST_SERVED_V3, &v3))
         }
         _ => None,
     }

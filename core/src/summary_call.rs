@@ -1,0 +1,690 @@
+//! Summary requests built by the core (pure): what a host sends to a model so that it writes a
+//! job's summary, in the session's wire format.
+//!
+//! * **standalone**: a system prompt of five sections plus guidelines ([`STANDALONE_PROMPT`])
+//!   and one user message holding the span as text ([`render_span`]).
+//! * **fork**: the last served request, its messages byte for byte, with the model, tools and
+//!   cache breakpoints recorded for it ([`crate::event::RequestRecord`]), plus exactly one
+//!   appended user message ([`FORK_PROMPT`], the scope, an excerpt). No system message is added
+//!   and the span is not sent again: the provider reads the whole prefix from its cache.
+//! * **auto**: fork when `span_tokens / prefix_tokens ≥ fork_min_span_ratio`, else standalone
+//!   (a *decline*).
+//!
+//! A fork is refused, falling back to standalone, by the first failing rung of the ladder
+//! ([`ForkRefusal`], in order). The refusal travels with the attempt: [`crate::Session::finish_summary`]
+//! records it in the attempt's event and raises `fork_refused:<reason>` once per reason.
+
+use std::sync::Arc;
+
+use crate::event::{RequestRecord, SummaryMode, ToolsRecord};
+use crate::json::JsonWriter;
+use crate::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message, Role};
+use crate::request::{self, RequestOptions, ServedView};
+use crate::state::{Item, State};
+use crate::store::BlobId;
+use crate::summary::SummaryJob;
+use crate::view::{item_message, summary_message, ViewCache};
+use crate::wire::{BlobSource, WireFormat};
+
+/// Characters of a tool call's arguments kept in a standalone span (then `…`).
+pub const TOOL_ARGS_CHARS: usize = 500;
+/// Characters of the span's last message quoted in a fork's scope (then `…`).
+pub const EXCERPT_CHARS: usize = 300;
+/// `auto` forks from this `span_tokens / prefix_tokens` on: below it the fork's prompt, read
+/// from the cache at a tenth of the price, costs more than a standalone prompt of the span
+/// alone (Anthropic: $0.00077 vs $0.00350 per thousand tokens).
+pub const DEFAULT_FORK_MIN_SPAN_RATIO: f64 = 0.22;
+/// Consecutive failed attempts after which the engine stops offering summary jobs.
+pub const DEFAULT_MAX_FAILURES: u32 = 3;
+/// `max_tokens` of a summary request unless set.
+pub const DEFAULT_MAX_TOKENS: u64 = 2_048;
+
+/// The standalone system prompt: five sections and guidelines.
+pub const STANDALONE_PROMPT: &str =
+    "You summarize part of a conversation between a user and an AI assistant so that the \
+assistant can continue the work without the original messages. Write the summary under these five headings:\n\
+\n\
+1. User Requests & Decisions: what the user asked for, in their words where it matters, and every decision taken.\n\
+2. Files Examined or Modified: paths, and what was read, changed or created in each.\n\
+3. Errors Encountered & Resolutions: each error, its cause and how it was resolved (or that it was not).\n\
+4. Current Task State: what is done, what is in progress, what comes next.\n\
+5. Key Technical Details: names, values, commands, versions and facts the work depends on.\n\
+\n\
+Guidelines:\n\
+- Be concise and factual; keep identifiers, paths, numbers and commands exact.\n\
+- Do not invent anything that is not in the messages; omit a heading's content if there is none.\n\
+- Tool outputs matter only for the facts they established.\n\
+- Write only the summary, without preamble.";
+
+/// The instruction a fork appends (followed by the scope and the excerpt).
+pub const FORK_PROMPT: &str =
+    "Stop the task for a moment: write a summary of part of this conversation so that it can \
+replace those messages. Use the five headings User Requests & Decisions; Files Examined or Modified; Errors \
+Encountered & Resolutions; Current Task State; Key Technical Details. Be concise and factual, keep identifiers, \
+paths, numbers and commands exact, invent nothing, call no tool, and write only the summary.";
+
+/// How the host wants its summaries written, and the knobs of the fork decision. These steer
+/// host-side calls, not the engine's view, so they are not in the logged [`crate::Config`];
+/// what they decided is logged (the attempt's mode, refusal and guards carry the numbers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryCall {
+    /// `Standalone`, `Fork` or `Auto` (`Extractive` is the built-in summarizer, no request).
+    pub mode: SummaryMode,
+    /// The summarization model, when it is not the session's own: a different model cannot
+    /// read the session's cache, so a fork is refused. `None`: the model of the last request.
+    pub model: Option<String>,
+    /// `max_tokens` of the request.
+    pub max_tokens: u64,
+    /// `auto` forks from this span-to-prefix token ratio on.
+    pub fork_min_span_ratio: f64,
+    /// Consecutive failures after which summary jobs pause until a call fits again.
+    pub max_failures: u32,
+    /// The wire format the summarizer speaks, when it is not the session's (an OpenAI-compatible
+    /// server summarizing an Anthropic session): the standalone request is built in it, and a
+    /// fork is refused (another API cannot read the session's cache). `None`: the session's.
+    pub format: Option<WireFormat>,
+}
+
+impl Default for SummaryCall {
+    fn default() -> Self {
+        SummaryCall {
+            mode: SummaryMode::Standalone,
+            model: None,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            fork_min_span_ratio: DEFAULT_FORK_MIN_SPAN_RATIO,
+            max_failures: DEFAULT_MAX_FAILURES,
+            format: None,
+        }
+    }
+}
+
+impl SummaryCall {
+    /// The given mode with the defaults.
+    pub fn new(mode: SummaryMode) -> Self {
+        SummaryCall { mode, ..SummaryCall::default() }
+    }
+
+    /// Sets the summarization model.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Sets `max_tokens`.
+    pub fn max_tokens(mut self, n: u64) -> Self {
+        self.max_tokens = n;
+        self
+    }
+
+    /// Sets the summarizer's wire format.
+    pub fn format(mut self, format: WireFormat) -> Self {
+        self.format = Some(format);
+        self
+    }
+
+    /// Sets the `auto` ratio.
+    pub fn fork_min_span_ratio(mut self, r: f64) -> Self {
+        self.fork_min_span_ratio = r;
+        self
+    }
+}
+
+/// Why a fork was not used. The order of the variants is the ladder's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ForkRefusal {
+    /// The last served request was committed without its record (plain `commit`): its tools
+    /// are unknown, and a fork without them would not hit the cache.
+    ToolsNotRecorded {
+        /// That call.
+        call: u64,
+    },
+    /// A summarization model other than the one the last request was sent to is configured.
+    ModelDiffers {
+        /// The configured one.
+        configured: String,
+        /// The recorded one.
+        recorded: Option<String>,
+    },
+    /// No request was served yet: there is no prefix.
+    NoRequestServed,
+    /// The last served request ends with tool calls whose results it does not hold.
+    UnansweredToolCalls {
+        /// The call.
+        call: u64,
+    },
+    /// The span is not inside the last served request (edits, a flush or a restore since, or
+    /// the span is not shown there as one run).
+    SpanNotServed(String),
+    /// The fork request could not be built.
+    Unbuildable(String),
+    /// `auto` only: the span is too small a share of the prefix for a fork to pay.
+    Declined {
+        /// Tokens of the span.
+        span_tokens: u64,
+        /// Tokens of the prefix.
+        prefix_tokens: u64,
+        /// The knob.
+        min_ratio: f64,
+    },
+}
+
+impl ForkRefusal {
+    /// Snake-case name (the `fork_refused:<name>` guard and the attempt's `refusal`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ForkRefusal::ToolsNotRecorded { .. } => "tools_not_recorded",
+            ForkRefusal::ModelDiffers { .. } => "model_differs",
+            ForkRefusal::NoRequestServed => "no_request_served",
+            ForkRefusal::UnansweredToolCalls { .. } => "unanswered_tool_calls",
+            ForkRefusal::SpanNotServed(_) => "span_not_in_last_request",
+            ForkRefusal::Unbuildable(_) => "fork_unbuildable",
+            ForkRefusal::Declined { .. } => "span_below_ratio",
+        }
+    }
+
+    /// A decline (`auto`'s cost decision), not a refusal?
+    pub fn is_decline(&self) -> bool {
+        matches!(self, ForkRefusal::Declined { .. })
+    }
+
+    /// One sentence with the numbers.
+    pub fn describe(&self) -> String {
+        match self {
+            ForkRefusal::ToolsNotRecorded { call } => format!(
+                "call {call} was committed without its request record, so its tools are unknown; commit with \
+                 Session::commit_request to allow forks"
+            ),
+            ForkRefusal::ModelDiffers { configured, recorded } => format!(
+                "the summarization model {configured} is not the model of the last request ({}); a different \
+                 model cannot read its cache",
+                recorded.as_deref().unwrap_or("none recorded")
+            ),
+            ForkRefusal::NoRequestServed => "no request was served yet: there is no prefix to append to".into(),
+            ForkRefusal::UnansweredToolCalls { call } => {
+                format!("the request of call {call} ends with tool calls it holds no results for")
+            }
+            ForkRefusal::SpanNotServed(why) => format!("the span is not inside the last served request: {why}"),
+            ForkRefusal::Unbuildable(why) => format!("the fork request could not be built: {why}"),
+            ForkRefusal::Declined { span_tokens, prefix_tokens, min_ratio } => format!(
+                "the span ({span_tokens} tokens) is {:.3} of the prefix ({prefix_tokens} tokens), below \
+                 fork_min_span_ratio {min_ratio}: standalone is cheaper",
+                ratio(*span_tokens, *prefix_tokens)
+            ),
+        }
+    }
+}
+
+fn ratio(span: u64, prefix: u64) -> f64 {
+    span as f64 / prefix as f64
+}
+
+/// `auto`'s cost predicate: fork when `span_tokens / prefix_tokens ≥ min_ratio`; a prefix of 0
+/// has no opinion (fork).
+pub fn auto_forks(span_tokens: u64, prefix_tokens: u64, min_ratio: f64) -> bool {
+    prefix_tokens == 0 || ratio(span_tokens, prefix_tokens) >= min_ratio
+}
+
+/// The request to send for a summary job, and how it was decided.
+#[derive(Debug, Clone)]
+pub struct SummaryRequest {
+    format: WireFormat,
+    body: Vec<u8>,
+    /// Mode asked for.
+    pub mode_requested: SummaryMode,
+    /// Mode used (`Standalone` or `Fork`).
+    pub mode_used: SummaryMode,
+    /// Why a fork was refused or declined.
+    pub refusal: Option<ForkRefusal>,
+    /// The call whose request a fork appends to.
+    pub prefix_call: Option<u64>,
+    /// Estimated tokens of the span.
+    pub span_tokens: u64,
+    /// Estimated tokens of the last served request's view (0 when none).
+    pub prefix_tokens: u64,
+}
+
+impl SummaryRequest {
+    /// The JSON body, ready to POST to the session's provider API.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// Its wire format.
+    pub fn format(&self) -> WireFormat {
+        self.format
+    }
+
+    /// The `model` field of the body, if any.
+    pub fn model(&self) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        v.get("model")?.as_str().map(str::to_owned)
+    }
+}
+
+/// Builds the request for `job` (`span`: its messages as appended; empty for a condense job).
+/// `blobs` reads the recorded tools and the media a fork inlines.
+pub(crate) fn build(
+    state: &State,
+    format: WireFormat,
+    job: &SummaryJob,
+    span: &[Arc<Message>],
+    call: &SummaryCall,
+    blobs: &dyn BlobSource,
+) -> SummaryRequest {
+    let prefix_tokens = state.last_served().map_or(0, |l| l.view_tokens);
+    let requested = call.mode;
+    let own = call.format.unwrap_or(format);
+    let standalone = |refusal: Option<ForkRefusal>| SummaryRequest {
+        format: own,
+        body: standalone_body(state, own, job, span, call),
+        mode_requested: requested,
+        mode_used: SummaryMode::Standalone,
+        refusal,
+        prefix_call: None,
+        span_tokens: job.span_tokens,
+        prefix_tokens,
+    };
+    if !matches!(requested, SummaryMode::Fork | SummaryMode::Auto) {
+        return standalone(None);
+    }
+    match fork(state, format, job, call, blobs) {
+        Err(refusal) => standalone(Some(refusal)),
+        Ok((body, prefix_call)) => {
+            // The cost predicate runs after the alignment checks; a prefix of 0 has no opinion.
+            if requested == SummaryMode::Auto && !auto_forks(job.span_tokens, prefix_tokens, call.fork_min_span_ratio) {
+                return standalone(Some(ForkRefusal::Declined {
+                    span_tokens: job.span_tokens,
+                    prefix_tokens,
+                    min_ratio: call.fork_min_span_ratio,
+                }));
+            }
+            SummaryRequest {
+                format,
+                body,
+                mode_requested: requested,
+                mode_used: SummaryMode::Fork,
+                refusal: None,
+                prefix_call: Some(prefix_call),
+                span_tokens: job.span_tokens,
+                prefix_tokens,
+            }
+        }
+    }
+}
+
+/// The fork request, or the first rung of the ladder that refuses it.
+fn fork(
+    state: &State,
+    format: WireFormat,
+    job: &SummaryJob,
+    call: &SummaryCall,
+    blobs: &dyn BlobSource,
+) -> Result<(Vec<u8>, u64), ForkRefusal> {
+    let last = state.last_served();
+    // 1. Tools never recorded (for the request a fork would append to).
+    if let Some(l) = last.filter(|l| l.request.is_none()) {
+        return Err(ForkRefusal::ToolsNotRecorded { call: l.call });
+    }
+    // 2. A different summarization model.
+    if let (Some(configured), Some(l)) = (&call.model, last) {
+        let recorded = l.request.as_ref().and_then(|r| r.model.clone());
+        if recorded.as_ref() != Some(configured) {
+            return Err(ForkRefusal::ModelDiffers { configured: configured.clone(), recorded });
+        }
+    }
+    // 3. No request served yet.
+    let (Some(last), Some(record)) = (last, last.and_then(|l| l.request.as_ref())) else {
+        return Err(ForkRefusal::NoRequestServed);
+    };
+    // The served view is the current view's first `view_messages` items only while nothing but
+    // appends happened since (rung 5 refuses otherwise; rung 4 needs it to read the request).
+    let fresh = state.prefix_stable_since_last_call();
+    let mut cache = ViewCache::new();
+    if fresh {
+        cache.sync_prefix(state, usize::try_from(last.view_messages).unwrap_or(usize::MAX));
+        // 4. The request ends with unanswered tool calls.
+        let ends_calling = cache
+            .items()
+            .last()
+            .and_then(|it| item_message(state, it.item))
+            .is_some_and(|m| m.call_ids().next().is_some());
+        if ends_calling {
+            return Err(ForkRefusal::UnansweredToolCalls { call: last.call });
+        }
+    }
+    // 5. The span is not inside the last served request.
+    if !fresh {
+        return Err(ForkRefusal::SpanNotServed(format!(
+            "the view changed since call {} (an edit, a flush or a restore)",
+            last.call
+        )));
+    }
+    let is_system = |item: Item| match item {
+        Item::Message(seq) => state.entry(seq).is_some_and(|e| e.is_system()),
+        Item::Summary(_) => false,
+    };
+    let in_span = |item: Item| match item {
+        Item::Message(seq) if !job.is_condense() => (job.from..job.to).contains(&seq),
+        Item::Summary(i) => job.condense.contains(&i),
+        Item::Message(_) => false,
+    };
+    // Positions among the messages after the system prompt (how the scope names them).
+    let after_system: Vec<Item> = cache.items().iter().map(|it| it.item).filter(|&i| !is_system(i)).collect();
+    let positions: Vec<usize> = after_system.iter().enumerate().filter(|(_, &i)| in_span(i)).map(|(p, _)| p).collect();
+    let (Some(&first), Some(&last_pos)) = (positions.first(), positions.last()) else {
+        return Err(ForkRefusal::SpanNotServed(format!("none of it is in the view of call {}", last.call)));
+    };
+    // Every message of the span still in the view must be in the served prefix: the part
+    // appended since would otherwise be summarized unseen.
+    let shown = state.view().iter().filter(|it| in_span(it.item) && !is_system(it.item)).count();
+    if shown != positions.len() {
+        return Err(ForkRefusal::SpanNotServed(format!(
+            "{} of its {shown} messages in the view came after call {}",
+            shown - positions.len(),
+            last.call
+        )));
+    }
+    if last_pos - first + 1 != positions.len() {
+        return Err(ForkRefusal::SpanNotServed(format!(
+            "it is not one run of messages in the view of call {}",
+            last.call
+        )));
+    }
+    // 6. The fork request cannot be built.
+    if let Some(other) = call.format.filter(|&f| f != format) {
+        return Err(ForkRefusal::Unbuildable(format!(
+            "the summarizer speaks {}, the session {}",
+            other.as_str(),
+            format.as_str()
+        )));
+    }
+    if cache.digest() != last.digest {
+        return Err(ForkRefusal::Unbuildable(format!(
+            "the rebuilt prefix hashes to {}, call {} recorded {}",
+            cache.digest(),
+            last.call,
+            last.digest
+        )));
+    }
+    let opts = options(record, call, blobs).map_err(ForkRefusal::Unbuildable)?;
+    let view = ServedView { state, items: cache.items(), bytes: cache.bytes(), digest: &last.digest };
+    let served = request::render(&view, format, &opts, blobs);
+    if let Some(id) = served.missing_blobs().first() {
+        return Err(ForkRefusal::Unbuildable(format!("media blob {id} of the prefix is missing")));
+    }
+    let excerpt_of = after_system.get(last_pos).and_then(|&i| item_message(state, i)).map(|m| excerpt(&m));
+    let text = fork_message(first, positions.len(), excerpt_of.as_deref().unwrap_or(""));
+    let body = append_user_message(served.into_body(), &text)
+        .ok_or_else(|| ForkRefusal::Unbuildable("the rendered request does not end with its messages array".into()))?;
+    Ok((body, last.call))
+}
+
+/// The recorded fields as request options: model, the summary's `max_tokens`, the recorded
+/// tools verbatim, the recorded breakpoints.
+fn options(record: &RequestRecord, call: &SummaryCall, blobs: &dyn BlobSource) -> Result<RequestOptions, String> {
+    let mut opts = RequestOptions::new();
+    if let Some(m) = &record.model {
+        opts = opts.model(m);
+    }
+    opts = opts.max_tokens(call.max_tokens);
+    if let ToolsRecord::Blob { id, .. } = &record.tools {
+        let bytes = blobs.blob(id).ok_or_else(|| format!("the recorded tools (blob {id}) are missing"))?;
+        let json = String::from_utf8(bytes).map_err(|_| format!("the recorded tools (blob {id}) are not UTF-8"))?;
+        opts = opts.field("tools", &json).map_err(|e| format!("the recorded tools (blob {id}): {e}"))?;
+    }
+    if let Some(ttl) = record.breakpoints {
+        opts = opts.cache_breakpoints(ttl);
+    }
+    Ok(opts)
+}
+
+/// The appended user message: the prompt, the scope, the excerpt.
+pub fn fork_message(skip: usize, n: usize, excerpt: &str) -> String {
+    let plural = |k: usize| if k == 1 { "message" } else { "messages" };
+    let scope = if skip == 0 {
+        format!("the first {n} {} following the system prompt", plural(n))
+    } else {
+        format!("the {n} {} following the first {skip} {} after the system prompt", plural(n), plural(skip))
+    };
+    format!(
+        "{FORK_PROMPT}\n\nSCOPE: summarize only {scope}; your summary replaces them, and the messages after them \
+         stay as they are. The last message of that span reads: \"{excerpt}\""
+    )
+}
+
+/// At most [`EXCERPT_CHARS`] characters of a message as the span renders it.
+pub fn excerpt(m: &Message) -> String {
+    let text = render_message(m);
+    cut(&text, EXCERPT_CHARS)
+}
+
+fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// Appends `{"role":"user","content":text}` to the `messages` array that ends `body`.
+fn append_user_message(mut body: Vec<u8>, text: &str) -> Option<Vec<u8>> {
+    if !body.ends_with(b"]}") {
+        return None;
+    }
+    body.truncate(body.len() - 2);
+    let empty = body.ends_with(b"[");
+    let mut w = JsonWriter::new();
+    w.raw(if empty { "" } else { "," });
+    w.raw(r#"{"role":"user","content":"#);
+    w.string(text);
+    w.raw("}]}");
+    body.extend_from_slice(&w.into_bytes());
+    Some(body)
+}
+
+/// The standalone body: `{"model"?, "max_tokens", system prompt, one user message}`.
+fn standalone_body(
+    state: &State,
+    format: WireFormat,
+    job: &SummaryJob,
+    span: &[Arc<Message>],
+    call: &SummaryCall,
+) -> Vec<u8> {
+    let model = call.model.clone().or_else(|| state.last_served()?.request.as_ref()?.model.clone());
+    let text = if job.is_condense() {
+        let msgs: Vec<Message> = job
+            .condense
+            .iter()
+            .filter_map(|&i| state.summaries().get(i as usize).map(|s| summary_message(state, s)))
+            .collect();
+        render_messages(msgs.iter())
+    } else {
+        // What a flush keeps verbatim (system, pinned, first human) stays in the view: not
+        // summarized.
+        let kept = |i: usize| state.kept_through_flush(job.from + i as u64);
+        render_messages(span.iter().enumerate().filter(|(i, _)| !kept(*i)).map(|(_, m)| m.as_ref()))
+    };
+    standalone_json(format, model.as_deref(), call.max_tokens, &text)
+}
+
+/// The standalone body for a rendered span.
+pub fn standalone_json(format: WireFormat, model: Option<&str>, max_tokens: u64, span_text: &str) -> Vec<u8> {
+    let mut w = JsonWriter::new();
+    w.raw("{");
+    if let Some(m) = model {
+        w.raw(r#""model":"#);
+        w.string(m);
+        w.raw(",");
+    }
+    w.raw(&format!(r#""max_tokens":{max_tokens},"#));
+    match format {
+        WireFormat::Anthropic => {
+            w.raw(r#""system":"#);
+            w.string(STANDALONE_PROMPT);
+            w.raw(r#","messages":[{"role":"user","content":"#);
+            w.string(span_text);
+            w.raw("}]}");
+        }
+        WireFormat::OpenAi => {
+            w.raw(r#""messages":[{"role":"system","content":"#);
+            w.string(STANDALONE_PROMPT);
+            w.raw(r#"},{"role":"user","content":"#);
+            w.string(span_text);
+            w.raw("}]}");
+        }
+    }
+    w.into_bytes()
+}
+
+/// The span as text: each message rendered by [`render_message`], joined by blank lines.
+pub fn render_messages<'a>(msgs: impl Iterator<Item = &'a Message>) -> String {
+    msgs.map(render_message).filter(|s| !s.is_empty()).collect::<Vec<_>>().join("\n\n")
+}
+
+/// One message as text: `[role]: text`, each tool call on its own line as
+/// `  [tool_call: name(args)]` (args as compact JSON, cut at [`TOOL_ARGS_CHARS`] + `…`), each
+/// tool result as `[tool_result for ID]: text`, media as a reference (`[image image/png, 1,234
+/// bytes, sha256:…]`), never inlined; thinking is left out.
+pub fn render_message(m: &Message) -> String {
+    let mut texts: Vec<String> = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
+    match &m.content {
+        Some(Content::Text(t)) => texts.push(t.clone()),
+        Some(Content::Blocks(bs)) => {
+            for b in bs {
+                match b {
+                    Block::ToolUse { name, input, .. } => lines.push(tool_call(name, input.as_str())),
+                    Block::ToolResult { tool_use_id, content, .. } => {
+                        lines.push(format!("[tool_result for {tool_use_id}]: {}", content_text(content.as_ref())))
+                    }
+                    other => texts.extend(block_text(other)),
+                }
+            }
+        }
+        Some(Content::Null) | None => {}
+    }
+    for c in m.tool_calls.iter().flatten() {
+        lines.push(tool_call(&c.name, &c.arguments));
+    }
+    let body = texts.join("\n");
+    let head = match (m.role, &m.tool_call_id) {
+        (Role::Tool, Some(id)) => format!("[tool_result for {id}]: {body}"),
+        _ if body.is_empty() && !lines.is_empty() => String::new(),
+        (role, _) => format!("[{}]: {body}", role.as_str()),
+    };
+    let mut out = head;
+    for l in lines {
+        if !out.is_empty() {
+            out.push('\n');
+            if l.starts_with("[tool_call") {
+                out.push_str("  ");
+            }
+        }
+        out.push_str(&l);
+    }
+    out
+}
+
+fn tool_call(name: &str, args: &str) -> String {
+    let compact = serde_json::from_str::<serde_json::Value>(args).map(|v| v.to_string()).unwrap_or(args.to_owned());
+    format!("[tool_call: {name}({})]", cut(&compact, TOOL_ARGS_CHARS))
+}
+
+fn content_text(c: Option<&Content>) -> String {
+    match c {
+        Some(Content::Text(t)) => t.clone(),
+        Some(Content::Blocks(bs)) => bs.iter().filter_map(block_text).collect::<Vec<_>>().join("\n"),
+        Some(Content::Null) | None => String::new(),
+    }
+}
+
+fn block_text(b: &Block) -> Option<String> {
+    match b {
+        Block::Text { text, .. } => Some(text.clone()),
+        Block::Media { kind, source, .. } => Some(match source {
+            MediaSource::Base64 { media_type, data, .. } => media_ref(kind.as_str(), media_type, data),
+            MediaSource::Other(_) => format!("[{} (external source)]", kind.as_str()),
+        }),
+        Block::ImageUrl { url, .. } => Some(match url {
+            ImageUrl::Data { media_type, data } => media_ref("image", media_type, data),
+            ImageUrl::Link(u) => format!("[image {u}]"),
+        }),
+        Block::ToolUse { name, input, .. } => Some(tool_call(name, input.as_str())),
+        Block::ToolResult { tool_use_id, content, .. } => {
+            Some(format!("[tool_result for {tool_use_id}]: {}", content_text(content.as_ref())))
+        }
+        Block::Thinking { .. } => None,
+        Block::Other(raw) => {
+            let kind = serde_json::from_str::<serde_json::Value>(raw.as_str())
+                .ok()
+                .and_then(|v| v.get("type")?.as_str().map(str::to_owned))
+                .unwrap_or_else(|| "block".into());
+            (kind != "redacted_thinking").then(|| format!("[{kind}]"))
+        }
+    }
+}
+
+fn media_ref(kind: &str, media_type: &str, data: &MediaData) -> String {
+    match data {
+        MediaData::Blob(r) => format!("[{kind} {media_type}, {} bytes, {}]", r.bytes, r.id),
+        MediaData::Inline(b64) => format!("[{kind} {media_type}, {} base64 characters, not shown]", b64.len()),
+    }
+}
+
+/// Content address a tools JSON gets in the blob area.
+pub fn tools_id(json: &str) -> BlobId {
+    BlobId::of(json.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Block, RawJson};
+
+    #[test]
+    fn auto_forks_from_the_ratio_on_and_without_a_prefix() {
+        let r = DEFAULT_FORK_MIN_SPAN_RATIO;
+        assert!(!auto_forks(21, 100, r));
+        assert!(auto_forks(22, 100, r));
+        assert!(auto_forks(23, 100, r));
+        assert!(auto_forks(1, 0, r), "a prefix of 0 has no opinion");
+        assert!(!auto_forks(999, 1_000, 1.0));
+    }
+
+    #[test]
+    fn a_message_renders_role_text_calls_results_and_media_references() {
+        let long = format!("{{\"q\":\"{}\"}}", "x".repeat(600));
+        let mut m = Message::text(Role::Assistant, "");
+        m.content = Some(Content::Blocks(vec![
+            Block::Text { text: "Looking.".into(), extra: Vec::new() },
+            Block::Thinking { thinking: "secret".into(), signature: None, extra: Vec::new() },
+            Block::ToolUse { id: "t1".into(), name: "grep".into(), input: RawJson(long), extra: Vec::new() },
+        ]));
+        let out = render_message(&m);
+        assert!(out.starts_with("[assistant]: Looking.\n  [tool_call: grep({\"q\":\"xxx"), "{out}");
+        assert!(out.ends_with("…)]"), "{out}");
+        assert!(!out.contains("secret"));
+        let call = out.lines().nth(1).unwrap_or_default();
+        assert_eq!(call.chars().count(), "  [tool_call: grep(".len() + TOOL_ARGS_CHARS + "…)]".chars().count());
+        let mut r = Message::text(Role::User, "");
+        r.content = Some(Content::Blocks(vec![Block::ToolResult {
+            tool_use_id: "t1".into(),
+            content: Some(Content::Text("3 matches".into())),
+            is_error: None,
+            extra: Vec::new(),
+        }]));
+        assert_eq!(render_message(&r), "[tool_result for t1]: 3 matches");
+        assert_eq!(cut(&"é".repeat(301), EXCERPT_CHARS).chars().count(), EXCERPT_CHARS + 1);
+    }
+
+    #[test]
+    fn the_fork_message_names_the_span_after_the_system_prompt() {
+        assert!(fork_message(0, 1, "x").contains("the first 1 message following the system prompt"));
+        assert!(
+            fork_message(2, 5, "x").contains("the 5 messages following the first 2 messages after the system prompt")
+        );
+        let body =
+            append_user_message(br#"{"messages":[{"role":"user","content":"a"}]}"#.to_vec(), "b\"").unwrap_or_default();
+        assert_eq!(body, br#"{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b\""}]}"#.to_vec());
+        assert!(append_user_message(b"{}".to_vec(), "b").is_none());
+    }
+}
