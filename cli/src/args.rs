@@ -102,9 +102,30 @@ pub struct ConfigArgs {
     /// Soft threshold where summaries are prepared (default 0.70).
     #[arg(long)]
     pub prepare: Option<f64>,
-    /// Summarizer used by prepare.
-    #[arg(long, value_enum)]
+    /// Who writes summaries: `extractive` (built in), `none`, or a model: `anthropic:URL`,
+    /// `openai:URL` (OpenAI, llama.cpp, vLLM, Ollama), `command:PROGRAM [ARGS]` (the request
+    /// JSON on its stdin, the summary on its stdout).
+    #[arg(long, value_parser = SummarizerArg::parse)]
     pub summarizer: Option<SummarizerArg>,
+    /// How a model is asked: `standalone` (own prompt and the span as text), `fork` (the last
+    /// request plus one message: read from the prompt cache) or `auto` (fork when the span is
+    /// a large enough share of the prompt). Default standalone.
+    #[arg(long, value_enum)]
+    #[serde(skip)]
+    pub summary_call: Option<SummaryCallArg>,
+    /// The model named in summary requests (and recorded for the main calls).
+    #[arg(long)]
+    #[serde(skip)]
+    pub summary_model: Option<String>,
+    /// NAME of the environment variable holding the summarizer's API key (default
+    /// ANTHROPIC_API_KEY for anthropic:, OPENAI_API_KEY if set for openai:).
+    #[arg(long, value_name = "NAME")]
+    #[serde(skip)]
+    pub summary_key_env: Option<String>,
+    /// Seconds a summary call may take (default 120).
+    #[arg(long, value_name = "SECONDS")]
+    #[serde(skip)]
+    pub summary_timeout: Option<f64>,
     /// Defer flushes while the prompt cache is warm.
     #[arg(long)]
     #[serde(default)]
@@ -143,13 +164,66 @@ pub struct ConfigArgs {
 }
 
 /// `--summarizer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
 pub enum SummarizerArg {
     /// Built-in deterministic extractive summaries.
     Extractive,
     /// No summaries.
     None,
+    /// A model, as `anthropic:URL`, `openai:URL` or `command:PROGRAM [ARGS]` (checked when the
+    /// client is built).
+    Model(String),
+}
+
+impl SummarizerArg {
+    /// `extractive`, `none`, or a model spec (`kind:rest`).
+    pub fn parse(s: &str) -> Result<SummarizerArg, String> {
+        match s {
+            "extractive" => Ok(SummarizerArg::Extractive),
+            "none" => Ok(SummarizerArg::None),
+            spec if spec.split_once(':').is_some_and(|(k, r)| !k.is_empty() && !r.trim().is_empty()) => {
+                Ok(SummarizerArg::Model(spec.to_owned()))
+            }
+            other => Err(format!("`{other}`: expected extractive, none, anthropic:URL, openai:URL or command:PROGRAM")),
+        }
+    }
+}
+
+/// In a `--config` file: `extractive` or `none` (a model and its settings are given as flags).
+impl TryFrom<String> for SummarizerArg {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match SummarizerArg::parse(&s)? {
+            SummarizerArg::Model(spec) => {
+                Err(format!("`{spec}`: a model summarizer is given on the command line (--summarizer)"))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// `--summary-call`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SummaryCallArg {
+    /// Own system prompt and the span as text.
+    Standalone,
+    /// The last served request plus one message.
+    Fork,
+    /// Fork when the span is at least 22% of the prompt.
+    Auto,
+}
+
+impl SummaryCallArg {
+    /// The core's mode.
+    pub fn mode(self) -> ctxlog::event::SummaryMode {
+        match self {
+            SummaryCallArg::Standalone => ctxlog::event::SummaryMode::Standalone,
+            SummaryCallArg::Fork => ctxlog::event::SummaryMode::Fork,
+            SummaryCallArg::Auto => ctxlog::event::SummaryMode::Auto,
+        }
+    }
 }
 
 impl ConfigArgs {
@@ -176,9 +250,10 @@ impl ConfigArgs {
         if let Some(v) = self.prepare {
             c.prepare_ratio = v;
         }
-        if let Some(v) = self.summarizer {
+        if let Some(v) = &self.summarizer {
             c.summarizer = match v {
-                SummarizerArg::Extractive => SummarizerKind::Extractive,
+                // A model's summaries are prepared like the built-in ones (the engine asks).
+                SummarizerArg::Extractive | SummarizerArg::Model(_) => SummarizerKind::Extractive,
                 SummarizerArg::None => SummarizerKind::None,
             };
         }

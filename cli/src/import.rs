@@ -48,6 +48,9 @@ pub struct ImportOptions<'a> {
     pub views: Option<&'a mut dyn Write>,
     /// Inline media in `views`.
     pub inline_media: bool,
+    /// A model writes the summaries (`None`: the built-in extractive summarizer). Each call is
+    /// then committed with its request record, so forks can append to it.
+    pub summaries: Option<crate::summarizer::ModelSummaries<'a>>,
 }
 
 /// What an import did.
@@ -143,7 +146,11 @@ pub fn import_in_chunks(
                     };
                     write_view(w, plan.call(), messages)?;
                 }
-                let committed = session.commit(plan, Timestamp::from_millis(clock), reported)?;
+                let at = Timestamp::from_millis(clock);
+                let committed = match &opts.summaries {
+                    Some(m) => session.commit_request(plan, &m.request_options(), at, reported)?,
+                    None => session.commit(plan, at, reported)?,
+                };
                 let first = committed.version + 1 - committed.events.len() as u64;
                 for (i, ev) in committed.events.iter().enumerate() {
                     if let Some(rec) = timeline.feed(first + i as u64, ev, session.state()) {
@@ -151,10 +158,12 @@ pub fn import_in_chunks(
                         records.push(rec);
                     }
                 }
-                summarize(&mut session)?;
+                let written = summarize(&mut session, opts.summaries.as_ref())?;
+                feed(&mut timeline, written, &session);
             } else if call + 1 == done_calls && done_messages <= seq {
                 // The log ends right after this call: its summary jobs may have been cut short.
-                summarize(&mut session)?;
+                let written = summarize(&mut session, opts.summaries.as_ref())?;
+                feed(&mut timeline, written, &session);
             }
             call += 1;
         }
@@ -188,7 +197,13 @@ pub const MAX_JOBS_BETWEEN_CALLS: usize = 64;
 /// Prepare runs between calls, as a host would run its summarizer in the background: every job
 /// the engine has (a span of messages, condensing summaries), until none is left or one is
 /// discarded (asking again would only repeat it).
-fn summarize<S: Store>(session: &mut Session<S>) -> Result<(), CliError> {
+fn summarize<S: Store>(
+    session: &mut Session<S>,
+    model: Option<&crate::summarizer::ModelSummaries<'_>>,
+) -> Result<Vec<ctxlog::Committed>, CliError> {
+    if let Some(m) = model {
+        return m.run(session, MAX_JOBS_BETWEEN_CALLS);
+    }
     for _ in 0..MAX_JOBS_BETWEEN_CALLS {
         let Some(job) = session.summary_job() else { break };
         let text = session.summarize(&job)?;
@@ -196,7 +211,18 @@ fn summarize<S: Store>(session: &mut Session<S>) -> Result<(), CliError> {
             break;
         }
     }
-    Ok(())
+    Ok(Vec::new())
+}
+
+/// Feeds the batches a model's summary attempts wrote to the timeline: the attempts (and their
+/// guards) go into the next call's record, as a replay of the log puts them.
+fn feed<S: Store>(timeline: &mut Timeline, written: Vec<ctxlog::Committed>, session: &Session<S>) {
+    for c in written {
+        let first = c.version + 1 - c.events.len() as u64;
+        for (i, ev) in c.events.iter().enumerate() {
+            timeline.feed(first + i as u64, ev, session.state());
+        }
+    }
 }
 
 /// An unfinished import may only be resumed by the same transcript with the same options: the

@@ -188,7 +188,35 @@ pub fn details(r: &CallRecord) -> Vec<String> {
     for g in &r.guards {
         out.push(format!("      guard {}: {}", g.kind, g.detail));
     }
+    for a in &r.summaries {
+        out.push(summary_attempt(a));
+    }
     out
+}
+
+/// One summary attempt under its call's row: span, modes, refusal, outcome, the summarizer's
+/// prompt and how much of it came from the cache.
+pub fn summary_attempt(a: &ctxlog::replay::SummaryAttemptRecord) -> String {
+    let mut line = format!("      summary {}..{}: {}", a.from, a.to, a.mode_requested);
+    if a.mode_used != a.mode_requested {
+        line.push_str(&format!(" → {}", a.mode_used));
+    }
+    if let Some(r) = &a.refusal {
+        line.push_str(&format!(" (fork refused: {r})"));
+    }
+    line.push_str(&format!(", {}", a.outcome));
+    if let Some(d) = &a.detail {
+        line.push_str(&format!(": {d}"));
+    }
+    if let Some(u) = a.usage {
+        let prompt = u.prompt_total();
+        let pct = if prompt > 0 { 100.0 * u.cache_read as f64 / prompt as f64 } else { 0.0 };
+        line.push_str(&format!("; prompt {} tokens, {pct:.1}% from cache", thousands(prompt)));
+    }
+    if let Some(ms) = a.latency_ms {
+        line.push_str(&format!("; {:.1} s", ms as f64 / 1000.0));
+    }
+    line
 }
 
 /// One JSON line.
@@ -228,7 +256,7 @@ pub fn summary(records: &[CallRecord]) -> Vec<String> {
     let max_summary = records.iter().map(|r| r.summary_tokens).max().unwrap_or(0);
     let last = records.last();
     let share = if calls > 1 { 100.0 * reused as f64 / (calls - 1) as f64 } else { 0.0 };
-    vec![
+    let mut lines = vec![
         format!("calls: {calls}; messages: {}", last.map_or(0, |r| r.messages)),
         format!(
             "final view: {} messages, {} tokens (budget {})",
@@ -240,5 +268,29 @@ pub fn summary(records: &[CallRecord]) -> Vec<String> {
         format!("flushes: {flushes}; edits: {edits}; guards raised: {guards}; highest ladder level: {max_level}"),
         format!("calls served over budget: {over}; calls deferred by the cache-aware gate: {deferred}"),
         format!("most summary tokens in a view: {}", thousands(max_summary)),
-    ]
+    ];
+    let attempts: Vec<_> = records.iter().flat_map(|r| &r.summaries).collect();
+    if !attempts.is_empty() {
+        let count =
+            |f: &dyn Fn(&&ctxlog::replay::SummaryAttemptRecord) -> bool| attempts.iter().filter(|a| f(a)).count();
+        let forks = count(&|a| a.mode_used == "fork");
+        let refused = count(&|a| a.refusal.is_some());
+        let failed = count(&|a| a.outcome != "prepared");
+        let (prompt, cached) = attempts
+            .iter()
+            .filter_map(|a| a.usage)
+            .fold((0u64, 0u64), |(p, c), u| (p + u.prompt_total(), c + u.cache_read));
+        let pct = if prompt > 0 { 100.0 * cached as f64 / prompt as f64 } else { 0.0 };
+        lines.push(format!(
+            "summary attempts: {}; fork {forks}, standalone {}; fork refused or declined {refused}; failed {failed}",
+            attempts.len(),
+            attempts.len() - forks
+        ));
+        lines.push(format!(
+            "summarizer prompts: {} tokens, {} read from the cache ({pct:.1}%)",
+            thousands(prompt),
+            thousands(cached)
+        ));
+    }
+    lines
 }

@@ -95,6 +95,7 @@ fn options() -> ImportOptions<'static> {
         call_interval_ms: 30_000,
         views: None,
         inline_media: false,
+        summaries: None,
     }
 }
 

@@ -50,8 +50,14 @@ fn simulate(budget: u64, cache_aware: bool) -> Priced {
     let mut views = Views::default();
     let store = MemoryStore::new();
     let config = Config { budget, cache_aware, ..Config::default() };
-    let opts =
-        ImportOptions { config, session: None, call_interval_ms: 30_000, views: Some(&mut views), inline_media: false };
+    let opts = ImportOptions {
+        config,
+        session: None,
+        call_interval_ms: 30_000,
+        views: Some(&mut views),
+        inline_media: false,
+        summaries: None,
+    };
     let mut records: Vec<CallRecord> = Vec::new();
     import(&transcript, &store, opts, |r| {
         records.push(r.clone());

@@ -30,7 +30,14 @@ struct Run {
 fn once(t: &Transcript, store: &dyn Store) -> Run {
     let id = StreamId::random();
     let config = Config { budget: ctxlog_cli::DEMO_BUDGET, ..Config::default() };
-    let opts = ImportOptions { config, session: Some(id), call_interval_ms: 30_000, views: None, inline_media: false };
+    let opts = ImportOptions {
+        config,
+        session: Some(id),
+        call_interval_ms: 30_000,
+        views: None,
+        inline_media: false,
+        summaries: None,
+    };
     let start = Instant::now();
     let done = import(t, store, opts, |_| Ok(())).unwrap_or_else(|e| panic!("{e}"));
     let import_ms = start.elapsed().as_secs_f64() * 1e3;

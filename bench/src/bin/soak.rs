@@ -353,6 +353,7 @@ fn policy_run(path: &Path, flags: &[String]) -> (Policy, MemoryStore) {
         call_interval_ms: (args.call_interval * 1000.0).round() as u64,
         views: Some(&mut sink),
         inline_media: false,
+        summaries: None,
     };
     let start = Instant::now();
     import(&transcript, &store, opts, |r| {
