@@ -252,9 +252,15 @@ fn rung_5_a_span_not_inside_the_last_request_refuses_the_fork() {
     let edited = edited.expect("the ladder edited a message");
     s.restore(edited, "test", "stale record").unwrap();
     assert!(!s.state().prefix_stable_since_last_call());
-    if s.summary_job().is_some() {
-        assert_eq!(refusal(&s, &fork()), Some("span_not_in_last_request"));
+    let mut i = 100;
+    while s.summary_job().is_none() {
+        s.append(turn(i)).unwrap();
+        i += 1;
     }
+    let req = s.summary_request(&s.summary_job().unwrap(), &fork()).unwrap();
+    let refused = req.refusal.unwrap();
+    assert_eq!(refused.name(), "span_not_in_last_request");
+    assert!(refused.describe().contains("the view changed since call"), "{}", refused.describe());
 }
 
 #[test]
@@ -301,6 +307,31 @@ fn each_refusal_is_raised_once_per_session_and_counted_every_time() {
     // Every attempt carries its refusal in its own record.
     let r = replay::replay(&store, s.id(), Mode::Strict, None).unwrap();
     assert_eq!(r.state.fork_refusals().get("no_request_served"), Some(&3));
+}
+
+#[test]
+fn a_refusal_after_requests_is_also_raised_once_and_counted_per_attempt() {
+    let store = MemoryStore::new();
+    let (mut s, _) = served(&store, 10);
+    let other = fork().model("claude-haiku-4-5");
+    for n in 1..=2u64 {
+        let job = s.summary_job().unwrap();
+        let attempt = s.start_summary(&job, &other).unwrap();
+        assert_eq!(attempt.request.refusal.as_ref().map(|r| r.name()), Some("model_differs"));
+        assert_eq!(attempt.request.model().as_deref(), Some("claude-haiku-4-5"), "standalone names its model");
+        let done = s.finish_summary(attempt, SummaryOutcome::failed(SummaryFailure::Timeout)).unwrap();
+        assert!(matches!(done, SummaryFinished::Failed { failure: SummaryFailure::Timeout, .. }));
+        assert_eq!(s.state().fork_refusals().get("model_differs"), Some(&n));
+    }
+    let raised =
+        guards(&store, s.id(), |k| matches!(k, GuardKind::ForkRefused { reason } if reason == "model_differs"));
+    assert_eq!(raised, 1);
+    // A wrong attempt handle is refused.
+    let job = s.summary_job().unwrap();
+    let attempt = s.start_summary(&job, &fork()).unwrap();
+    let stray = attempt.clone();
+    s.cancel_summary(attempt);
+    assert!(matches!(s.finish_summary(stray, SummaryOutcome::text("x")), Err(ctxlog::SessionError::NotInFlight(_))));
 }
 
 fn guards(store: &MemoryStore, id: StreamId, want: impl Fn(&GuardKind) -> bool) -> usize {
@@ -368,11 +399,10 @@ fn a_summary_returning_after_its_span_was_summarized_or_edited_is_discarded_with
     let job = s.summary_job().unwrap();
     let attempt = s.start_summary(&job, &SummaryCall::default()).unwrap();
     let edited = (job.from..job.to).find(|&q| s.state().entry(q).is_some_and(|e| e.edit.is_some()));
-    if let Some(q) = edited {
-        s.restore(q, "test", "edit the span meanwhile").unwrap();
-        let done = s.finish_summary(attempt, SummaryOutcome::text("x")).unwrap();
-        assert!(matches!(done, SummaryFinished::Failed { failure: SummaryFailure::Stale(_), .. }));
-    }
+    let q = edited.expect("the ladder edited a message of the span");
+    s.restore(q, "test", "edit the span meanwhile").unwrap();
+    let done = s.finish_summary(attempt, SummaryOutcome::text("x")).unwrap();
+    assert!(matches!(done, SummaryFinished::Failed { failure: SummaryFailure::Stale(_), .. }));
 }
 
 #[test]
