@@ -41,16 +41,17 @@ impl AnthropicClient {
             ("content-type", "application/json"),
         ];
         let answer = self.http.post_json(&self.url, &headers, body)?;
-        let text = text_of(&answer).map_err(|detail| LlmError::InvalidJson { source_name: self.url.clone(), detail })?;
+        let text =
+            text_of(&answer).map_err(|detail| LlmError::InvalidJson { source_name: self.url.clone(), detail })?;
         if text.trim().is_empty() {
             return Err(LlmError::Empty { source_name: self.url.clone() });
         }
         let usage = match answer.get("usage") {
             None | Some(Value::Null) => None,
-            Some(u) => Some(Usage::from_anthropic(u).map_err(|e| LlmError::InvalidJson {
-                source_name: self.url.clone(),
-                detail: e.to_string(),
-            })?),
+            Some(u) => Some(
+                Usage::from_anthropic(u)
+                    .map_err(|e| LlmError::InvalidJson { source_name: self.url.clone(), detail: e.to_string() })?,
+            ),
         };
         Ok(Completion { text, usage, latency: start.elapsed(), model: answered_model(&answer) })
     }
@@ -93,6 +94,10 @@ impl Summarizer for AnthropicClient {
 
 impl fmt::Debug for AnthropicClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnthropicClient").field("url", &self.url).field("key", &self.key).field("model", &self.model).finish()
+        f.debug_struct("AnthropicClient")
+            .field("url", &self.url)
+            .field("key", &self.key)
+            .field("model", &self.model)
+            .finish()
     }
 }

@@ -32,7 +32,12 @@ pub struct CommandClient {
 impl CommandClient {
     /// A client running `program args…` with no shell in between; the model, if any, is in
     /// the environment as `CTXLOG_SUMMARY_MODEL`.
-    pub fn new(program: impl Into<String>, args: Vec<String>, model: Option<String>, timeout: Duration) -> CommandClient {
+    pub fn new(
+        program: impl Into<String>,
+        args: Vec<String>,
+        model: Option<String>,
+        timeout: Duration,
+    ) -> CommandClient {
         CommandClient { program: program.into(), args, model, timeout }
     }
 
@@ -113,7 +118,8 @@ impl Summarizer for CommandClient {
         if !status.success() {
             return Err(self.fail(format!("exited with {status}"), &err_bytes));
         }
-        let text = String::from_utf8(out_bytes).map_err(|e| self.fail(format!("stdout is not UTF-8: {e}"), &err_bytes))?;
+        let text =
+            String::from_utf8(out_bytes).map_err(|e| self.fail(format!("stdout is not UTF-8: {e}"), &err_bytes))?;
         let text = text.trim().to_owned();
         if text.is_empty() {
             return Err(LlmError::Empty { source_name: format!("command `{}`", self.program) });

@@ -85,9 +85,11 @@ impl LlmError {
             LlmError::Empty { source_name } => LlmError::Empty { source_name: key.scrub(&source_name) },
             LlmError::Connect { url, detail } => LlmError::Connect { url: key.scrub(&url), detail: key.scrub(&detail) },
             e @ LlmError::MissingKey { .. } => e,
-            LlmError::Command { program, detail, stderr } => {
-                LlmError::Command { program: key.scrub(&program), detail: key.scrub(&detail), stderr: key.scrub(&stderr) }
-            }
+            LlmError::Command { program, detail, stderr } => LlmError::Command {
+                program: key.scrub(&program),
+                detail: key.scrub(&detail),
+                stderr: key.scrub(&stderr),
+            },
         }
     }
 }

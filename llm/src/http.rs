@@ -78,7 +78,12 @@ impl Http {
     }
 
     /// One request: status, the server's `retry-after` (seconds form), body bytes.
-    fn attempt(&self, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<(u16, Option<Duration>, Vec<u8>), LlmError> {
+    fn attempt(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<(u16, Option<Duration>, Vec<u8>), LlmError> {
         let mut request = self.agent.post(url);
         for (name, value) in headers {
             request = request.header(*name, *value);
@@ -103,7 +108,9 @@ impl Http {
     fn transport(&self, url: &str, error: ureq::Error) -> LlmError {
         match error {
             ureq::Error::Timeout(_) => LlmError::Timeout { target: url.to_owned(), after: self.options.timeout },
-            ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::TimedOut || e.kind() == std::io::ErrorKind::WouldBlock => {
+            ureq::Error::Io(e)
+                if e.kind() == std::io::ErrorKind::TimedOut || e.kind() == std::io::ErrorKind::WouldBlock =>
+            {
                 LlmError::Timeout { target: url.to_owned(), after: self.options.timeout }
             }
             ureq::Error::BodyExceedsLimit(n) => LlmError::InvalidJson {

@@ -16,13 +16,13 @@ mod spec;
 
 use std::time::Duration;
 
-pub use anthropic::AnthropicClient;
-pub use command::CommandClient;
+pub use anthropic::{AnthropicClient, ANTHROPIC_VERSION};
+pub use command::{CommandClient, MODEL_ENV};
 pub use error::LlmError;
 pub use http::HttpOptions;
 pub use openai::OpenAiClient;
 pub use secret::ApiKey;
-pub use spec::{ClientOptions, SpecError, SummarizerSpec};
+pub use spec::{ClientOptions, SpecError, SummarizerSpec, DEFAULT_ANTHROPIC_KEY_ENV, DEFAULT_OPENAI_KEY_ENV};
 
 /// What one successful call produced.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -83,6 +83,10 @@ impl Summarizer for OpenAiClient {
 
 impl fmt::Debug for OpenAiClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiClient").field("url", &self.url).field("key", &self.key).field("model", &self.model).finish()
+        f.debug_struct("OpenAiClient")
+            .field("url", &self.url)
+            .field("key", &self.key)
+            .field("model", &self.model)
+            .finish()
     }
 }

@@ -63,7 +63,9 @@ impl SummarizerSpec {
     /// Parses `anthropic:URL`, `openai:URL` or `command:PROGRAM [ARGS]`.
     pub fn parse(input: &str) -> Result<SummarizerSpec, SpecError> {
         let refuse = |reason: &str| SpecError { input: input.to_owned(), reason: reason.to_owned() };
-        let (scheme, rest) = input.split_once(':').ok_or_else(|| refuse("expected `anthropic:URL`, `openai:URL` or `command:PROGRAM`"))?;
+        let (scheme, rest) = input
+            .split_once(':')
+            .ok_or_else(|| refuse("expected `anthropic:URL`, `openai:URL` or `command:PROGRAM`"))?;
         let rest = rest.trim();
         match scheme {
             "anthropic" | "openai" => {
@@ -74,7 +76,11 @@ impl SummarizerSpec {
                     return Err(refuse("the URL has no host or contains whitespace"));
                 }
                 let base_url = rest.to_owned();
-                Ok(if scheme == "anthropic" { SummarizerSpec::Anthropic { base_url } } else { SummarizerSpec::OpenAi { base_url } })
+                Ok(if scheme == "anthropic" {
+                    SummarizerSpec::Anthropic { base_url }
+                } else {
+                    SummarizerSpec::OpenAi { base_url }
+                })
             }
             "command" => {
                 let mut words = rest.split_whitespace().map(str::to_owned);
@@ -96,7 +102,9 @@ impl SummarizerSpec {
             }
             SummarizerSpec::OpenAi { base_url } => {
                 let key = match options.api_key_env.as_deref() {
-                    Some(env) => Some(ApiKey::from_env(env).ok_or_else(|| LlmError::MissingKey { env: env.to_owned() })?),
+                    Some(env) => {
+                        Some(ApiKey::from_env(env).ok_or_else(|| LlmError::MissingKey { env: env.to_owned() })?)
+                    }
                     None => ApiKey::from_env(DEFAULT_OPENAI_KEY_ENV),
                 };
                 Box::new(OpenAiClient::new(base_url, key, model, options.http))
@@ -122,5 +130,54 @@ impl SummarizerSpec {
 impl From<Duration> for ClientOptions {
     fn from(timeout: Duration) -> Self {
         ClientOptions { http: HttpOptions { timeout, ..HttpOptions::default() }, ..ClientOptions::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_each_kind() {
+        assert_eq!(
+            SummarizerSpec::parse("anthropic:https://api.anthropic.com").unwrap(),
+            SummarizerSpec::Anthropic { base_url: "https://api.anthropic.com".into() }
+        );
+        assert_eq!(
+            SummarizerSpec::parse("openai:http://127.0.0.1:8080/v1").unwrap(),
+            SummarizerSpec::OpenAi { base_url: "http://127.0.0.1:8080/v1".into() }
+        );
+        assert_eq!(
+            SummarizerSpec::parse("command:sh  scripts/s.sh 8").unwrap(),
+            SummarizerSpec::Command { program: "sh".into(), args: vec!["scripts/s.sh".into(), "8".into()] }
+        );
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_use() {
+        for bad in [
+            "",
+            "anthropic",
+            "gemini:https://x",
+            "openai:ftp://x",
+            "openai:127.0.0.1:8080",
+            "anthropic:https://",
+            "openai:http://a b",
+            "command:",
+            "command:   ",
+        ] {
+            let err = SummarizerSpec::parse(bad).unwrap_err();
+            assert_eq!(err.input, bad);
+            assert!(!err.reason.is_empty());
+        }
+    }
+
+    #[test]
+    fn joins_base_and_path() {
+        use crate::http::endpoint;
+        assert_eq!(endpoint("http://h:1", "/v1/messages"), "http://h:1/v1/messages");
+        assert_eq!(endpoint("http://h:1/", "/v1/messages"), "http://h:1/v1/messages");
+        assert_eq!(endpoint("http://h:1/v1", "/v1/chat/completions"), "http://h:1/v1/chat/completions");
+        assert_eq!(endpoint("http://h:1/api/v1/", "/v1/chat/completions"), "http://h:1/api/v1/chat/completions");
     }
 }

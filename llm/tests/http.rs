@@ -6,7 +6,9 @@ mod support;
 use std::time::Duration;
 
 use ctxlog::Usage;
-use ctxlog_llm::{AnthropicClient, ApiKey, ClientOptions, HttpOptions, LlmError, OpenAiClient, Summarizer, SummarizerSpec};
+use ctxlog_llm::{
+    AnthropicClient, ApiKey, ClientOptions, HttpOptions, LlmError, OpenAiClient, Summarizer, SummarizerSpec,
+};
 use support::{json, Answer, Server};
 
 const KEY: &str = "sk-test-9f8e7d6c5b4a";
@@ -29,7 +31,8 @@ fn openai(server: &Server, key: Option<&str>) -> OpenAiClient {
 }
 
 /// Odd spacing, key order and escapes: any re-serialization would change these bytes.
-const BODY: &[u8] = b"{\"z\":1,  \"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"caf\\u00e9 \\/ x\"}],\"a\":1.50}";
+const BODY: &[u8] =
+    b"{\"z\":1,  \"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"caf\\u00e9 \\/ x\"}],\"a\":1.50}";
 
 const ANTHROPIC_OK: &str = r#"{"model":"claude-x-2","content":[{"type":"thinking","thinking":"hm"},{"type":"text","text":"Part one. "},{"type":"text","text":"Part two."}],"usage":{"input_tokens":12,"cache_creation_input_tokens":100,"cache_read_input_tokens":900,"output_tokens":7}}"#;
 const OPENAI_OK: &str = r#"{"model":"llama","choices":[{"message":{"role":"assistant","content":"The summary."}}],"usage":{"prompt_tokens":1000,"completion_tokens":20,"prompt_tokens_details":{"cached_tokens":600}}}"#;
@@ -98,7 +101,11 @@ fn a_huge_retry_after_is_capped() {
 
 #[test]
 fn a_second_429_is_an_error_after_exactly_one_retry() {
-    let server = Server::start(vec![json(429, r#"{"error":"slow down"}"#), json(429, r#"{"error":"still slow"}"#), json(200, OPENAI_OK)]);
+    let server = Server::start(vec![
+        json(429, r#"{"error":"slow down"}"#),
+        json(429, r#"{"error":"still slow"}"#),
+        json(200, OPENAI_OK),
+    ]);
     let err = openai(&server, None).complete(BODY).unwrap_err();
     match &err {
         LlmError::Status { code: 429, retried: true, body_excerpt, .. } => assert!(body_excerpt.contains("still slow")),
@@ -117,7 +124,8 @@ fn a_5xx_is_retried_once_then_reported() {
 
 #[test]
 fn a_400_is_not_retried() {
-    let server = Server::start(vec![json(400, r#"{"type":"error","error":{"message":"bad field"}}"#), json(200, ANTHROPIC_OK)]);
+    let server =
+        Server::start(vec![json(400, r#"{"type":"error","error":{"message":"bad field"}}"#), json(200, ANTHROPIC_OK)]);
     let err = anthropic(&server).complete(BODY).unwrap_err();
     match &err {
         LlmError::Status { code: 400, retried: false, body_excerpt, .. } => assert!(body_excerpt.contains("bad field")),
@@ -168,11 +176,16 @@ fn json_of_the_wrong_shape_names_the_field() {
         (r#"{"content":[{"type":"text","text":"ok"}],"usage":{"output_tokens":3}}"#, true, "input_tokens"),
         (r#"{"id":"x"}"#, false, "choices"),
         (r#"{"choices":[{"message":{"content":["a"]}}]}"#, false, "choices[0].message.content"),
-        (r#"{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":9}}}"#, false, "cached_tokens"),
+        (
+            r#"{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":9}}}"#,
+            false,
+            "cached_tokens",
+        ),
     ];
     for (body, is_anthropic, field) in cases {
         let server = Server::start(vec![json(200, body)]);
-        let err = if is_anthropic { anthropic(&server).complete(BODY) } else { openai(&server, None).complete(BODY) }.unwrap_err();
+        let err = if is_anthropic { anthropic(&server).complete(BODY) } else { openai(&server, None).complete(BODY) }
+            .unwrap_err();
         match &err {
             LlmError::InvalidJson { detail, .. } => assert!(detail.contains(field), "{body}: {detail}"),
             other => panic!("{body}: {other:?}"),
@@ -182,11 +195,19 @@ fn json_of_the_wrong_shape_names_the_field() {
 
 #[test]
 fn an_answer_without_text_is_empty() {
-    for body in [r#"{"content":[]}"#, r#"{"content":[{"type":"text","text":"  \n"}]}"#, r#"{"content":[{"type":"tool_use","id":"t"}]}"#] {
+    for body in [
+        r#"{"content":[]}"#,
+        r#"{"content":[{"type":"text","text":"  \n"}]}"#,
+        r#"{"content":[{"type":"tool_use","id":"t"}]}"#,
+    ] {
         let server = Server::start(vec![json(200, body)]);
         assert!(matches!(anthropic(&server).complete(BODY), Err(LlmError::Empty { .. })), "{body}");
     }
-    for body in [r#"{"choices":[]}"#, r#"{"choices":[{"message":{"content":""}}]}"#, r#"{"choices":[{"message":{"content":null}}]}"#] {
+    for body in [
+        r#"{"choices":[]}"#,
+        r#"{"choices":[{"message":{"content":""}}]}"#,
+        r#"{"choices":[{"message":{"content":null}}]}"#,
+    ] {
         let server = Server::start(vec![json(200, body)]);
         assert!(matches!(openai(&server, None).complete(BODY), Err(LlmError::Empty { .. })), "{body}");
     }
@@ -200,7 +221,12 @@ fn the_key_never_shows_even_when_the_server_echoes_it() {
     let server = Server::start(vec![json(401, &echo), json(200, &bad_usage), json(401, &echo), json(200, &bad_openai)]);
     let a = anthropic(&server);
     let o = openai(&server, Some(KEY));
-    let errors = [a.complete(BODY).unwrap_err(), a.complete(BODY).unwrap_err(), o.complete(BODY).unwrap_err(), o.complete(BODY).unwrap_err()];
+    let errors = [
+        a.complete(BODY).unwrap_err(),
+        a.complete(BODY).unwrap_err(),
+        o.complete(BODY).unwrap_err(),
+        o.complete(BODY).unwrap_err(),
+    ];
     assert!(matches!(errors[0], LlmError::Status { code: 401, .. }));
     assert!(matches!(errors[1], LlmError::InvalidJson { .. }));
     for e in &errors {
@@ -209,7 +235,9 @@ fn the_key_never_shows_even_when_the_server_echoes_it() {
         }
         assert!(format!("{e:?}").contains("[REDACTED]"), "{e:?}");
     }
-    for shown in [format!("{a:?}"), format!("{o:?}"), format!("{:?}", ApiKey::new(KEY)), format!("{}", ApiKey::new(KEY))] {
+    for shown in
+        [format!("{a:?}"), format!("{o:?}"), format!("{:?}", ApiKey::new(KEY)), format!("{}", ApiKey::new(KEY))]
+    {
         assert!(!shown.contains(KEY), "{shown}");
     }
 }

@@ -1,7 +1,7 @@
 //! A loopback HTTP/1.1 server for the client tests: real sockets on 127.0.0.1:0, a script of
 //! answers (one per connection), and a record of every request as received.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
