@@ -9,6 +9,7 @@ pub mod error;
 pub mod import;
 pub mod logs;
 pub mod markup;
+pub mod model_client;
 pub mod output;
 pub mod report;
 pub mod rerun;
@@ -153,10 +154,8 @@ fn run_import(
     out: &mut Out<'_>,
 ) -> Result<(), CliError> {
     let (config, session) = config_of(config_args, base)?;
-    if let Some(args::SummarizerArg::Model(spec)) = &config_args.summarizer {
-        // Wired to the ctxlog-llm clients once that crate is merged.
-        return Err(CliError::Usage(format!("--summarizer {spec}: model summarizers are not in this build yet")));
-    }
+    // Built before anything is written: a bad spec or a missing key fails here.
+    let model = model_client::from_args(config_args)?;
     // The id is chosen here so a failed import can name the session it leaves unfinished.
     let id = session.unwrap_or_else(ctxlog::session::new_session_id);
     let store = open_store(&store_args.store, Access::Create)?;
@@ -182,7 +181,7 @@ fn run_import(
         call_interval_ms: interval_ms,
         views: views_file.as_mut().map(|w| w as &mut dyn Write),
         inline_media,
-        summaries: None,
+        summaries: model.as_ref().map(|(client, call)| summarizer::ModelSummaries { client, call: call.clone() }),
     };
     let total = transcript.facts().calls;
     let done = import(transcript, store.as_ref(), opts, |r| {

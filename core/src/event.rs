@@ -550,8 +550,8 @@ pub enum GuardKind {
     /// A provider-reported prompt total was far below the estimate of the view it was for, so
     /// the meter did not anchor on it.
     UsageBelowEstimate,
-    /// Consecutive summary attempts failed: the engine offers no summary job until a call fits
-    /// the view without compaction again.
+    /// Consecutive summary attempts failed: the engine offers no summary job until a call's
+    /// view is under the soft threshold again.
     SummarizerPaused,
 }
 

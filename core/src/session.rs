@@ -1067,7 +1067,7 @@ impl<S: Store> Session<S> {
     /// ```
     ///
     /// No job is offered while a summary attempt is in flight ([`Session::start_summary`]), nor
-    /// while the summarizer is paused after consecutive failures (until a call fits again).
+    /// while the summarizer is paused after consecutive failures (until a call's view is under the soft threshold again).
     pub fn summary_job(&self) -> Option<SummaryJob> {
         if self.in_flight.is_some() || self.state.summarizer_paused() {
             return None;
@@ -1123,7 +1123,7 @@ impl<S: Store> Session<S> {
     /// returned nothing, returned after its span was edited, flushed or summarized (stale), or
     /// wrote a summary not smaller than what it replaces. A failure changes nothing else; the
     /// one that makes `max_failures` in a row also raises `summarizer_paused`, and no job is
-    /// offered until a call fits without compaction again.
+    /// offered until a call's view is under the soft threshold again.
     pub fn finish_summary(
         &mut self,
         attempt: SummaryAttempt,
@@ -1165,7 +1165,8 @@ impl<S: Store> Session<S> {
             Err(reason) => {
                 if self.state.summary_failures().saturating_add(1) >= max_failures {
                     let detail = format!(
-                        "{} summary attempts failed in a row (the last: {}); no summary job is offered until a                          call fits the view without compaction",
+                        "{} summary attempts failed in a row (the last: {}); no summary job is offered until a \
+                         call's view is under the soft threshold again",
                         self.state.summary_failures().saturating_add(1),
                         reason.describe()
                     );

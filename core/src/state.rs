@@ -363,8 +363,8 @@ impl State {
         self.last_served.as_ref()
     }
 
-    /// Summary attempts that failed in a row (reset by a prepared summary, and by a call that
-    /// needed no compaction).
+    /// Summary attempts that failed in a row (reset by a prepared summary, and by a call whose
+    /// view is under the soft threshold).
     pub fn summary_failures(&self) -> u32 {
         self.summary_failures
     }
@@ -1081,7 +1081,10 @@ impl State {
                 if !e.needed {
                     self.raised.remove(&GuardKind::TargetUnreachable);
                     self.raised.remove(&GuardKind::TargetClamped);
-                    // A call that fits again ends a paused summarizer's wait.
+                }
+                // A call whose view is under the soft threshold again (no summary is due) ends
+                // the episode: a paused summarizer may be asked again, failures count afresh.
+                if e.metered_tokens < self.config().prepare_tokens() {
                     self.raised.remove(&GuardKind::SummarizerPaused);
                     self.summary_failures = 0;
                 }

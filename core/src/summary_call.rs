@@ -77,7 +77,7 @@ pub struct SummaryCall {
     pub max_tokens: u64,
     /// `auto` forks from this span-to-prefix token ratio on.
     pub fork_min_span_ratio: f64,
-    /// Consecutive failures after which summary jobs pause until a call fits again.
+    /// Consecutive failures after which summary jobs pause until a call's view is under the soft threshold again.
     pub max_failures: u32,
     /// The wire format the summarizer speaks, when it is not the session's (an OpenAI-compatible
     /// server summarizing an Anthropic session): the standalone request is built in it, and a
