@@ -285,6 +285,13 @@ pub fn rerun(args: &RerunArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     };
     let (store, id) = crate::analysis::open_session(&selection)?;
     let inputs = inputs(store.as_ref(), id)?;
+    // A rerun is a regression check: it re-makes summaries with the built-in summarizer only.
+    if let Some(crate::args::SummarizerArg::Model(spec)) = &args.config.summarizer {
+        return Err(CliError::Usage(format!(
+            "--summarizer {spec}: rerun re-makes summaries with the built-in summarizer (or reuses the recorded \
+             ones); model summarizers run in demo and import"
+        )));
+    }
     let config = args.config.resolve(inputs.config.clone())?;
     config.validate()?;
     let recorded = analyze(store.as_ref(), id, Mode::Strict, Until::Head, Keep { views: false })?;

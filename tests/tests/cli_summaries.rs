@@ -70,6 +70,14 @@ fn demo_with_a_command_summarizer_forks_and_the_table_shows_each_attempt() {
         assert!(last["content"].as_str().unwrap().contains("SCOPE:"));
     }
     assert_eq!(cli(&["verify", "--store", &store]).0, 0);
+    // `replay` prints the same attempts from the log.
+    let (code, replayed, err) = cli(&["replay", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+    let rows = |t: &str| t.lines().filter(|l| l.starts_with("      summary ")).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(rows(&replayed), rows(&out));
+    // A rerun re-makes summaries with the built-in summarizer only: a model is refused.
+    let (code, _, err) = cli(&["rerun", "--store", &store, "--summarizer", &spec]);
+    assert_eq!(code, 2, "{err}");
     // The same with --json: every attempt is in the timeline records.
     let store2 = format!("sqlite:{}", dir.path().join("e.db").display());
     let (code, out, err) =
