@@ -189,23 +189,22 @@ pub fn import_in_chunks(
     })
 }
 
-/// At most this many summary jobs run between two calls. A bound, not a tuning knob: on tiny
-/// budgets (found by fuzzing at 300 tokens) the engine can keep offering condense jobs whose
-/// results are accepted, and an unbounded loop never returned; the next call asks again.
-pub const MAX_JOBS_BETWEEN_CALLS: usize = 64;
+/// At most this many model summary attempts run between two calls.
+const MODEL_JOBS_BETWEEN_CALLS: usize = 64;
 
 /// Prepare runs between calls, as a host would run its summarizer in the background: every job
 /// the engine has (a span of messages, condensing summaries), until none is left or one is
-/// discarded (asking again would only repeat it).
+/// discarded (asking again would only repeat it). The extractive jobs end: each accepted one
+/// moves the compacted prefix forward or lowers the number of current summaries. A model's
+/// attempts are bounded too, as each is a network call.
 fn summarize<S: Store>(
     session: &mut Session<S>,
     model: Option<&crate::summarizer::ModelSummaries<'_>>,
 ) -> Result<Vec<ctxlog::Committed>, CliError> {
     if let Some(m) = model {
-        return m.run(session, MAX_JOBS_BETWEEN_CALLS);
+        return m.run(session, MODEL_JOBS_BETWEEN_CALLS);
     }
-    for _ in 0..MAX_JOBS_BETWEEN_CALLS {
-        let Some(job) = session.summary_job() else { break };
+    while let Some(job) = session.summary_job() {
         let text = session.summarize(&job)?;
         if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive())? {
             break;

@@ -230,9 +230,7 @@ fn run_jobs<S: Store>(
     mode: SummariesArg,
     notes: &mut Notes,
 ) -> Result<(), CliError> {
-    // Bounded as `ctxlog import` bounds it, so a rerun makes the same jobs.
-    for _ in 0..crate::import::MAX_JOBS_BETWEEN_CALLS {
-        let Some(job) = session.summary_job() else { break };
+    while let Some(job) = session.summary_job() {
         let fit = match mode {
             SummariesArg::Recorded => fitting(session.state(), &job, recorded),
             SummariesArg::Remake => None,

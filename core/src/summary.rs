@@ -190,6 +190,17 @@ fn condense_job(state: &State, config: &Config, current: &[(u32, u64)], threshol
             break;
         }
     }
+    // At least two: every accepted condense job then lowers the number of current summaries,
+    // so jobs between two calls always end. Rewriting one summary alone could repeat forever
+    // on a tiny budget, where the summary's own wrapping in the view exceeds the share (found
+    // by fuzzing at a 300-token budget).
+    if n < 2 {
+        if current.len() < 2 {
+            return None;
+        }
+        taken += current.get(1)?.1;
+        n = 2;
+    }
     let chosen = current.get(..n)?;
     // Condensing what is already within the limit would not shrink anything.
     if taken <= max {

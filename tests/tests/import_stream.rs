@@ -286,7 +286,7 @@ fn a_retry_resumes_from_wherever_the_log_was_cut() {
 }
 
 /// Found by fuzzing: on a 300-token budget the engine kept offering condense jobs that were
-/// accepted, and `import` never returned. Summary jobs between two calls are bounded now.
+/// accepted, and `import` never returned. A condense job now takes at least two summaries.
 #[test]
 fn an_import_on_a_tiny_budget_returns_and_verifies() {
     let dir = tempfile::tempdir().unwrap();

@@ -105,18 +105,38 @@ fn drive(lines: &[(Message, Option<u64>)], mut cfg: Config, host: Host) -> Harne
     h
 }
 
-/// Runs summary jobs until none is left, as a background summarizer would between calls.
+/// Runs summary jobs until none is left, as a background summarizer would between calls, and
+/// checks that they end: an accepted span job moves `compacted` forward and an accepted
+/// condense job lowers the number of current summaries, so the jobs between two calls are
+/// never more than the messages plus the summaries.
 fn prepare(h: &mut Harness, host: Host) {
-    while let Some(job) = h.session.summary_job() {
+    let st = h.session.state();
+    let bound = st.message_count() + st.summary_ledger().current().len() as u64 + 1;
+    for _ in 0..bound {
+        let Some(job) = h.session.summary_job() else { return };
         let text = match (job.is_condense(), host) {
             (true, Host::DeclinesCondensing) => return,
             (true, _) => ctxlog::summary::condense(h.session.state(), &job),
             (false, _) => h.session.summarize(&job).unwrap(),
         };
+        let before = (h.session.state().compacted(), h.session.state().summary_ledger().current().len());
         if let Prepared::Discarded(_) = h.session.prepare(&job, text, Produced::extractive()).unwrap() {
             return;
         }
+        let after = (h.session.state().compacted(), h.session.state().summary_ledger().current().len());
+        if job.is_condense() {
+            assert!(
+                after.1 < before.1,
+                "condensing {:?} left {} current summaries of {}",
+                job.condense,
+                after.1,
+                before.1
+            );
+        } else {
+            assert!(after.0 > before.0, "a span job {}..{} did not move compacted from {}", job.from, job.to, before.0);
+        }
     }
+    panic!("summary jobs did not end after {bound} between two calls");
 }
 
 fn count(h: &Harness, pred: impl Fn(&Event) -> bool) -> usize {
@@ -404,4 +424,37 @@ fn condensed_summaries_are_bounded_and_keep_the_newest_requests() {
         .find(|&seq| st.entry(seq).unwrap().is_human() && Some(seq) != st.first_human())
         .unwrap();
     assert!(last.text.contains(&format!("- [{newest}] user:")), "request {newest} missing:\n{}", last.text);
+}
+
+/// Found by fuzzing: on a 300-token budget the engine kept offering a job that condensed one
+/// summary into one summary, whose wrapping alone was over the share, and a host that runs
+/// jobs until none is left never returned. On tiny budgets the jobs end (`prepare` panics
+/// otherwise) and every call still verifies.
+#[test]
+fn summary_jobs_end_between_calls_on_tiny_budgets() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/condense-loop.jsonl");
+    let found =
+        read(std::io::BufReader::new(std::fs::File::open(fixture).unwrap()), Path::new(fixture), FormatArg::Anthropic)
+            .unwrap();
+    let found: Vec<_> = found.lines.into_iter().map(|l| (l.message, None)).collect();
+    let generated = session_lines(3, 120);
+    for budget in [300, 500, 1_000, 2_000, 4_000] {
+        for lines in [&found, &generated] {
+            let cfg = Config { budget, ..Config::default() };
+            let mut h = Harness::new(WireFormat::Anthropic, cfg);
+            let mut pending = Vec::new();
+            for (m, at) in lines {
+                if m.role == Role::Assistant {
+                    h.append(std::mem::take(&mut pending));
+                    if let Some(at) = at {
+                        h.now = h.now.max(*at);
+                    }
+                    h.call();
+                    prepare(&mut h, Host::Condenses);
+                }
+                pending.push(m.clone());
+            }
+            h.assert_verified();
+        }
+    }
 }
