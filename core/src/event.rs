@@ -405,6 +405,16 @@ pub enum GuardKind {
     /// A provider-reported prompt total was far below the estimate of the view it was for, so
     /// the meter did not anchor on it.
     UsageBelowEstimate,
+    /// A client's history disagreed with the log from message `seq` on (it edited or truncated
+    /// its own history, or two clients share a session): the conversation goes on in the
+    /// session `successor` (a stream id), built from the client's history alone. Written by a
+    /// host (the proxy), never by the engine; it stays latched.
+    HistoryDiverged {
+        /// The first message seq where the client's history differs from the log.
+        seq: u64,
+        /// The session that continues the conversation.
+        successor: String,
+    },
 }
 
 impl GuardKind {
@@ -417,6 +427,7 @@ impl GuardKind {
             GuardKind::OverBudget => "over_budget".into(),
             GuardKind::ForkRefused { reason } => format!("fork_refused:{reason}"),
             GuardKind::UsageBelowEstimate => "usage_below_estimate".into(),
+            GuardKind::HistoryDiverged { .. } => "history_diverged".into(),
         }
     }
 }
