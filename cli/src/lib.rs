@@ -10,6 +10,7 @@ pub mod import;
 pub mod logs;
 pub mod markup;
 pub mod output;
+pub mod proxy;
 pub mod report;
 pub mod rerun;
 pub mod stores;
@@ -104,6 +105,7 @@ fn dispatch(command: Command, out: &mut Out<'_>) -> Result<(), CliError> {
         Command::Why(a) => why::why(&a, out),
         Command::Rerun(a) => rerun::rerun(&a, out),
         Command::Diff(a) => diff::diff(&a, out),
+        Command::Proxy(a) => proxy::proxy(&a, out),
     }
 }
 
