@@ -456,3 +456,58 @@ async fn refuses_a_remote_listen_unless_allowed() {
     cfg.upstream = "ftp://x".into();
     assert!(matches!(serve(cfg, store).await, Err(ctxlog_proxy::ProxyError::Upstream { .. })));
 }
+
+/// Writes the README's example session (a short agent run through the proxy) to the SQLite
+/// store named by `CTXLOG_README_DB`: `ctxlog replay --store sqlite:$CTXLOG_README_DB`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "writes the README example; run by hand"]
+async fn readme_session() {
+    let path = std::env::var("CTXLOG_README_DB").unwrap();
+    let up = common::start().await;
+    let store: Arc<dyn Store> = Arc::new(ctxlog_store_sqlite::SqliteStore::open(path).unwrap());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 3_000).await;
+    let mut h: Vec<(&str, String)> = vec![("user", "Summarize the build logs, one file at a time.".into())];
+    for t in 0..8 {
+        let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
+        let (status, headers, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, true)).await;
+        assert_eq!(status, 200);
+        calls(&*store, stream_of(&headers), t + 1).await;
+        h.push(("assistant", format!("Reading log {t}.")));
+        h.push(("user", format!("log {t}: {}", "error: linker failed; retrying with -v\n".repeat(40))));
+    }
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compacted_view_is_what_goes_upstream() {
+    let up = common::start().await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 3_000).await;
+    let mut h: Vec<(&str, String)> = vec![("user", "Summarize the build logs.".into())];
+    let mut id = None;
+    for t in 0..8 {
+        let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
+        let (status, headers, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, t % 2 == 1)).await;
+        assert_eq!(status, 200);
+        id = Some(stream_of(&headers));
+        calls(&*store, stream_of(&headers), t + 1).await;
+        h.push(("assistant", format!("Reading log {t}.")));
+        h.push(("user", format!("log {t}: {}", "error: linker failed; retrying with -v\n".repeat(40))));
+    }
+    let id = id.unwrap();
+    let evs = events(&*store, id);
+    let calls = served(&evs);
+    assert!(calls.iter().any(|c| c.level > 0), "nothing was compacted: the test proves nothing");
+    for (call, rec) in calls.iter().zip(up.received()) {
+        let rebuilt = ctxlog::replay::served_request(&*store, id, call.call, &opts_of(&rec.body)).unwrap();
+        assert_eq!(rebuilt.body(), &rec.body[..], "call {}", call.call);
+    }
+    let compacted = calls.iter().position(|c| c.level > 0).unwrap();
+    let got = up.received();
+    // The client's history only grows; the forwarded view shrank.
+    assert!(got[compacted].body.len() < got[compacted - 1].body.len(), "the compacted view was not what went upstream");
+    let (_, metrics) = get(p.addr(), "/metrics", &[]).await;
+    assert!(!metrics.contains("ctxlog_proxy_compactions_total 0\n"), "{metrics}");
+    assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
+    p.shutdown().await;
+}
