@@ -469,7 +469,8 @@ async fn readme_session() {
     let mut h: Vec<(&str, String)> = vec![("user", "Summarize the build logs, one file at a time.".into())];
     for t in 0..8 {
         let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
-        let (status, headers, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, true)).await;
+        let (status, headers, _) =
+            post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, true)).await;
         assert_eq!(status, 200);
         calls(&*store, stream_of(&headers), t + 1).await;
         h.push(("assistant", format!("Reading log {t}.")));
@@ -487,7 +488,8 @@ async fn a_compacted_view_is_what_goes_upstream() {
     let mut id = None;
     for t in 0..8 {
         let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
-        let (status, headers, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, t % 2 == 1)).await;
+        let (status, headers, _) =
+            post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, t % 2 == 1)).await;
         assert_eq!(status, 200);
         id = Some(stream_of(&headers));
         calls(&*store, stream_of(&headers), t + 1).await;
@@ -510,4 +512,42 @@ async fn a_compacted_view_is_what_goes_upstream() {
     assert!(!metrics.contains("ctxlog_proxy_compactions_total 0\n"), "{metrics}");
     assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
     p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopened_session_with_an_image_continues() {
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+    let image = format!(
+        r#"{{"role":"user","content":[{{"type":"text","text":"this screen"}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"{png}"}}}}]}}"#
+    );
+    let body = |rest: &str| format!(r#"{{"model":"m","max_tokens":9,"messages":[{image}{rest}]}}"#);
+    let up = common::start().await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let (s1, h1, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &body("")).await;
+    assert_eq!(s1, 200);
+    calls(&*store, stream_of(&h1), 1).await;
+    p.shutdown().await;
+    // A new proxy has no digests: the log (image as a blob) is compared by content.
+    let p2 = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let more = r#",{"role":"assistant","content":"a screen"},{"role":"user","content":"and?"}"#;
+    let (s2, h2, _) = post(p2.addr(), "/v1/messages", &[("x-api-key", KEY)], &body(more)).await;
+    assert_eq!(s2, 200);
+    assert_eq!(stream_of(&h2), stream_of(&h1), "the image made the reopened history diverge");
+    let evs = calls(&*store, stream_of(&h1), 2).await;
+    assert_eq!(appended(&evs), 3);
+    assert!(
+        up.received()[1].body.windows(png.len()).any(|w| w == png.as_bytes()),
+        "the image was not inlined upstream"
+    );
+    // A changed image is a divergence.
+    let other = body(more).replace("AAAADUlEQVR42", "AAAADUlEQVR43");
+    let (_, h3, _) =
+        post(p2.addr(), "/v1/messages", &[("x-api-key", KEY), ("x-ctxlog-session", "s")], &body(more)).await;
+    calls(&*store, stream_of(&h3), 1).await;
+    let p3 = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let (_, h4, _) = post(p3.addr(), "/v1/messages", &[("x-api-key", KEY), ("x-ctxlog-session", "s")], &other).await;
+    assert_ne!(stream_of(&h4), stream_of(&h3));
+    p2.shutdown().await;
+    p3.shutdown().await;
 }
