@@ -551,3 +551,53 @@ async fn a_reopened_session_with_an_image_continues() {
     p2.shutdown().await;
     p3.shutdown().await;
 }
+
+/// Rough added latency for a ~150k-token request that needs no compaction (the formal
+/// benchmark is a bench binary): `cargo test --release -p ctxlog-proxy --test proxy
+/// rough_added_latency -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a test"]
+async fn rough_added_latency() {
+    let up = common::start().await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 1_000_000).await;
+    let filler = "the quick brown fox jumps over the lazy dog, again and again. ".repeat(32);
+    let mut h: Vec<(&str, String)> = Vec::new();
+    for i in 0..150 {
+        h.push(("user", format!("{i} {filler}")));
+        h.push(("assistant", format!("{i} {filler}")));
+    }
+    let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+    for i in 0..40 {
+        h.push(("user", format!("next {i}")));
+        let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
+        let body = anthropic_body(&hv, false);
+        let t = std::time::Instant::now();
+        let (s, _, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &body).await;
+        proxied.push(t.elapsed());
+        assert_eq!(s, 200);
+        let t = std::time::Instant::now();
+        let (s, _, _) = post(up.addr.unwrap(), "/v1/messages", &[("x-api-key", KEY)], &body).await;
+        direct.push(t.elapsed());
+        assert_eq!(s, 200);
+        h.push(("assistant", "Hello".into()));
+        if i == 0 {
+            println!("request body: {} bytes", body.len());
+        }
+    }
+    let id = store.streams().unwrap()[0];
+    let evs = calls(&*store, id, 40).await;
+    println!("view tokens of the last call: {}", served(&evs).last().unwrap().view_tokens);
+    direct.sort();
+    proxied.sort();
+    println!(
+        "p50 direct {:?}, proxied {:?}, added {:?}",
+        direct[20],
+        proxied[20],
+        proxied[20].saturating_sub(direct[20])
+    );
+    let (_, m) = get(p.addr(), "/metrics", &[]).await;
+    for l in m.lines().filter(|l| l.starts_with("ctxlog_proxy_added_latency")) {
+        println!("{l}");
+    }
+}
