@@ -32,11 +32,13 @@ impl<'a> ClientBody<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self, BodyError> {
         let text = std::str::from_utf8(bytes).map_err(|e| bad("body", format!("not UTF-8: {e}")))?;
         let mut de = serde_json::Deserializer::from_str(text);
-        let body = de.deserialize_map(BodyVisitor).map_err(|e| bad("body", format!("invalid JSON: {e}")))?;
+        let body = de.deserialize_map(BodyVisitor).map_err(|e| {
+            // The one error raised inside `messages` names it (see `MessagesVisitor`).
+            let field = if e.to_string().contains(EXPECTED_MESSAGES) { "messages" } else { "body" };
+            bad(field, format!("invalid JSON: {e}"))
+        })?;
         de.end().map_err(|e| bad("body", format!("invalid JSON: {e}")))?;
         let messages = body.messages.ok_or_else(|| bad("messages", "missing"))?;
-        let messages: Vec<&RawValue> = serde_json::from_str(messages.get())
-            .map_err(|_| bad("messages", "expected an array of message objects"))?;
         if messages.is_empty() {
             return Err(bad("messages", "must not be empty"));
         }
@@ -55,7 +57,32 @@ impl<'a> ClientBody<'a> {
 struct Parts<'a> {
     fields: Vec<(&'a str, &'a RawValue)>,
     system: Option<&'a RawValue>,
-    messages: Option<&'a RawValue>,
+    messages: Option<Vec<&'a RawValue>>,
+}
+
+const EXPECTED_MESSAGES: &str = "`messages`: an array of message objects";
+
+/// `messages` read straight into its elements: one scan of the body, not two.
+struct Messages<'a>(Vec<&'a RawValue>);
+
+impl<'de> serde::Deserialize<'de> for Messages<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Messages<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(EXPECTED_MESSAGES)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Messages<'de>, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(64));
+                while let Some(m) = seq.next_element::<&'de RawValue>()? {
+                    out.push(m);
+                }
+                Ok(Messages(out))
+            }
+        }
+        d.deserialize_seq(V)
+    }
 }
 
 struct BodyVisitor;
@@ -68,11 +95,10 @@ impl<'de> Visitor<'de> for BodyVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts<'de>, A::Error> {
         let mut parts = Parts { fields: Vec::new(), system: None, messages: None };
         while let Some(key) = map.next_key::<&'de str>()? {
-            let value: &'de RawValue = map.next_value()?;
             match key {
-                "messages" => parts.messages = Some(value),
-                "system" => parts.system = Some(value),
-                _ => parts.fields.push((key, value)),
+                "messages" => parts.messages = Some(map.next_value::<Messages<'de>>()?.0),
+                "system" => parts.system = Some(map.next_value()?),
+                _ => parts.fields.push((key, map.next_value()?)),
             }
         }
         Ok(parts)
