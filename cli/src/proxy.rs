@@ -39,3 +39,26 @@ pub fn proxy(a: &ProxyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    fn run(args: &[&str]) -> (i32, String) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = crate::run(args.iter().copied(), &mut out, &mut err);
+        (code, String::from_utf8_lossy(&err).into_owned())
+    }
+
+    #[test]
+    fn refuses_a_remote_listen_and_a_bad_upstream() {
+        let (code, err) =
+            run(&["ctxlog", "proxy", "--listen", "0.0.0.0:0", "--upstream", "http://127.0.0.1:1", "--store", "mem:"]);
+        assert_ne!(code, 0);
+        assert!(err.contains("--allow-remote"), "{err}");
+        let (code, err) =
+            run(&["ctxlog", "proxy", "--listen", "127.0.0.1:0", "--upstream", "ftp://x", "--store", "mem:"]);
+        assert_ne!(code, 0);
+        assert!(err.contains("upstream URL"), "{err}");
+        let (code, err) = run(&["ctxlog", "proxy", "--upstream", "http://x", "--store", "mem:", "--budget", "0"]);
+        assert_ne!(code, 0, "{err}");
+    }
+}
