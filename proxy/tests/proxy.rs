@@ -146,7 +146,9 @@ async fn one_fault(fault: Fault, stream: bool) -> (u16, bytes::Bytes, Vec<Event>
     let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.upstream_timeout = Duration::from_millis(400)).await;
     up.push(fault);
     let body = anthropic_body(&[("user", "hi")], stream);
-    let (status, headers, answer) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &body).await;
+    let answered =
+        tokio::time::timeout(Duration::from_secs(20), post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &body));
+    let (status, headers, answer) = answered.await.expect("the proxy never ended the answer");
     let id: Option<StreamId> = headers.get("x-ctxlog-stream").map(|v| v.to_str().unwrap().parse().unwrap());
     // Let an abort (or a wrong commit) land before looking.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -179,6 +181,15 @@ async fn disconnect_mid_stream_commits_nothing() {
     assert_eq!(status, 200);
     assert!(answer.len() <= rec.answered.len() && rec.answered.starts_with(&answer));
     assert!(served(&evs).is_empty(), "a cut stream was committed");
+    assert_eq!(appended(&evs), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_goes_quiet_times_out_and_commits_nothing() {
+    let (status, answer, evs, rec) = one_fault(Fault::StallAfter(3), true).await;
+    assert_eq!(status, 200);
+    assert!(rec.answered.starts_with(&answer), "the client got other bytes than the upstream's");
+    assert!(served(&evs).is_empty(), "a stalled stream was committed");
     assert_eq!(appended(&evs), 2);
 }
 

@@ -31,6 +31,8 @@ pub enum Fault {
     CutAfter(usize),
     /// Never answer.
     Hang,
+    /// Send this many SSE events, then go quiet with the connection open.
+    StallAfter(usize),
 }
 
 #[derive(Clone, Debug)]
@@ -174,6 +176,7 @@ async fn answer(u: Arc<Upstream>, req: Request<Incoming>) -> Result<Response<Cha
         Received { path: path.clone(), headers: parts.headers.clone(), body, answered: Bytes::new(), usage: (0, 0, 0) };
     let mut resp = Response::new(Chan(rx));
     let mut cut = None;
+    let mut stall = false;
     match fault {
         Some(Fault::Hang) => {
             u.received.lock().unwrap().push(record);
@@ -182,6 +185,10 @@ async fn answer(u: Arc<Upstream>, req: Request<Incoming>) -> Result<Response<Cha
         }
         Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
         Some(Fault::CutAfter(n)) => cut = Some(n),
+        Some(Fault::StallAfter(n)) => {
+            cut = Some(n);
+            stall = true;
+        }
         Some(Fault::Status(code, text)) => {
             *resp.status_mut() = http::StatusCode::from_u16(code).unwrap();
             resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
@@ -214,7 +221,9 @@ async fn answer(u: Arc<Upstream>, req: Request<Incoming>) -> Result<Response<Cha
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            if cut.is_some() {
+            if stall {
+                tx.closed().await;
+            } else if cut.is_some() {
                 let _ = tx.send(Err("cut".into())).await;
             }
         });
