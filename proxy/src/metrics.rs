@@ -22,6 +22,7 @@ pub struct Metrics {
     pub(crate) busy_passthrough: AtomicU64,
     pub(crate) committed: AtomicU64,
     pub(crate) aborted: AtomicU64,
+    pub(crate) resident: AtomicU64,
     prompt_tokens: AtomicU64,
     cache_read_tokens: AtomicU64,
     latency: Mutex<([u64; BUCKETS.len()], u64, f64)>,
@@ -67,6 +68,11 @@ impl Metrics {
         self.busy_passthrough.load(Relaxed)
     }
 
+    /// Sessions held in memory at the last idle sweep.
+    pub fn sessions_in_memory(&self) -> u64 {
+        self.resident.load(Relaxed)
+    }
+
     /// The text exposition.
     pub fn render(&self) -> String {
         let mut o = String::new();
@@ -95,6 +101,9 @@ impl Metrics {
             let _ = writeln!(o, "# TYPE ctxlog_proxy_{name}_total counter");
             let _ = writeln!(o, "ctxlog_proxy_{name}_total {}", v.load(Relaxed));
         }
+        let _ = writeln!(o, "# HELP ctxlog_proxy_sessions_in_memory Sessions held in memory at the last idle sweep.");
+        let _ = writeln!(o, "# TYPE ctxlog_proxy_sessions_in_memory gauge");
+        let _ = writeln!(o, "ctxlog_proxy_sessions_in_memory {}", self.resident.load(Relaxed));
         let prompt = self.prompt_tokens.load(Relaxed);
         let ratio = if prompt == 0 { 0.0 } else { self.cache_read_tokens.load(Relaxed) as f64 / prompt as f64 };
         let _ = writeln!(o, "# HELP ctxlog_proxy_cache_reuse_ratio Cache-read share of the reported prompt tokens.");

@@ -125,6 +125,7 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
                 }
                 _ = sweep.tick() => {
                     let n = proxy.sessions.evict_idle(proxy.cfg.idle_evict);
+                    proxy.metrics.resident.store(proxy.sessions.len() as u64, std::sync::atomic::Ordering::Relaxed);
                     if n > 0 {
                         tracing::debug!(evicted = n, left = proxy.sessions.len(), "idle sessions dropped from memory");
                     }

@@ -612,3 +612,39 @@ async fn rough_added_latency() {
         println!("{l}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_leaves_memory_and_continues_from_the_store() {
+    let up = common::start().await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.idle_evict = Duration::from_millis(300)).await;
+    let (_, h1, _) =
+        post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&[("user", "hi")], true)).await;
+    let id = stream_of(&h1);
+    calls(&*store, id, 1).await;
+    // Seen in memory by a sweep, then gone.
+    let mut seen = false;
+    for _ in 0..3000 {
+        if p.metrics().sessions_in_memory() == 1 {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(seen, "no sweep saw the session");
+    let mut evicted = false;
+    for _ in 0..500 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if p.metrics().sessions_in_memory() == 0 && served(&events(&*store, id)).len() == 1 {
+            evicted = true;
+            break;
+        }
+    }
+    assert!(evicted, "the idle session stayed in memory");
+    let b = anthropic_body(&[("user", "hi"), ("assistant", "Hello there"), ("user", "again")], true);
+    let (_, h2, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &b).await;
+    assert_eq!(stream_of(&h2), id);
+    let evs = calls(&*store, id, 2).await;
+    assert_eq!(appended(&evs), 4);
+    p.shutdown().await;
+}
