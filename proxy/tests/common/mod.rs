@@ -232,6 +232,8 @@ async fn answer(u: Arc<Upstream>, req: Request<Incoming>) -> Result<Response<Cha
         record.usage = usage;
         record.answered = Bytes::from(text);
         resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+        // As the APIs answer JSON: with a length, not chunked.
+        resp.headers_mut().insert("content-length", record.answered.len().to_string().parse().unwrap());
         tx.send(Ok(Frame::data(record.answered.clone()))).await.unwrap();
         u.received.lock().unwrap().push(record);
     }
