@@ -648,3 +648,34 @@ async fn an_idle_session_leaves_memory_and_continues_from_the_store() {
     assert_eq!(appended(&evs), 4);
     p.shutdown().await;
 }
+
+/// Rough memory of an idle session in the proxy beyond its view: the session's heap (state and
+/// view cache) minus the view's bytes, plus the 16-byte digest per message the slot keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a test"]
+async fn rough_idle_session_memory() {
+    let up = common::start().await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 1_000_000).await;
+    let filler = "the quick brown fox jumps over the lazy dog, again and again. ".repeat(32);
+    let mut h: Vec<(&str, String)> = Vec::new();
+    for i in 0..150 {
+        h.push(("user", format!("{i} {filler}")));
+        h.push(("assistant", format!("{i} {filler}")));
+    }
+    h.push(("user", "go".into()));
+    let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
+    let (_, headers, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, false)).await;
+    let id = stream_of(&headers);
+    calls(&*store, id, 1).await;
+    let mut s = ctxlog::Session::open(Arc::clone(&store), id).unwrap();
+    // As the slot holds it: planned once, so the view cache is filled.
+    let _plan = s.plan(ctxlog::Timestamp::from_millis(u64::MAX / 4)).unwrap();
+    let (heap, view) = (s.heap_bytes(), s.view_bytes());
+    let digests = 16 * s.state().message_count() as usize;
+    println!(
+        "messages {}, heap {heap}, view {view}, beyond the view {} bytes",
+        s.state().message_count(),
+        heap.saturating_sub(view) + digests
+    );
+}
