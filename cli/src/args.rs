@@ -57,6 +57,9 @@ pub enum Command {
     Rerun(RerunArgs),
     /// Compare the timelines of two sessions call by call, as `rerun` does.
     Diff(DiffArgs),
+    /// Serve the Anthropic and OpenAI chat APIs on a local port, logging and compacting every
+    /// session on its way to the real API (`ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL`).
+    Proxy(ProxyArgs),
 }
 
 /// `--store` and `--json`.
@@ -524,4 +527,37 @@ pub struct DiffArgs {
     /// Exit with 1 when some call differs (for CI).
     #[arg(long)]
     pub exit_code: bool,
+}
+
+/// `proxy`.
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// Address to listen on (loopback unless `--allow-remote`).
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    pub listen: std::net::SocketAddr,
+    /// Base URL of the provider, e.g. `https://api.anthropic.com` or `https://api.openai.com`.
+    #[arg(long)]
+    pub upstream: String,
+    /// Store URL: `sqlite:PATH`, `sled:PATH`, `fs:PATH`, `postgres://USER@HOST/DB` or `mem:`.
+    #[arg(long, default_value = DEFAULT_STORE)]
+    pub store: String,
+    /// Engine knobs for the sessions the proxy creates.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Require this token from clients in the `x-ctxlog-token` header.
+    #[arg(long)]
+    pub client_token: Option<String>,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    pub max_body: usize,
+    /// Seconds to wait for the upstream's headers, and between two chunks of its answer.
+    #[arg(long, default_value_t = 600)]
+    pub upstream_timeout: u64,
+    /// Seconds a request waits for the call in flight on its session before it is passed
+    /// through unmodified.
+    #[arg(long, default_value_t = 120)]
+    pub session_wait: u64,
+    /// Accept a listen address that is not loopback.
+    #[arg(long)]
+    pub allow_remote: bool,
 }

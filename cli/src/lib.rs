@@ -11,6 +11,7 @@ pub mod logs;
 pub mod markup;
 pub mod model_client;
 pub mod output;
+pub mod proxy;
 pub mod report;
 pub mod rerun;
 pub mod stores;
@@ -106,6 +107,7 @@ fn dispatch(command: Command, out: &mut Out<'_>) -> Result<(), CliError> {
         Command::Why(a) => why::why(&a, out),
         Command::Rerun(a) => rerun::rerun(&a, out),
         Command::Diff(a) => diff::diff(&a, out),
+        Command::Proxy(a) => proxy::proxy(&a, out),
     }
 }
 

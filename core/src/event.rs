@@ -553,6 +553,16 @@ pub enum GuardKind {
     /// Consecutive summary attempts failed: the engine offers no summary job until a call's
     /// view is under the soft threshold again.
     SummarizerPaused,
+    /// A client's history disagreed with the log from message `seq` on (it edited or truncated
+    /// its own history, or two clients share a session): the conversation goes on in the
+    /// session `successor` (a stream id), built from the client's history alone. Written by a
+    /// host (the proxy), never by the engine; it stays latched.
+    HistoryDiverged {
+        /// The first message seq where the client's history differs from the log.
+        seq: u64,
+        /// The session that continues the conversation.
+        successor: String,
+    },
 }
 
 impl GuardKind {
@@ -566,6 +576,7 @@ impl GuardKind {
             GuardKind::ForkRefused { reason } => format!("fork_refused:{reason}"),
             GuardKind::UsageBelowEstimate => "usage_below_estimate".into(),
             GuardKind::SummarizerPaused => "summarizer_paused".into(),
+            GuardKind::HistoryDiverged { .. } => "history_diverged".into(),
         }
     }
 }

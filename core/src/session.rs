@@ -1043,6 +1043,17 @@ impl<S: Store> Session<S> {
         out
     }
 
+    /// Records a guard a host raised outside a call (e.g. the proxy's
+    /// [`GuardKind::HistoryDiverged`]): one `GuardRaised` event with no call. Raising a kind
+    /// that is already latched writes nothing and returns the current version.
+    pub fn raise_guard(&mut self, kind: GuardKind, detail: String, knob: &str) -> Result<Version, SessionError> {
+        if self.state.raised().contains(&kind) {
+            return Ok(self.state.version());
+        }
+        let event = Event::GuardRaised(crate::event::GuardRaised { call: None, kind, detail, knob: knob.into() });
+        self.persist_then_apply(vec![event])
+    }
+
     /// The next summary the host should write (an effect): a span of messages when the meter is
     /// over the soft threshold, or the oldest summaries to condense into one when summaries
     /// take more than their share. Pure: nothing is written until [`Session::prepare`]. A host

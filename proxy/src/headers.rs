@@ -1,0 +1,92 @@
+//! Which headers cross the proxy. Hop-by-hop headers (RFC 9110 §7.6.1) and those named in
+//! `Connection` belong to one connection and are dropped both ways; `Host` and
+//! `Content-Length` are set again for the forwarded request; ctxlog's own headers stop here.
+
+use http::header::{self, HeaderMap, HeaderName};
+
+const HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn named_by_connection(h: &HeaderMap) -> Vec<String> {
+    h.get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn end_to_end(h: &HeaderMap, also_drop: &[&str]) -> HeaderMap {
+    let named = named_by_connection(h);
+    let mut out = HeaderMap::with_capacity(h.len());
+    for (k, v) in h {
+        let n = k.as_str();
+        if HOP.contains(&n) || also_drop.contains(&n) || named.iter().any(|x| x == n) {
+            continue;
+        }
+        out.append(k.clone(), v.clone());
+    }
+    out
+}
+
+/// Headers of a forwarded request. `rewrite`: the body is replaced (its length changes) and
+/// the response must come back unencoded so its usage can be read.
+pub(crate) fn request(h: &HeaderMap, rewrite: bool) -> HeaderMap {
+    let own = [crate::SESSION_HEADER, crate::TOKEN_HEADER, "host"];
+    if rewrite {
+        let mut drop = own.to_vec();
+        drop.extend(["content-length", "accept-encoding"]);
+        end_to_end(h, &drop)
+    } else {
+        end_to_end(h, &own)
+    }
+}
+
+/// Headers of an upstream response passed back.
+pub(crate) fn response(h: &HeaderMap) -> HeaderMap {
+    end_to_end(h, &[])
+}
+
+/// `x-ctxlog-stream`.
+pub(crate) fn stream_header() -> HeaderName {
+    HeaderName::from_static(crate::STREAM_HEADER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drops_hop_by_hop_and_own_headers() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, x-private"),
+            ("x-private", "1"),
+            ("transfer-encoding", "chunked"),
+            ("x-api-key", "secret"),
+            ("content-length", "10"),
+            ("accept-encoding", "gzip"),
+            ("x-ctxlog-token", "t"),
+            ("x-ctxlog-session", "s"),
+            ("host", "proxy"),
+            ("anthropic-version", "2023-06-01"),
+        ] {
+            h.append(k, v.parse().unwrap());
+        }
+        let r = request(&h, true);
+        let names: Vec<&str> = r.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-api-key", "anthropic-version"]);
+        let p = request(&h, false);
+        assert!(p.contains_key("content-length") && p.contains_key("accept-encoding"));
+        assert!(!p.contains_key("x-private") && !p.contains_key("x-ctxlog-token"));
+    }
+}

@@ -1,0 +1,107 @@
+//! `ctxlog proxy`: an HTTP proxy between any agent and the Anthropic Messages or OpenAI chat
+//! API. Each request's history is diffed with the session's log, the new suffix appended, a
+//! call planned, and the planned view forwarded; the upstream answer streams back byte for
+//! byte while a copy is scanned for usage, and the call is committed when the answer ends.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! let store: Arc<dyn ctxlog::Store> = Arc::new(ctxlog::MemoryStore::new());
+//! let cfg = ctxlog_proxy::ProxyConfig::new("127.0.0.1:8787".parse()?, "https://api.anthropic.com");
+//! let handle = ctxlog_proxy::serve(cfg, store).await?;
+//! println!("listening on {}", handle.addr());
+//! handle.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod body;
+mod headers;
+mod identity;
+mod metrics;
+mod reply;
+mod server;
+mod sessions;
+mod tee;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use metrics::Metrics;
+pub use server::{serve, ProxyHandle};
+
+/// Header naming the session explicitly (else it is derived from the key and the history).
+pub const SESSION_HEADER: &str = "x-ctxlog-session";
+/// Header carrying the client token when one is configured.
+pub const TOKEN_HEADER: &str = "x-ctxlog-token";
+/// Response header telling the client which stream its call was logged in.
+pub const STREAM_HEADER: &str = "x-ctxlog-stream";
+
+/// How the proxy runs.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Where to listen (port 0: any free port; [`ProxyHandle::addr`] says which).
+    pub listen: SocketAddr,
+    /// Base URL of the provider (`https://api.anthropic.com`, `http://127.0.0.1:9000/base`).
+    pub upstream: String,
+    /// The engine's knobs for sessions this proxy creates.
+    pub engine: ctxlog::Config,
+    /// Largest request body accepted (default 32 MiB); larger ones get 413.
+    pub max_body: usize,
+    /// When set, every request except `/healthz` must carry it in `x-ctxlog-token`.
+    pub client_token: Option<String>,
+    /// Longest wait for the upstream's response headers, and between two chunks of its body.
+    pub upstream_timeout: Duration,
+    /// Longest wait of a request for another request of the same session to finish; after it
+    /// the request is passed through unmodified (and counted in `/metrics`).
+    pub session_wait: Duration,
+    /// A session unused this long is dropped from memory (it is reopened from the store).
+    pub idle_evict: Duration,
+    /// Accept a listen address that is not loopback.
+    pub allow_remote: bool,
+}
+
+impl ProxyConfig {
+    /// Defaults for everything but the two addresses.
+    pub fn new(listen: SocketAddr, upstream: &str) -> Self {
+        ProxyConfig {
+            listen,
+            upstream: upstream.to_owned(),
+            engine: ctxlog::Config::default(),
+            max_body: 32 * 1024 * 1024,
+            client_token: None,
+            upstream_timeout: Duration::from_secs(600),
+            session_wait: Duration::from_secs(120),
+            idle_evict: Duration::from_secs(600),
+            allow_remote: false,
+        }
+    }
+}
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// The listen address is not loopback and `allow_remote` is off.
+    #[error("refusing to listen on {0}: not a loopback address (pass --allow-remote to accept it)")]
+    NotLoopback(SocketAddr),
+    /// The upstream URL is not an absolute http(s) URL.
+    #[error("upstream URL {url:?}: {message}")]
+    Upstream {
+        /// The URL.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The listen socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The engine configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ctxlog::ConfigError),
+}

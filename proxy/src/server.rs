@@ -1,0 +1,229 @@
+//! The listener, the routing, the pass-through of every other path, and the handle.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ctxlog::WireFormat;
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::reply::{error, full, Body, Shape};
+use crate::sessions::{Sessions, Store};
+use crate::{ProxyConfig, ProxyError};
+
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
+
+/// What every connection shares.
+pub(crate) struct Proxy {
+    pub cfg: ProxyConfig,
+    pub store: Store,
+    pub client: HttpClient,
+    pub sessions: Sessions,
+    pub metrics: Arc<Metrics>,
+    upstream: (http::uri::Scheme, http::uri::Authority, String),
+}
+
+impl Proxy {
+    /// The upstream URI of a request URI: the upstream's base path, then the request's path
+    /// and query.
+    pub fn upstream_uri(&self, uri: &Uri) -> Uri {
+        let (scheme, authority, base) = &self.upstream;
+        let pq = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        Uri::builder()
+            .scheme(scheme.clone())
+            .authority(authority.clone())
+            .path_and_query(format!("{base}{pq}"))
+            .build()
+            .unwrap_or_else(|_| uri.clone())
+    }
+}
+
+/// A running proxy.
+pub struct ProxyHandle {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    metrics: Arc<Metrics>,
+}
+
+impl ProxyHandle {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Stops accepting, lets open connections finish (at most 10 s), and returns.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+fn parse_upstream(url: &str) -> Result<(http::uri::Scheme, http::uri::Authority, String), ProxyError> {
+    let fail = |m: &str| ProxyError::Upstream { url: url.to_owned(), message: m.to_owned() };
+    let uri: Uri = url.parse().map_err(|e: http::uri::InvalidUri| fail(&e.to_string()))?;
+    let scheme = uri.scheme().cloned().ok_or_else(|| fail("no scheme (http:// or https://)"))?;
+    if scheme != http::uri::Scheme::HTTP && scheme != http::uri::Scheme::HTTPS {
+        return Err(fail("the scheme must be http or https"));
+    }
+    let authority = uri.authority().cloned().ok_or_else(|| fail("no host"))?;
+    if uri.query().is_some() {
+        return Err(fail("a base URL takes no query"));
+    }
+    Ok((scheme, authority, uri.path().trim_end_matches('/').to_owned()))
+}
+
+/// Starts the proxy on the current tokio runtime with an already opened store.
+pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyError> {
+    if !cfg.listen.ip().is_loopback() && !cfg.allow_remote {
+        return Err(ProxyError::NotLoopback(cfg.listen));
+    }
+    cfg.engine.validate()?;
+    let upstream = parse_upstream(&cfg.upstream)?;
+    let connector =
+        hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots().https_or_http().enable_http1().build();
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build(connector);
+    let listener =
+        TcpListener::bind(cfg.listen).await.map_err(|source| ProxyError::Bind { addr: cfg.listen, source })?;
+    let addr = listener.local_addr().map_err(|source| ProxyError::Bind { addr: cfg.listen, source })?;
+    let metrics = Arc::new(Metrics::default());
+    let proxy =
+        Arc::new(Proxy { cfg, store, client, sessions: Sessions::default(), metrics: Arc::clone(&metrics), upstream });
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let mut sweep = tokio::time::interval((proxy.cfg.idle_evict / 4).max(Duration::from_millis(10)));
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((tcp, _)) = accepted else { continue };
+                    let _ = tcp.set_nodelay(true);
+                    let p = Arc::clone(&proxy);
+                    let svc = service_fn(move |req| handle(Arc::clone(&p), req));
+                    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tcp), svc);
+                    let conn = graceful.watch(conn);
+                    tokio::spawn(async move {
+                        if let Err(e) = conn.await {
+                            tracing::debug!(error = %e, "connection ended");
+                        }
+                    });
+                }
+                _ = sweep.tick() => {
+                    let n = proxy.sessions.evict_idle(proxy.cfg.idle_evict);
+                    proxy.metrics.resident.store(proxy.sessions.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    if n > 0 {
+                        tracing::debug!(evicted = n, left = proxy.sessions.len(), "idle sessions dropped from memory");
+                    }
+                }
+                _ = stopped.changed() => break,
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
+    });
+    Ok(ProxyHandle { addr, stop, task, metrics })
+}
+
+async fn handle(proxy: Arc<Proxy>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let started = Instant::now();
+    let path = req.uri().path().to_owned();
+    let resp = route(&proxy, req, started).await;
+    proxy.metrics.request(&path, resp.status().as_u16());
+    Ok(resp)
+}
+
+async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant) -> Response<Body> {
+    let shape = Shape::of_path(req.uri().path());
+    if req.uri().path() == "/healthz" {
+        return Response::new(full("ok\n"));
+    }
+    if let Some(token) = &proxy.cfg.client_token {
+        let given = req.headers().get(crate::TOKEN_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+        if !constant_time_eq(given, token.as_bytes()) {
+            return error(
+                shape,
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "ctxlog: missing or wrong x-ctxlog-token",
+            );
+        }
+    }
+    let format = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => {
+            let mut r = Response::new(full(proxy.metrics.render()));
+            if let Ok(v) = "text/plain; version=0.0.4".parse() {
+                r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+            }
+            return r;
+        }
+        (&Method::POST, "/v1/messages") => WireFormat::Anthropic,
+        (&Method::POST, "/v1/chat/completions") => WireFormat::OpenAi,
+        _ => {
+            let (parts, body) = req.into_parts();
+            return forward(proxy, parts, body.map_err(Into::into).boxed(), false).await;
+        }
+    };
+    let too_large = || {
+        error(
+            shape,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            &format!("ctxlog: the request body is over {} bytes", proxy.cfg.max_body),
+        )
+    };
+    let declared = req.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > proxy.cfg.max_body as u64) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    let bytes: Bytes = match crate::api::read_limited(body, proxy.cfg.max_body).await {
+        Ok(Some(b)) => b,
+        Ok(None) => return too_large(),
+        Err(e) => return error(shape, StatusCode::BAD_REQUEST, "invalid_request_error", &format!("body: {e}")),
+    };
+    crate::api::call(Arc::clone(proxy), parts, bytes, format, started).await
+}
+
+/// Sends a request upstream as it is (`rewrite`: its body was replaced) and streams the answer
+/// back.
+pub(crate) async fn forward(proxy: &Proxy, parts: http::request::Parts, body: Body, rewrite: bool) -> Response<Body> {
+    let shape = Shape::of_path(parts.uri.path());
+    let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
+    if let Some(h) = up.headers_mut() {
+        *h = crate::headers::request(&parts.headers, rewrite);
+    }
+    let Ok(up) = up.body(body) else {
+        return error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: cannot build the upstream request");
+    };
+    match tokio::time::timeout(proxy.cfg.upstream_timeout, proxy.client.request(up)).await {
+        Ok(Ok(resp)) => {
+            let (p, b) = resp.into_parts();
+            let mut out = Response::new(b.map_err(Into::into).boxed());
+            *out.status_mut() = p.status;
+            *out.headers_mut() = crate::headers::response(&p.headers);
+            out
+        }
+        Ok(Err(e)) => error(shape, StatusCode::BAD_GATEWAY, "api_error", &format!("ctxlog: upstream unreachable: {e}")),
+        Err(_) => {
+            error(shape, StatusCode::GATEWAY_TIMEOUT, "timeout_error", "ctxlog: the upstream did not answer in time")
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,282 @@
+//! Sessions in memory and how a request's history meets the log.
+//!
+//! Each session has a slot behind an async mutex held for the whole call (plan → upstream →
+//! commit): one call in flight per session, any number of sessions in parallel. A slot keeps
+//! the open [`Session`] and the xxh3 digests of the history items as the client sent them,
+//! so the next request is compared by digests of raw bytes and only its new suffix is parsed.
+//! Idle slots are dropped; a session reopened from the store has no digests yet, and its
+//! history is then compared once by parsed content (media compared by blob id).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ctxlog::event::GuardKind;
+use ctxlog::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
+use ctxlog::{
+    parse_message, BlobId, Config, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp, WireFormat,
+};
+
+use crate::identity::successor_of;
+
+/// The store every session of the proxy shares.
+pub(crate) type Store = Arc<dyn ctxlog::Store>;
+type Sess = Session<Store>;
+
+/// One session's place in memory.
+pub(crate) struct Slot {
+    session: Option<Sess>,
+    /// Digests of the first `digests.len()` logged messages as the client sent them.
+    digests: Vec<u128>,
+    last_used: Instant,
+}
+
+/// The slots, by the id a request resolves to (a diverged session's successor lives in the
+/// slot of the id the client still resolves to).
+#[derive(Default)]
+pub(crate) struct Sessions {
+    map: Mutex<HashMap<StreamId, Arc<tokio::sync::Mutex<Slot>>>>,
+}
+
+impl Sessions {
+    pub fn slot(&self, id: StreamId) -> Arc<tokio::sync::Mutex<Slot>> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(map.entry(id).or_insert_with(|| {
+            Arc::new(tokio::sync::Mutex::new(Slot { session: None, digests: Vec::new(), last_used: Instant::now() }))
+        }))
+    }
+
+    /// Drops slots unused for `idle` that no request holds or waits for; returns how many.
+    pub fn evict_idle(&self, idle: Duration) -> usize {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let before = map.len();
+        map.retain(|_, slot| {
+            if Arc::strong_count(slot) > 1 {
+                return true;
+            }
+            match slot.try_lock() {
+                Ok(s) => s.last_used.elapsed() < idle,
+                Err(_) => true,
+            }
+        });
+        before - map.len()
+    }
+
+    /// Slots in memory.
+    pub fn len(&self) -> usize {
+        self.map.lock().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+/// One history item of a request: raw JSON and where it came from.
+pub(crate) struct Item<'a> {
+    pub raw: Cow<'a, str>,
+    pub digest: u128,
+    /// `system` or `messages[i]`: the field an error names.
+    pub field: String,
+}
+
+/// What could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PrepareError {
+    /// The client's request is wrong (400; nothing written).
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// The session or the store failed.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+}
+
+/// A planned call, ready to forward.
+pub(crate) struct Prepared {
+    pub plan: Plan,
+    pub body: Vec<u8>,
+    pub stream: StreamId,
+    pub compaction: bool,
+    pub diverged: bool,
+}
+
+/// Brings the slot's session up to the client's history (appending the new suffix, or moving
+/// to a successor session when it diverged), then plans the call and renders its body.
+#[allow(clippy::too_many_arguments)] // one call's inputs, each from a different place
+pub(crate) fn prepare(
+    slot: &mut Slot,
+    store: &Store,
+    base: StreamId,
+    format: WireFormat,
+    config: &Config,
+    items: &[Item<'_>],
+    opts: &RequestOptions,
+    now: Timestamp,
+) -> Result<Prepared, PrepareError> {
+    slot.last_used = Instant::now();
+    if slot.session.is_none() {
+        let (id, session) = open_chain(store, base)?;
+        slot.digests.clear();
+        slot.session = match session {
+            Some(s) => Some(s),
+            None => {
+                let messages = parse_all(items, format)?;
+                let mut s = Session::create(Arc::clone(store), id, format, config.clone(), now)?;
+                s.append(messages)?;
+                slot.digests = items.iter().map(|i| i.digest).collect();
+                Some(s)
+            }
+        };
+    }
+    let mut diverged = false;
+    if let Some(at) = first_difference(slot, items)? {
+        let messages = parse_all(items, format)?;
+        let Some(old) = slot.session.as_mut() else { return Err(SessionError::NotFound(base).into()) };
+        let successor = successor_of(old.id());
+        let detail = format!(
+            "the client's history ({} messages) differs from the log ({} messages) from message {at} on; \
+             the conversation continues in session {successor}",
+            items.len(),
+            old.state().message_count()
+        );
+        old.raise_guard(
+            GuardKind::HistoryDiverged { seq: at, successor: successor.to_string() },
+            detail,
+            "x-ctxlog-session",
+        )?;
+        let mut s = Session::create(Arc::clone(store), successor, format, config.clone(), now)?;
+        s.append(messages)?;
+        slot.digests = items.iter().map(|i| i.digest).collect();
+        slot.session = Some(s);
+        diverged = true;
+    } else if let Some(s) = slot.session.as_mut() {
+        let logged = usize::try_from(s.state().message_count()).unwrap_or(usize::MAX);
+        let new = items.get(logged..).unwrap_or_default();
+        if !new.is_empty() {
+            let messages = parse_all(new, format)?;
+            s.append(messages)?;
+            slot.digests.extend(new.iter().map(|i| i.digest));
+        }
+    }
+    let Some(s) = slot.session.as_mut() else { return Err(SessionError::NotFound(base).into()) };
+    let plan = s.plan(now)?;
+    let request = s.request(&plan, opts)?;
+    let compaction = !plan.events().is_empty();
+    Ok(Prepared { stream: s.id(), body: request.into_body(), plan, compaction, diverged })
+}
+
+/// The session a base id resolves to: the end of its chain of successors, opened, or the id
+/// to create when the chain ends in a session that does not exist yet.
+fn open_chain(store: &Store, base: StreamId) -> Result<(StreamId, Option<Sess>), SessionError> {
+    let mut id = base;
+    loop {
+        match Session::open(Arc::clone(store), id) {
+            Ok(s) => match successor_in(&s) {
+                Some(next) => id = next,
+                None => return Ok((id, Some(s))),
+            },
+            Err(SessionError::NotFound(_)) => return Ok((id, None)),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn successor_in(s: &Sess) -> Option<StreamId> {
+    s.state().raised().iter().find_map(|k| match k {
+        GuardKind::HistoryDiverged { successor, .. } => successor.parse().ok(),
+        _ => None,
+    })
+}
+
+/// The first seq where the client's history disagrees with the log, if any. A client history
+/// shorter than the log disagrees at its end (it was truncated).
+fn first_difference(slot: &mut Slot, items: &[Item<'_>]) -> Result<Option<u64>, PrepareError> {
+    let Some(s) = slot.session.as_ref() else { return Ok(None) };
+    let logged = usize::try_from(s.state().message_count()).unwrap_or(usize::MAX);
+    let known = slot.digests.len().min(logged);
+    if let Some(i) = slot.digests.iter().take(known).zip(items).position(|(d, it)| *d != it.digest) {
+        return Ok(Some(i as u64));
+    }
+    if items.len() < known {
+        return Ok(Some(items.len() as u64));
+    }
+    // Reopened from the store: compare the rest of the log by content, once.
+    let upto = logged.min(items.len());
+    if known < upto {
+        let stored = s.messages(known as u64..upto as u64)?;
+        for (offset, (logged_msg, item)) in stored.iter().zip(&items[known..upto]).enumerate() {
+            let same = parse_message(&item.raw).is_ok_and(|m| same_message(&m, logged_msg));
+            if !same {
+                return Ok(Some((known + offset) as u64));
+            }
+            slot.digests.push(item.digest);
+        }
+    }
+    if items.len() < logged {
+        return Ok(Some(items.len() as u64));
+    }
+    Ok(None)
+}
+
+/// Parses and checks every item; the first error names its field.
+fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Message>, PrepareError> {
+    items
+        .iter()
+        .map(|it| {
+            let m = parse_message(&it.raw).map_err(|e| invalid(&it.field, &e.field, e.message))?;
+            ctxlog::wire::check_format(&m, format).map_err(|e| invalid(&it.field, &e.field, e.message))?;
+            Ok(m)
+        })
+        .collect()
+}
+
+fn invalid(item: &str, inner: &str, message: String) -> PrepareError {
+    let field = match (item, inner) {
+        // The Anthropic `system` field was wrapped as a message: its `content` is the field.
+        ("system", "content") | (_, "") => item.to_owned(),
+        ("system", rest) => format!("system{}", rest.strip_prefix("content").unwrap_or(rest)),
+        (item, rest) => format!("{item}.{rest}"),
+    };
+    PrepareError::Invalid { field, message }
+}
+
+/// The client's message equals the logged one, media compared as the blobs they became.
+fn same_message(client: &Message, logged: &Message) -> bool {
+    if client == logged {
+        return true;
+    }
+    let mut m = client.clone();
+    if let Some(Content::Blocks(blocks)) = &mut m.content {
+        blocks.iter_mut().for_each(externalize);
+    }
+    &m == logged
+}
+
+fn externalize(b: &mut Block) {
+    match b {
+        Block::Media { source: MediaSource::Base64 { data, .. }, .. } => as_blob(data),
+        Block::ImageUrl { url: ImageUrl::Data { data, .. }, .. } => as_blob(data),
+        Block::ToolResult { content: Some(Content::Blocks(inner)), .. } => inner.iter_mut().for_each(externalize),
+        _ => {}
+    }
+}
+
+fn as_blob(data: &mut MediaData) {
+    let MediaData::Inline(b64) = data else { return };
+    let Ok(bytes) = ctxlog::wire::decode_base64(b64) else { return };
+    let dims = ctxlog::media::dimensions(&bytes);
+    *data = MediaData::Blob(BlobRef {
+        id: BlobId::of(&bytes),
+        bytes: bytes.len() as u64,
+        width: dims.map(|d| d.0),
+        height: dims.map(|d| d.1),
+    });
+}
+
+impl Slot {
+    /// Commits the slot's session's plan.
+    pub fn commit(&mut self, plan: Plan, at: Timestamp, usage: Option<ctxlog::Usage>) -> Result<(), SessionError> {
+        self.last_used = Instant::now();
+        match self.session.as_mut() {
+            Some(s) => s.commit(plan, at, usage).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+}
