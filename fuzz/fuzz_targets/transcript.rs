@@ -76,6 +76,7 @@ fuzz_target!(|data: &[u8]| {
         call_interval_ms: 30_000,
         views: Some(&mut views),
         inline_media: false,
+        summaries: None,
     };
     let done = import(&transcript, &store, opts, |_| Ok(()))
         .unwrap_or_else(|e| panic!("an accepted transcript must import: {e}"));
