@@ -1,0 +1,99 @@
+//! Anthropic Messages API shapes: the JSON reply, the SSE event sequence, errors.
+
+use crate::reply::{Reply, Tokens};
+use crate::sse;
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+fn usage(t: &Tokens) -> Value {
+    json!({
+        "input_tokens": t.prompt - t.cache_read - t.cache_creation,
+        "cache_creation_input_tokens": t.cache_creation,
+        "cache_read_input_tokens": t.cache_read,
+        "output_tokens": t.output,
+    })
+}
+
+fn block(reply: &Reply, seq: u64) -> (Value, &'static str) {
+    match reply {
+        Reply::Text(t) => (json!({"type": "text", "text": t}), "end_turn"),
+        Reply::Tool { name, args } => {
+            let input: Value = serde_json::from_str(args).unwrap_or(Value::Null);
+            (json!({"type": "tool_use", "id": format!("toolu_fake_{seq}"), "name": name, "input": input}), "tool_use")
+        }
+    }
+}
+
+/// The non-streaming body.
+pub fn message(model: &str, reply: &Reply, t: &Tokens, seq: u64) -> Bytes {
+    let (content, stop) = block(reply, seq);
+    let v = json!({
+        "id": format!("msg_fake_{seq}"), "type": "message", "role": "assistant", "model": model,
+        "content": [content], "stop_reason": stop, "stop_sequence": null, "usage": usage(t),
+    });
+    Bytes::from(v.to_string())
+}
+
+/// The SSE events, one chunk each, in the order the real API sends them.
+pub fn stream(model: &str, reply: &Reply, t: &Tokens, seq: u64) -> Vec<Bytes> {
+    let mut start_usage = usage(t);
+    start_usage["output_tokens"] = json!(1);
+    let mut out = vec![sse::named(
+        "message_start",
+        &json!({"type": "message_start", "message": {
+            "id": format!("msg_fake_{seq}"), "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null, "usage": start_usage}}),
+    )];
+    let (full, stop) = block(reply, seq);
+    let (first, deltas): (Value, Vec<Value>) = match reply {
+        Reply::Text(text) => (
+            json!({"type": "text", "text": ""}),
+            sse::pieces(text, 4).into_iter().map(|p| json!({"type": "text_delta", "text": p})).collect(),
+        ),
+        Reply::Tool { args, .. } => {
+            let mut start = full;
+            start["input"] = json!({});
+            let mut d = vec![json!({"type": "input_json_delta", "partial_json": ""})];
+            d.extend(sse::pieces(args, 5).into_iter().map(|p| json!({"type": "input_json_delta", "partial_json": p})));
+            (start, d)
+        }
+    };
+    out.push(sse::named(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": 0, "content_block": first}),
+    ));
+    out.push(sse::named("ping", &json!({"type": "ping"})));
+    for d in deltas {
+        out.push(sse::named("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": d})));
+    }
+    out.push(sse::named("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
+    out.push(sse::named(
+        "message_delta",
+        &json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": t.output}}),
+    ));
+    out.push(sse::named("message_stop", &json!({"type": "message_stop"})));
+    out
+}
+
+fn error_type(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// The error body for `status`.
+pub fn error(status: u16, message: &str) -> Bytes {
+    Bytes::from(json!({"type": "error", "error": {"type": error_type(status), "message": message}}).to_string())
+}
+
+/// The in-stream error event.
+pub fn stream_error() -> Bytes {
+    sse::named("error", &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}))
+}

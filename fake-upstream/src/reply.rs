@@ -1,0 +1,115 @@
+//! The deterministic reply and usage model shared by both protocols.
+//!
+//! Reply: text `ack N` (N = number of entries in `messages`), or, when the last user message's
+//! text contains `[[tool:NAME]]`, one tool call of NAME with arguments `{"n":N}`.
+//! Usage: the prompt is `ceil(body bytes / 4)` tokens; the longest common byte prefix with the
+//! previous successful request of the same API key (`x-api-key`, else `authorization`),
+//! divided by 4 (floor), is the cache read. Anthropic reports `input_tokens` = prompt − read,
+//! or, when the body contains `"cache_control"`, the uncached rest as
+//! `cache_creation_input_tokens` (and `input_tokens` 0). OpenAI reports `prompt_tokens` = the
+//! prompt and `cached_tokens` = read. Output tokens are `ceil(reply bytes / 4)`, at least 1.
+
+use serde_json::Value;
+
+/// What the fake answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Plain text.
+    Text(String),
+    /// A tool call: name and JSON arguments (serialized).
+    Tool {
+        /// Tool name from the marker.
+        name: String,
+        /// Arguments JSON text.
+        args: String,
+    },
+}
+
+/// Token counts of one exchange.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tokens {
+    /// Whole prompt.
+    pub prompt: u64,
+    /// Served from the modelled cache.
+    pub cache_read: u64,
+    /// Anthropic only: written to the cache.
+    pub cache_creation: u64,
+    /// Reply tokens.
+    pub output: u64,
+}
+
+/// Decides the reply from a parsed request body.
+pub fn decide(body: &Value) -> Reply {
+    let messages = body.get("messages").and_then(Value::as_array);
+    let n = messages.map_or(0, Vec::len);
+    let last_user =
+        messages.and_then(|m| m.iter().rev().find(|x| x.get("role").and_then(Value::as_str) == Some("user")));
+    if let Some(name) = last_user.and_then(|m| tool_marker(&text_of(m))) {
+        return Reply::Tool { name, args: format!("{{\"n\":{n}}}") };
+    }
+    Reply::Text(format!("ack {n}"))
+}
+
+/// The text parts of a message in either wire format.
+fn text_of(m: &Value) -> String {
+    match m.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
+fn tool_marker(text: &str) -> Option<String> {
+    let start = text.find("[[tool:")? + "[[tool:".len();
+    let rest = text.get(start..)?;
+    let name = rest.get(..rest.find("]]")?)?;
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    ok.then(|| name.to_owned())
+}
+
+impl Reply {
+    /// `ceil(bytes / 4)`, at least 1.
+    pub fn output_tokens(&self) -> u64 {
+        let len = match self {
+            Reply::Text(t) => t.len(),
+            Reply::Tool { name, args } => name.len() + args.len(),
+        };
+        (len as u64).div_ceil(4).max(1)
+    }
+}
+
+/// The usage of a request body given the previous body of the same key.
+pub fn tokens(body: &[u8], previous: Option<&[u8]>, reply: &Reply) -> Tokens {
+    let prompt = (body.len() as u64).div_ceil(4);
+    let lcp = previous.map_or(0, |p| p.iter().zip(body).take_while(|(a, b)| a == b).count());
+    let cache_read = (lcp as u64 / 4).min(prompt);
+    let marked = body.windows(15).any(|w| w == b"\"cache_control\"");
+    let cache_creation = if marked { prompt - cache_read } else { 0 };
+    Tokens { prompt, cache_read, cache_creation, output: reply.output_tokens() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_and_count() {
+        let b: Value = serde_json::json!({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"x"},{"role":"user","content":[{"type":"text","text":"go [[tool:get_x]] now"}]}]});
+        assert_eq!(decide(&b), Reply::Tool { name: "get_x".into(), args: "{\"n\":3}".into() });
+        let b: Value = serde_json::json!({"messages":[{"role":"user","content":"[[tool:bad name]]"}]});
+        assert_eq!(decide(&b), Reply::Text("ack 1".into()));
+    }
+
+    #[test]
+    fn cache_model() {
+        let r = Reply::Text("ack 1".into());
+        let t = tokens(b"abcdefghij", Some(b"abcdefgXYZ"), &r);
+        assert_eq!((t.prompt, t.cache_read, t.cache_creation, t.output), (3, 1, 0, 2));
+        let t = tokens(b"{\"cache_control\":1}", None, &r);
+        assert_eq!((t.cache_read, t.cache_creation), (0, t.prompt));
+    }
+}

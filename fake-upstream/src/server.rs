@@ -1,0 +1,403 @@
+//! The HTTP/1.1 server: routing, control endpoints, and the body that plays a fault.
+
+use crate::faults::{Fault, ScriptEntry};
+use crate::record::{Exchange, RecordedRequest, RecordedResponse};
+use crate::reply::{self, Reply, Tokens};
+use crate::{anthropic, openai};
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::{Request, Response};
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::io::Write as _;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// State shared by the connections and the handle.
+#[derive(Default)]
+pub(crate) struct Shared {
+    pub(crate) exchanges: Mutex<Vec<Exchange>>,
+    pub(crate) script: Mutex<VecDeque<Fault>>,
+    /// API key → previous successful body (the prompt-cache model).
+    pub(crate) cache: Mutex<HashMap<Vec<u8>, Vec<u8>>>,
+    pub(crate) record: Option<Mutex<std::fs::File>>,
+    /// Never reset, so that a tracker outliving `reset` cannot touch a newer exchange.
+    pub(crate) next_seq: std::sync::atomic::AtomicU64,
+}
+
+/// A poisoned lock only means another handler panicked; the data is still usable.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn push_script(&self, entries: impl IntoIterator<Item = ScriptEntry>) {
+        let mut q = lock(&self.script);
+        for e in entries {
+            q.extend(std::iter::repeat_n(e.fault, e.times));
+        }
+    }
+}
+
+/// Keeps one exchange's record up to date; finishes it when dropped (client gone, runtime down).
+struct Tracker {
+    shared: Arc<Shared>,
+    seq: u64,
+    done: bool,
+}
+
+impl Tracker {
+    fn with(&self, f: impl FnOnce(&mut Exchange)) {
+        // Newest first: the exchange being served is almost always near the end.
+        if let Some(x) = lock(&self.shared.exchanges).iter_mut().rev().find(|x| x.seq == self.seq) {
+            f(x);
+        }
+    }
+
+    fn finish(&mut self, complete: bool) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let mut line = None;
+        self.with(|x| {
+            x.response.complete = complete;
+            x.response.finished = true;
+            line = Some(x.to_json_line());
+        });
+        if let (Some(file), Some(line)) = (&self.shared.record, line) {
+            // Best effort: a failing record file must not change what the client sees.
+            let _ = writeln!(lock(file), "{line}");
+        }
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.finish(false);
+    }
+}
+
+/// How a body ends after its chunks.
+enum End {
+    Finish,
+    Abort,
+    Stall,
+}
+
+/// The error that makes hyper drop the connection mid-body.
+#[derive(Debug, thiserror::Error)]
+#[error("scripted disconnect")]
+pub struct Disconnected;
+
+/// A body that hands over its chunks one by one, recording each, then ends as scripted.
+pub struct FakeBody {
+    chunks: VecDeque<Bytes>,
+    end: End,
+    exact: Option<u64>,
+    tracker: Option<Tracker>,
+    flushed: bool,
+}
+
+impl FakeBody {
+    fn full(b: Bytes) -> Self {
+        let exact = Some(b.len() as u64);
+        FakeBody { chunks: VecDeque::from([b]), end: End::Finish, exact, tracker: None, flushed: false }
+    }
+}
+
+impl Body for FakeBody {
+    type Data = Bytes;
+    type Error = Disconnected;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Disconnected>>> {
+        if let Some(c) = self.chunks.pop_front() {
+            if let Some(t) = &self.tracker {
+                t.with(|x| x.response.chunks.push(c.to_vec()));
+            }
+            // With a content-length hyper may not poll again after the last byte.
+            if self.chunks.is_empty() && matches!(self.end, End::Finish) {
+                if let Some(t) = self.tracker.as_mut() {
+                    t.finish(true);
+                }
+            }
+            return Poll::Ready(Some(Ok(Frame::data(c))));
+        }
+        match self.end {
+            End::Finish => {
+                if let Some(t) = self.tracker.as_mut() {
+                    t.finish(true);
+                }
+                Poll::Ready(None)
+            }
+            // Pending once first, so that hyper flushes the chunks already handed over;
+            // an error right away would drop them with the connection.
+            End::Abort if !self.flushed => {
+                self.flushed = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            End::Abort => Poll::Ready(Some(Err(Disconnected))),
+            // Never woken: the connection stays open until the client or shutdown drops it.
+            End::Stall => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty() && matches!(self.end, End::Finish) && self.tracker.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.exact {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Anthropic,
+    OpenAi,
+}
+
+fn json_response(status: u16, body: Bytes) -> Response<FakeBody> {
+    let mut r = Response::new(FakeBody::full(body));
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+    r
+}
+
+/// The service: control endpoints under `/_fake/`, the two model endpoints, 404 otherwise.
+pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<FakeBody>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return Ok(json_response(400, Bytes::from(format!("{{\"error\":\"reading the body: {e}\"}}")))),
+    };
+    if path.starts_with("/_fake/") {
+        return Ok(control(parts.method.as_str(), &path, &body, &shared));
+    }
+    let headers: Vec<(String, Vec<u8>)> =
+        parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
+    let request =
+        RecordedRequest { method: parts.method.as_str().to_owned(), path: path.clone(), headers, body: body.to_vec() };
+    let api = match path.split('?').next() {
+        Some("/v1/messages") => Some(Api::Anthropic),
+        Some("/v1/chat/completions") => Some(Api::OpenAi),
+        _ => None,
+    };
+    let api = api.filter(|_| parts.method == hyper::Method::POST);
+    let fault = if api.is_some() { lock(&shared.script).pop_front() } else { None };
+    let seq = shared.next_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let exchange =
+        Exchange { seq, request: request.clone(), response: RecordedResponse::default(), fault: fault.clone() };
+    lock(&shared.exchanges).push(exchange);
+    let tracker = Tracker { shared: shared.clone(), seq, done: false };
+    let shape =
+        api.unwrap_or(if request.header("x-api-key").is_some() || request.header("anthropic-version").is_some() {
+            Api::Anthropic
+        } else {
+            Api::OpenAi
+        });
+    let error = |status: u16, msg: &str| match shape {
+        Api::Anthropic => anthropic::error(status, msg),
+        Api::OpenAi => openai::error(status, msg),
+    };
+    let Some(api) = api else {
+        let msg = format!("Invalid URL ({} {path})", parts.method);
+        return Ok(respond(tracker, 404, vec![error(404, &msg)], End::Finish, false, shape, None, None));
+    };
+    match &fault {
+        Some(Fault::Hang) => std::future::pending::<()>().await,
+        Some(Fault::Delay { ms }) => tokio::time::sleep(Duration::from_millis(*ms)).await,
+        Some(Fault::Status { status, retry_after_secs }) => {
+            let retry = retry_after_secs.or((*status == 429).then_some(1));
+            let b = error(*status, &format!("scripted {status}"));
+            return Ok(respond(tracker, *status, vec![b], End::Finish, false, api, retry, None));
+        }
+        _ => {}
+    }
+    let parsed: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v @ serde_json::Value::Object(_)) => v,
+        Ok(_) => {
+            return Ok(respond(
+                tracker,
+                400,
+                vec![error(400, "body: expected a JSON object")],
+                End::Finish,
+                false,
+                api,
+                None,
+                None,
+            ))
+        }
+        Err(e) => {
+            return Ok(respond(
+                tracker,
+                400,
+                vec![error(400, &format!("body: invalid JSON: {e}"))],
+                End::Finish,
+                false,
+                api,
+                None,
+                None,
+            ))
+        }
+    };
+    if !parsed.get("messages").is_some_and(serde_json::Value::is_array) {
+        return Ok(respond(
+            tracker,
+            400,
+            vec![error(400, "messages: Field required")],
+            End::Finish,
+            false,
+            api,
+            None,
+            None,
+        ));
+    }
+    let model = parsed.get("model").and_then(|m| m.as_str()).unwrap_or("fake-model").to_owned();
+    let streaming = parsed.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
+    let reply = reply::decide(&parsed);
+    let tokens = cache_tokens(&shared, &request, &body, &reply);
+    let mut chunks = match (api, streaming) {
+        (Api::Anthropic, false) => vec![anthropic::message(&model, &reply, &tokens, seq)],
+        (Api::Anthropic, true) => anthropic::stream(&model, &reply, &tokens, seq),
+        (Api::OpenAi, false) => vec![openai::completion(&model, &reply, &tokens, seq)],
+        (Api::OpenAi, true) => {
+            let usage =
+                parsed.pointer("/stream_options/include_usage").and_then(serde_json::Value::as_bool) == Some(true);
+            openai::stream(&model, &reply, &tokens, seq, usage)
+        }
+    };
+    let mut end = End::Finish;
+    let full_len = (!streaming).then(|| chunks.iter().map(|c| c.len() as u64).sum::<u64>());
+    match fault {
+        Some(Fault::Disconnect { after_events }) | Some(Fault::Stall { after_events }) => {
+            if streaming {
+                chunks.truncate(after_events);
+            } else if let Some(b) = chunks.first().cloned() {
+                chunks = vec![b.slice(..b.len() / 2)];
+            }
+            end = if matches!(fault, Some(Fault::Stall { .. })) { End::Stall } else { End::Abort };
+        }
+        Some(Fault::StreamError { after_events }) if streaming => {
+            chunks.truncate(after_events);
+            chunks.push(match api {
+                Api::Anthropic => anthropic::stream_error(),
+                Api::OpenAi => openai::stream_error(),
+            });
+        }
+        _ => {}
+    }
+    Ok(respond(tracker, 200, chunks, end, streaming, api, None, full_len))
+}
+
+/// The modelled usage; remembers this body as the key's previous one.
+fn cache_tokens(shared: &Shared, req: &RecordedRequest, body: &[u8], reply: &Reply) -> Tokens {
+    let key = req
+        .headers
+        .iter()
+        .find(|(n, _)| n == "x-api-key")
+        .or_else(|| req.headers.iter().find(|(n, _)| n == "authorization"))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let mut cache = lock(&shared.cache);
+    let t = reply::tokens(body, cache.get(&key).map(Vec::as_slice), reply);
+    cache.insert(key, body.to_vec());
+    t
+}
+
+#[allow(clippy::too_many_arguments)]
+fn respond(
+    tracker: Tracker,
+    status: u16,
+    chunks: Vec<Bytes>,
+    end: End,
+    streaming: bool,
+    api: Api,
+    retry_after: Option<u64>,
+    full_len: Option<u64>,
+) -> Response<FakeBody> {
+    let mut headers: Vec<(String, String)> = vec![(
+        "content-type".into(),
+        if streaming { "text/event-stream; charset=utf-8" } else { "application/json" }.into(),
+    )];
+    if streaming {
+        headers.push(("cache-control".into(), "no-cache".into()));
+    }
+    let id = match api {
+        Api::Anthropic => "request-id",
+        Api::OpenAi => "x-request-id",
+    };
+    headers.push((id.into(), format!("req_fake_{}", tracker.seq)));
+    if let Some(s) = retry_after {
+        headers.push(("retry-after".into(), s.to_string()));
+    }
+    // A JSON body has a content-length; a cut one announces its full length, so that the
+    // client sees a truncated body rather than a short complete one.
+    let exact = (!streaming).then(|| full_len.unwrap_or_else(|| chunks.iter().map(|c| c.len() as u64).sum()));
+    tracker.with(|x| {
+        x.response.status = status;
+        x.response.headers = headers.clone();
+    });
+    let mut r = Response::new(FakeBody { chunks: chunks.into(), end, exact, tracker: Some(tracker), flushed: false });
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    for (n, v) in headers {
+        if let (Ok(n), Ok(v)) = (hyper::header::HeaderName::try_from(n), hyper::header::HeaderValue::try_from(v)) {
+            r.headers_mut().insert(n, v);
+        }
+    }
+    r
+}
+
+fn control(method: &str, path: &str, body: &[u8], shared: &Shared) -> Response<FakeBody> {
+    match (method, path) {
+        ("POST", "/_fake/script") => {
+            let parsed = serde_json::from_slice::<Vec<ScriptEntry>>(body)
+                .or_else(|_| serde_json::from_slice::<ScriptEntry>(body).map(|e| vec![e]));
+            match parsed {
+                Ok(entries) => {
+                    shared.push_script(entries);
+                    let n = lock(&shared.script).len();
+                    json_response(200, Bytes::from(format!("{{\"queued\":{n}}}")))
+                }
+                Err(e) => {
+                    json_response(400, Bytes::from(serde_json::json!({"error": format!("script: {e}")}).to_string()))
+                }
+            }
+        }
+        ("DELETE", "/_fake/script") => {
+            lock(&shared.script).clear();
+            json_response(200, Bytes::from_static(b"{\"queued\":0}"))
+        }
+        ("GET", "/_fake/requests") => {
+            let mut out = String::new();
+            for x in lock(&shared.exchanges).iter() {
+                out.push_str(&x.to_json_line());
+                out.push('\n');
+            }
+            let mut r = json_response(200, Bytes::from(out));
+            r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/x-ndjson"));
+            r
+        }
+        ("POST", "/_fake/reset") => {
+            shared.reset();
+            json_response(200, Bytes::from_static(b"{}"))
+        }
+        _ => json_response(404, Bytes::from_static(b"{\"error\":\"unknown control endpoint\"}")),
+    }
+}
+
+impl Shared {
+    pub(crate) fn reset(&self) {
+        lock(&self.exchanges).clear();
+        lock(&self.script).clear();
+        lock(&self.cache).clear();
+    }
+}
