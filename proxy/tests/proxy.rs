@@ -467,29 +467,6 @@ async fn refuses_a_remote_listen_unless_allowed() {
     cfg.upstream = "ftp://x".into();
     assert!(matches!(serve(cfg, store).await, Err(ctxlog_proxy::ProxyError::Upstream { .. })));
 }
-
-/// Writes the README's example session (a short agent run through the proxy) to the SQLite
-/// store named by `CTXLOG_README_DB`: `ctxlog replay --store sqlite:$CTXLOG_README_DB`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "writes the README example; run by hand"]
-async fn readme_session() {
-    let path = std::env::var("CTXLOG_README_DB").unwrap();
-    let up = common::start().await;
-    let store: Arc<dyn Store> = Arc::new(ctxlog_store_sqlite::SqliteStore::open(path).unwrap());
-    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 3_000).await;
-    let mut h: Vec<(&str, String)> = vec![("user", "Summarize the build logs, one file at a time.".into())];
-    for t in 0..8 {
-        let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
-        let (status, headers, _) =
-            post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, true)).await;
-        assert_eq!(status, 200);
-        calls(&*store, stream_of(&headers), t + 1).await;
-        h.push(("assistant", format!("Reading log {t}.")));
-        h.push(("user", format!("log {t}: {}", "error: linker failed; retrying with -v\n".repeat(40))));
-    }
-    p.shutdown().await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compacted_view_is_what_goes_upstream() {
     let up = common::start().await;
@@ -562,57 +539,6 @@ async fn a_reopened_session_with_an_image_continues() {
     p2.shutdown().await;
     p3.shutdown().await;
 }
-
-/// Rough added latency for a ~150k-token request that needs no compaction (the formal
-/// benchmark is a bench binary): `cargo test --release -p ctxlog-proxy --test proxy
-/// rough_added_latency -- --ignored --nocapture`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement, not a test"]
-async fn rough_added_latency() {
-    let up = common::start().await;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 1_000_000).await;
-    let filler = "the quick brown fox jumps over the lazy dog, again and again. ".repeat(32);
-    let mut h: Vec<(&str, String)> = Vec::new();
-    for i in 0..150 {
-        h.push(("user", format!("{i} {filler}")));
-        h.push(("assistant", format!("{i} {filler}")));
-    }
-    let (mut direct, mut proxied) = (Vec::new(), Vec::new());
-    for i in 0..40 {
-        h.push(("user", format!("next {i}")));
-        let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
-        let body = anthropic_body(&hv, false);
-        let t = std::time::Instant::now();
-        let (s, _, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &body).await;
-        proxied.push(t.elapsed());
-        assert_eq!(s, 200);
-        let t = std::time::Instant::now();
-        let (s, _, _) = post(up.addr.unwrap(), "/v1/messages", &[("x-api-key", KEY)], &body).await;
-        direct.push(t.elapsed());
-        assert_eq!(s, 200);
-        h.push(("assistant", "Hello".into()));
-        if i == 0 {
-            println!("request body: {} bytes", body.len());
-        }
-    }
-    let id = store.streams().unwrap()[0];
-    let evs = calls(&*store, id, 40).await;
-    println!("view tokens of the last call: {}", served(&evs).last().unwrap().view_tokens);
-    direct.sort();
-    proxied.sort();
-    println!(
-        "p50 direct {:?}, proxied {:?}, added {:?}",
-        direct[20],
-        proxied[20],
-        proxied[20].saturating_sub(direct[20])
-    );
-    let (_, m) = get(p.addr(), "/metrics", &[]).await;
-    for l in m.lines().filter(|l| l.starts_with("ctxlog_proxy_added_latency")) {
-        println!("{l}");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_leaves_memory_and_continues_from_the_store() {
     let up = common::start().await;
@@ -647,35 +573,4 @@ async fn an_idle_session_leaves_memory_and_continues_from_the_store() {
     let evs = calls(&*store, id, 2).await;
     assert_eq!(appended(&evs), 4);
     p.shutdown().await;
-}
-
-/// Rough memory of an idle session in the proxy beyond its view: the session's heap (state and
-/// view cache) minus the view's bytes, plus the 16-byte digest per message the slot keeps.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement, not a test"]
-async fn rough_idle_session_memory() {
-    let up = common::start().await;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 1_000_000).await;
-    let filler = "the quick brown fox jumps over the lazy dog, again and again. ".repeat(32);
-    let mut h: Vec<(&str, String)> = Vec::new();
-    for i in 0..150 {
-        h.push(("user", format!("{i} {filler}")));
-        h.push(("assistant", format!("{i} {filler}")));
-    }
-    h.push(("user", "go".into()));
-    let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
-    let (_, headers, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, false)).await;
-    let id = stream_of(&headers);
-    calls(&*store, id, 1).await;
-    let mut s = ctxlog::Session::open(Arc::clone(&store), id).unwrap();
-    // As the slot holds it: planned once, so the view cache is filled.
-    let _plan = s.plan(ctxlog::Timestamp::from_millis(u64::MAX / 4)).unwrap();
-    let (heap, view) = (s.heap_bytes(), s.view_bytes());
-    let digests = 16 * s.state().message_count() as usize;
-    println!(
-        "messages {}, heap {heap}, view {view}, beyond the view {} bytes",
-        s.state().message_count(),
-        heap.saturating_sub(view) + digests
-    );
 }
