@@ -194,9 +194,17 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     let api = api.filter(|_| parts.method == hyper::Method::POST);
     let fault = if api.is_some() { lock(&shared.script).pop_front() } else { None };
     let seq = shared.next_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let exchange =
-        Exchange { seq, request: request.clone(), response: RecordedResponse::default(), fault: fault.clone() };
-    lock(&shared.exchanges).push(exchange);
+    {
+        let mut exchanges = lock(&shared.exchanges);
+        let in_flight_on_arrival = exchanges.iter().filter(|x| !x.response.finished).count();
+        exchanges.push(Exchange {
+            seq,
+            request: request.clone(),
+            response: RecordedResponse::default(),
+            fault: fault.clone(),
+            in_flight_on_arrival,
+        });
+    }
     let tracker = Tracker { shared: shared.clone(), seq, done: false };
     let shape =
         api.unwrap_or(if request.header("x-api-key").is_some() || request.header("anthropic-version").is_some() {

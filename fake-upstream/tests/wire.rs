@@ -342,3 +342,23 @@ fn control_endpoints_and_record_file() {
     let r = c.read();
     assert_eq!(std::str::from_utf8(&r.body).unwrap(), text);
 }
+
+#[test]
+fn in_flight_on_arrival_counts_unfinished_exchanges() {
+    let up = FakeUpstream::start().unwrap();
+    assert_eq!(Conn::open(&up).send("/v1/messages", AK, &anthropic_body(false, "x")).status, 200);
+    // A stalled stream stays unfinished while its client holds the connection.
+    up.script(Fault::Stall { after_events: 1 }, 1);
+    let mut stalled = Conn::open(&up);
+    let body = anthropic_body(true, "x");
+    let req =
+        format!("POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\ncontent-length: {}\r\n\r\n", body.len());
+    stalled.0.get_mut().write_all(req.as_bytes()).unwrap();
+    stalled.0.get_mut().write_all(&body).unwrap();
+    assert_eq!(stalled.line().unwrap().split(' ').nth(1), Some("200"), "the stall sent its headers");
+    assert_eq!(Conn::open(&up).send("/v1/messages", AK, &anthropic_body(false, "x")).status, 200);
+    let rec = up.requests();
+    assert_eq!(rec.iter().map(|x| x.in_flight_on_arrival).collect::<Vec<_>>(), [0, 0, 1]);
+    assert!(!rec[1].response.finished);
+    drop(stalled);
+}
