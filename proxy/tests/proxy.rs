@@ -726,7 +726,7 @@ async fn a_busy_session_waits_then_passes_through() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.session_wait = Duration::from_millis(100)).await;
     // The first call is held upstream until the second has passed through.
-    up.script(Fault::Delay { ms: 3_000 }, 1);
+    up.script(Fault::Hold, 1);
     let body = anthropic_body(&[("user", "hi")], false);
     let addr = p.addr();
     let b = body.clone();
@@ -740,31 +740,41 @@ async fn a_busy_session_waits_then_passes_through() {
     // The forwarded view puts `system` after the other fields: only the pass-through has the
     // client's bytes.
     assert_eq!(passed.request.body, body.as_bytes(), "a passed-through request was modified");
+    assert_eq!(passed.request.header("x-api-key"), Some(KEY));
     assert_eq!(a.body, passed.response.body());
     assert_eq!(p.metrics().busy_passthroughs(), 1);
     let (_, metrics) = get(addr, "/metrics", &[]).await;
     assert!(metrics.contains("ctxlog_proxy_busy_passthrough_total 1"), "{metrics}");
+    assert!(!slow.is_finished(), "the held call ended before its release");
+    up.release();
     let slow = slow.await.unwrap();
     assert_eq!(slow.status, 200);
     assert_ne!(exchange(&up, slow.seq()).request.body, body.as_bytes(), "the logged call was not rewritten");
-    let id = store.streams().unwrap()[0];
     assert_eq!(store.streams().unwrap().len(), 1);
-    let evs = calls(&*store, id, 1).await;
+    let id = store.streams().unwrap()[0];
+    assert_eq!(slow.stream(), id);
     settled(&p, 1).await;
-    assert_eq!(served(&events(&*store, id)).len(), 1, "the passed-through request was logged");
+    let evs = events(&*store, id);
+    assert_eq!(served(&evs).len(), 1, "the passed-through request was logged");
     assert_eq!(appended(&evs), 2);
     // Waiting (within the bound) serializes the calls of one session instead: the second
     // reaches the upstream only after the first's answer ended.
     let p2 = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
     up.reset();
-    up.script(Fault::Delay { ms: 300 }, 1);
+    up.script(Fault::Hold, 1);
     let b2 = anthropic_body(&[("user", "hi"), ("assistant", "Hello"), ("user", "more")], false);
     let addr2 = p2.addr();
     let bb = b2.clone();
     let first = tokio::spawn(async move { post(addr2, ANTHROPIC, &[("x-api-key", KEY)], &bb).await });
     received(&up, 1).await;
-    let second = post(addr2, ANTHROPIC, &[("x-api-key", KEY)], &b2).await;
-    let first = first.await.unwrap();
+    let bb = b2.clone();
+    let second = tokio::spawn(async move { post(addr2, ANTHROPIC, &[("x-api-key", KEY)], &bb).await });
+    // Not synchronisation (the assertions hold whatever the timing): a moment for the second
+    // request to reach the proxy's wait, so that the release has something to order.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(up.requests().len(), 1, "the second call of a busy session went upstream");
+    up.release();
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
     assert_eq!((first.status, second.status), (200, 200));
     assert_eq!((first.stream(), second.stream()), (id, id));
     let x = exchange(&up, second.seq());
@@ -888,7 +898,9 @@ async fn the_api_key_never_reaches_the_store_files() {
         // Grep while the store is open too: SQLite's -wal and -shm exist only then.
         let names = files(dir.path());
         if i == 0 {
-            assert!(names.iter().any(|n| n == "s.db-wal"), "no WAL file to grep: {names:?}");
+            for f in ["s.db", "s.db-wal", "s.db-shm"] {
+                assert!(names.iter().any(|n| n == f), "no {f} to grep: {names:?}");
+            }
         }
         for secret in secrets {
             assert_eq!(grep_dir(dir.path(), secret.as_bytes()), Vec::<String>::new(), "{names:?}");
