@@ -267,8 +267,13 @@ fn conversation_of(body: &[u8]) -> (Value, Value) {
     (v["system"].clone(), v["messages"].clone())
 }
 
-/// Four turns of one agent; every call checked against the fake's record.
-async fn conversation(path: &str, stream: bool, include_usage: bool) {
+/// A cache breakpoint on the system prompt, as agents using prompt caching send it.
+const CACHED_SYSTEM: &str =
+    r#""system":[{"type":"text","text":"You are terse.","cache_control":{"type":"ephemeral"}}]"#;
+
+/// Four turns of one agent; every call checked against the fake's record. `cache`: the
+/// Anthropic system prompt carries a cache breakpoint (the fake then reports cache writes).
+async fn conversation(path: &str, stream: bool, include_usage: bool, cache: bool) {
     let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
@@ -276,13 +281,14 @@ async fn conversation(path: &str, stream: bool, include_usage: bool) {
     let auth = auth_for(path);
     let mut history: Vec<(&str, String)> = vec![];
     let mut id = None;
-    let (mut prompt_total, mut cache_total) = (0, 0);
+    let (mut prompt_total, mut cache_total, mut written) = (0, 0, 0);
     for turn in 0..4 {
         // One turn asks for a tool: the fake answers with a tool call in the API's shape.
         let tool = if turn == 2 { " [[tool:read_file]]" } else { "" };
         history.push(("user", format!("question {turn}: {}{tool}", "tell me more ".repeat(20))));
         let h: Vec<(&str, &str)> = history.iter().map(|(r, t)| (*r, t.as_str())).collect();
         let body = if openai { openai_body(&h, stream, include_usage) } else { anthropic_body(&h, stream) };
+        let body = if cache { body.replace(r#""system":"You are terse.""#, CACHED_SYSTEM) } else { body };
         let a = post(p.addr(), path, &[auth, ("anthropic-version", "2023-06-01")], &body).await;
         assert_eq!(a.status, 200, "{}", a.text());
         assert!(a.complete);
@@ -316,6 +322,7 @@ async fn conversation(path: &str, stream: bool, include_usage: bool) {
                 assert!(call.anchored, "the meter did not anchor on the reported usage");
                 prompt_total += u.prompt_total();
                 cache_total += u.cache_read;
+                written += u.cache_write;
             }
             None => {
                 // OpenAI streaming without include_usage: committed on the estimate.
@@ -331,6 +338,7 @@ async fn conversation(path: &str, stream: bool, include_usage: bool) {
     } else {
         // The fake's cache model saw the shared prefix: the reads are real numbers, not zeros.
         assert!(cache_total > 0, "no call reported a cache read: the usage comparison proves little");
+        assert_eq!(written > 0, cache, "cache writes reported: {written}");
     }
     let id = id.unwrap();
     // Each request appended only its new suffix: 4 users + 3 replies + the system prompt.
@@ -354,27 +362,32 @@ async fn conversation(path: &str, stream: bool, include_usage: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_streaming_conversation() {
-    conversation(ANTHROPIC, true, true).await;
+    conversation(ANTHROPIC, true, true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_streaming_conversation_with_a_cache_breakpoint() {
+    conversation(ANTHROPIC, true, true, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_json_conversation() {
-    conversation(ANTHROPIC, false, true).await;
+    conversation(ANTHROPIC, false, true, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_streaming_conversation() {
-    conversation(OPENAI, true, true).await;
+    conversation(OPENAI, true, true, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_streaming_without_include_usage_commits_on_the_estimate() {
-    conversation(OPENAI, true, false).await;
+    conversation(OPENAI, true, false, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_json_conversation() {
-    conversation(OPENAI, false, true).await;
+    conversation(OPENAI, false, true, false).await;
 }
 
 /// One call of `path` against an upstream scripted with `fault`; returns what the client got,
