@@ -41,6 +41,10 @@ pub enum Fault {
     },
     /// Never send headers.
     Hang,
+    /// Wait before sending the headers until [`crate::FakeUpstream::release`] (or
+    /// `POST /_fake/release`) is called, then reply normally: a call held in flight for as
+    /// long as a test needs, without a timing guess.
+    Hold,
 }
 
 /// One entry of `POST /_fake/script`: `fault` for the next `times` requests (default 1).

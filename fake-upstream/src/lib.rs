@@ -5,7 +5,7 @@
 //!
 //! Control endpoints (for the binary and non-Rust tests): `POST /_fake/script` with a
 //! [`ScriptEntry`] or an array of them, `DELETE /_fake/script`, `GET /_fake/requests` (JSONL),
-//! `POST /_fake/reset`.
+//! `POST /_fake/release` (frees held requests, see [`Fault::Hold`]), `POST /_fake/reset`.
 
 mod anthropic;
 mod faults;
@@ -120,6 +120,11 @@ impl FakeUpstream {
     /// Drops all queued faults.
     pub fn clear_script(&self) {
         lock(&self.shared.script).clear();
+    }
+
+    /// Frees every request waiting on a [`Fault::Hold`] now (later holds wait for the next call).
+    pub fn release(&self) {
+        self.shared.release.send_modify(|g| *g += 1);
     }
 
     /// Forgets exchanges, queued faults and the prompt-cache model's state.

@@ -15,6 +15,9 @@ pub struct Exchange {
     pub response: RecordedResponse,
     /// The scripted fault applied, if any.
     pub fault: Option<Fault>,
+    /// Earlier exchanges still unfinished when this request arrived: 0 shows that a client
+    /// (the proxy) waited for its previous call's answer to end before sending this one.
+    pub in_flight_on_arrival: usize,
 }
 
 /// A received request; every header is kept (auth included: tests check it passes through).

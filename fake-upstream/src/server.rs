@@ -26,6 +26,8 @@ pub(crate) struct Shared {
     pub(crate) record: Option<Mutex<std::fs::File>>,
     /// Never reset, so that a tracker outliving `reset` cannot touch a newer exchange.
     pub(crate) next_seq: std::sync::atomic::AtomicU64,
+    /// Bumped by `release`: frees every [`Fault::Hold`] waiting at that moment.
+    pub(crate) release: tokio::sync::watch::Sender<u64>,
 }
 
 /// A poisoned lock only means another handler panicked; the data is still usable.
@@ -194,9 +196,19 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     let api = api.filter(|_| parts.method == hyper::Method::POST);
     let fault = if api.is_some() { lock(&shared.script).pop_front() } else { None };
     let seq = shared.next_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let exchange =
-        Exchange { seq, request: request.clone(), response: RecordedResponse::default(), fault: fault.clone() };
-    lock(&shared.exchanges).push(exchange);
+    // Subscribed before the exchange is visible: a `release` after a test saw it frees it.
+    let mut released = shared.release.subscribe();
+    {
+        let mut exchanges = lock(&shared.exchanges);
+        let in_flight_on_arrival = exchanges.iter().filter(|x| !x.response.finished).count();
+        exchanges.push(Exchange {
+            seq,
+            request: request.clone(),
+            response: RecordedResponse::default(),
+            fault: fault.clone(),
+            in_flight_on_arrival,
+        });
+    }
     let tracker = Tracker { shared: shared.clone(), seq, done: false };
     let shape =
         api.unwrap_or(if request.header("x-api-key").is_some() || request.header("anthropic-version").is_some() {
@@ -214,6 +226,10 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     };
     match &fault {
         Some(Fault::Hang) => std::future::pending::<()>().await,
+        // The sender lives in `Shared`, which outlives this handler: only a release wakes it.
+        Some(Fault::Hold) => {
+            let _ = released.changed().await;
+        }
         Some(Fault::Delay { ms }) => tokio::time::sleep(Duration::from_millis(*ms)).await,
         Some(Fault::Status { status, retry_after_secs }) => {
             let retry = retry_after_secs.or((*status == 429).then_some(1));
@@ -385,6 +401,10 @@ fn control(method: &str, path: &str, body: &[u8], shared: &Shared) -> Response<F
             let mut r = json_response(200, Bytes::from(out));
             r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/x-ndjson"));
             r
+        }
+        ("POST", "/_fake/release") => {
+            shared.release.send_modify(|g| *g += 1);
+            json_response(200, Bytes::from_static(b"{}"))
         }
         ("POST", "/_fake/reset") => {
             shared.reset();

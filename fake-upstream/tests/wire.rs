@@ -342,3 +342,67 @@ fn control_endpoints_and_record_file() {
     let r = c.read();
     assert_eq!(std::str::from_utf8(&r.body).unwrap(), text);
 }
+
+#[test]
+fn in_flight_on_arrival_counts_unfinished_exchanges() {
+    let up = FakeUpstream::start().unwrap();
+    assert_eq!(Conn::open(&up).send("/v1/messages", AK, &anthropic_body(false, "x")).status, 200);
+    // A stalled stream stays unfinished while its client holds the connection.
+    up.script(Fault::Stall { after_events: 1 }, 1);
+    let mut stalled = Conn::open(&up);
+    let body = anthropic_body(true, "x");
+    let req =
+        format!("POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\ncontent-length: {}\r\n\r\n", body.len());
+    stalled.0.get_mut().write_all(req.as_bytes()).unwrap();
+    stalled.0.get_mut().write_all(&body).unwrap();
+    assert_eq!(stalled.line().unwrap().split(' ').nth(1), Some("200"), "the stall sent its headers");
+    assert_eq!(Conn::open(&up).send("/v1/messages", AK, &anthropic_body(false, "x")).status, 200);
+    let rec = up.requests();
+    assert_eq!(rec.iter().map(|x| x.in_flight_on_arrival).collect::<Vec<_>>(), [0, 0, 1]);
+    assert!(!rec[1].response.finished);
+    drop(stalled);
+}
+
+#[test]
+fn hold_waits_for_release() {
+    let up = FakeUpstream::start().unwrap();
+    up.script(Fault::Hold, 1);
+    let mut held = Conn::open(&up);
+    held.0.get_ref().set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let body = anthropic_body(false, "x");
+    let req =
+        format!("POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\ncontent-length: {}\r\n\r\n", body.len());
+    held.0.get_mut().write_all(req.as_bytes()).unwrap();
+    held.0.get_mut().write_all(&body).unwrap();
+    wait_for(&up, 1);
+    // Another request is not held, and the held one has sent nothing.
+    assert_eq!(Conn::open(&up).send("/v1/messages", AK, &anthropic_body(false, "x")).status, 200);
+    let rec = up.requests();
+    assert_eq!(rec[0].response.status, 0, "the held request answered");
+    assert_eq!(rec[0].fault, Some(Fault::Hold));
+    // Released through the control endpoint (as non-Rust tests do).
+    assert_eq!(Conn::open(&up).send("/_fake/release", &[], b"").status, 200);
+    let r = held.read();
+    assert_eq!(r.status, 200);
+    assert!(r.complete && r.json()["content"][0]["text"].as_str().unwrap().starts_with("ack "));
+    assert!(up.requests()[0].response.complete);
+    // `release` on the handle frees a hold scripted later too, once it is waiting.
+    up.script(Fault::Hold, 1);
+    let addr = up.addr();
+    let t = std::thread::spawn(move || {
+        let mut c = Conn(BufReader::new(TcpStream::connect(addr).unwrap()));
+        c.send("/v1/messages", AK, &anthropic_body(false, "x")).status
+    });
+    wait_for(&up, 3);
+    up.release();
+    assert_eq!(t.join().unwrap(), 200);
+}
+
+/// Waits (bounded) until the fake has recorded `n` exchanges.
+fn wait_for(up: &FakeUpstream, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while up.requests().len() < n {
+        assert!(std::time::Instant::now() < deadline, "never got {n} requests");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}

@@ -1,24 +1,110 @@
-//! The proxy end to end on real sockets, against the loopback upstream in `common`.
+//! The proxy end to end on real sockets, against the workspace's loopback fake upstream
+//! (`ctxlog-fake-upstream`: both APIs' real SSE sequences, a prompt-cache usage model, scripted
+//! faults and a byte-exact record of every exchange).
+//!
+//! The fake names each exchange in its response (`request-id` / `x-request-id:
+//! req_fake_SEQ`), and the proxy passes that header back: a test knows exactly which recorded
+//! exchange served each of its calls, also when many run at once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
-
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{get, post, Fault};
+use bytes::Bytes;
 use ctxlog::event::GuardKind;
-use ctxlog::{Event, MemoryStore, RequestOptions, Store, StreamId};
+use ctxlog::{Event, MemoryStore, RequestOptions, Store, StreamId, Usage};
+use ctxlog_fake_upstream::{Exchange, FakeUpstream, Fault};
 use ctxlog_proxy::{serve, ProxyConfig, ProxyHandle};
+use http::{HeaderMap, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
 
 const KEY: &str = "sk-ant-test-SECRET-KEY-0123456789";
+const OPENAI_KEY: &str = "sk-openai-SECRET-KEY-9876543210";
+const ANTHROPIC: &str = "/v1/messages";
+const OPENAI: &str = "/v1/chat/completions";
+/// Generous bound for anything the proxy does after an answer (a commit, an abort).
+const SETTLE: Duration = Duration::from_secs(30);
+
+fn upstream() -> FakeUpstream {
+    FakeUpstream::start().unwrap()
+}
 
 async fn proxy_on(store: Arc<dyn Store>, upstream: &str, tweak: impl FnOnce(&mut ProxyConfig)) -> ProxyHandle {
     let mut cfg = ProxyConfig::new("127.0.0.1:0".parse().unwrap(), upstream);
-    cfg.upstream_timeout = Duration::from_secs(5);
+    cfg.upstream_timeout = Duration::from_secs(20);
     tweak(&mut cfg);
     serve(cfg, store).await.unwrap()
+}
+
+/// What the client got.
+struct Answer {
+    status: u16,
+    headers: HeaderMap,
+    body: Vec<u8>,
+    /// The body ended as framed (false: the connection was cut mid-body).
+    complete: bool,
+}
+
+impl Answer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    fn stream(&self) -> StreamId {
+        self.headers.get("x-ctxlog-stream").expect("no x-ctxlog-stream").to_str().unwrap().parse().unwrap()
+    }
+    /// The fake's exchange this answer came from (by the request id it put in its headers).
+    fn seq(&self) -> u64 {
+        let v = self.headers.get("request-id").or_else(|| self.headers.get("x-request-id")).expect("no request id");
+        v.to_str().unwrap().strip_prefix("req_fake_").unwrap().parse().unwrap()
+    }
+}
+
+/// POSTs `body`; collects the answer frame by frame, so that a cut body keeps what arrived.
+async fn post(addr: std::net::SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = Request::post(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.header("content-type", "application/json").body(Full::new(Bytes::from(body.to_owned()))).unwrap();
+    let resp = client.request(req).await.unwrap();
+    let (parts, mut b) = resp.into_parts();
+    let mut out = Vec::new();
+    let mut complete = true;
+    while let Some(frame) = b.frame().await {
+        match frame {
+            Ok(f) => {
+                if let Ok(d) = f.into_data() {
+                    out.extend_from_slice(&d);
+                }
+            }
+            Err(_) => {
+                complete = false;
+                break;
+            }
+        }
+    }
+    Answer { status: parts.status.as_u16(), headers: parts.headers, body: out, complete }
+}
+
+async fn get(addr: std::net::SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client.request(req.body(Full::new(Bytes::new())).unwrap()).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn exchange(up: &FakeUpstream, seq: u64) -> Exchange {
+    up.requests().into_iter().find(|x| x.seq == seq).unwrap_or_else(|| panic!("no exchange {seq}"))
 }
 
 fn events(store: &dyn Store, id: StreamId) -> Vec<Event> {
@@ -38,268 +124,8 @@ fn appended(evs: &[Event]) -> usize {
     evs.iter().filter(|e| matches!(e, Event::MessageAppended(_))).count()
 }
 
-/// Waits (bounded) until the session has `n` committed calls: commits land after the answer.
-async fn calls(store: &dyn Store, id: StreamId, n: usize) -> Vec<Event> {
-    for _ in 0..500 {
-        let evs = events(store, id);
-        if served(&evs).len() >= n {
-            return evs;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("session {id} never reached {n} calls: {:?}", served(&events(store, id)));
-}
-
-fn stream_of(h: &http::HeaderMap) -> StreamId {
-    h.get("x-ctxlog-stream").unwrap().to_str().unwrap().parse().unwrap()
-}
-
-fn anthropic_body(history: &[(&str, &str)], stream: bool) -> String {
-    let msgs: Vec<String> =
-        history.iter().map(|(r, t)| format!(r#"{{"role":"{r}","content":{}}}"#, serde_json::Value::from(*t))).collect();
-    format!(
-        r#"{{"model":"claude-x","max_tokens":512,"system":"You are terse.","messages":[{}],"stream":{stream}}}"#,
-        msgs.join(",")
-    )
-}
-
-fn opts_of(body: &[u8]) -> RequestOptions {
-    RequestOptions::from_client_body(body).unwrap()
-}
-
-async fn conversation(path: &str, stream: bool) {
-    let up = common::start().await;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
-    let openai = path == "/v1/chat/completions";
-    let mut history: Vec<(&str, String)> = if openai { vec![("system", "You are terse.".into())] } else { vec![] };
-    let mut id = None;
-    for turn in 0..4 {
-        history.push(("user", format!("question {turn}: {}", "tell me more ".repeat(20))));
-        let h: Vec<(&str, &str)> = history.iter().map(|(r, t)| (*r, t.as_str())).collect();
-        let body = if openai {
-            let msgs: Vec<String> = h
-                .iter()
-                .map(|(r, t)| format!(r#"{{"role":"{r}","content":{}}}"#, serde_json::Value::from(*t)))
-                .collect();
-            format!(
-                r#"{{"model":"gpt-x","messages":[{}],"stream":{stream}{}}}"#,
-                msgs.join(","),
-                if stream { r#","stream_options":{"include_usage":true}"# } else { "" }
-            )
-        } else {
-            anthropic_body(&h, stream)
-        };
-        let auth = if openai { ("authorization", "Bearer sk-openai-SECRET") } else { ("x-api-key", KEY) };
-        let (status, headers, answer) = post(p.addr(), path, &[auth, ("anthropic-version", "2023-06-01")], &body).await;
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
-        let sid = stream_of(&headers);
-        assert_eq!(*id.get_or_insert(sid), sid, "turn {turn} landed in another session");
-        let got = up.received();
-        let last = got.last().unwrap();
-        assert_eq!(answer, last.answered, "the client did not get the upstream's bytes");
-        assert_eq!(last.headers.get(auth.0).unwrap(), auth.1, "auth was not passed through");
-        assert!(last.headers.get("x-ctxlog-stream").is_none());
-        let evs = calls(&*store, sid, turn + 1).await;
-        let call = served(&evs)[turn];
-        // The forwarded body is the request ctxlog recorded for the call, byte for byte.
-        let rebuilt = ctxlog::replay::served_request(&*store, sid, call.call, &opts_of(&last.body)).unwrap();
-        assert_eq!(rebuilt.body(), &last.body[..], "turn {turn}");
-        assert_eq!(rebuilt.view_digest(), call.digest);
-        let (input, cached, output) = last.usage;
-        let usage = call.usage.expect("no usage recorded");
-        assert_eq!((usage.input, usage.cache_read, usage.output), (input, cached, output));
-        assert!(call.anchored, "the meter did not anchor on the reported usage");
-        history.push(("assistant", "Hello there".into()));
-    }
-    let id = id.unwrap();
-    // Each request appended only its new suffix: 4 users + 3 replies (+ the system prompt).
-    assert_eq!(appended(&events(&*store, id)), 7 + 1);
-    let report = ctxlog::replay::verify(&*store, id).unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
-    p.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_streaming_conversation() {
-    conversation("/v1/messages", true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_json_conversation() {
-    conversation("/v1/messages", false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_streaming_conversation() {
-    conversation("/v1/chat/completions", true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_json_conversation() {
-    conversation("/v1/chat/completions", false).await;
-}
-
-async fn one_fault(fault: Fault, stream: bool) -> (u16, bytes::Bytes, Vec<Event>, common::Received) {
-    let up = common::start().await;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.upstream_timeout = Duration::from_millis(400)).await;
-    up.push(fault);
-    let body = anthropic_body(&[("user", "hi")], stream);
-    let answered =
-        tokio::time::timeout(Duration::from_secs(20), post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &body));
-    let (status, headers, answer) = answered.await.expect("the proxy never ended the answer");
-    let id: Option<StreamId> = headers.get("x-ctxlog-stream").map(|v| v.to_str().unwrap().parse().unwrap());
-    // Let an abort (or a wrong commit) land before looking.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let ids = store.streams().unwrap();
-    assert_eq!(ids.len(), 1);
-    if let Some(id) = id {
-        assert_eq!(id, ids[0]);
-    }
-    let evs = events(&*store, ids[0]);
-    let rec = up.received().pop().unwrap();
-    p.shutdown().await;
-    (status, answer, evs, rec)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upstream_errors_reach_the_client_unchanged_and_commit_nothing() {
-    for code in [429u16, 500] {
-        let text = r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
-        let (status, answer, evs, rec) = one_fault(Fault::Status(code, text), true).await;
-        assert_eq!(status, code);
-        assert_eq!(answer, rec.answered);
-        assert!(served(&evs).is_empty(), "{code}: a failed call was committed");
-        assert_eq!(appended(&evs), 2, "the appended messages (system, user) stay");
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn disconnect_mid_stream_commits_nothing() {
-    let (status, answer, evs, rec) = one_fault(Fault::CutAfter(4), true).await;
-    assert_eq!(status, 200);
-    assert!(answer.len() <= rec.answered.len() && rec.answered.starts_with(&answer));
-    assert!(served(&evs).is_empty(), "a cut stream was committed");
-    assert_eq!(appended(&evs), 2);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_that_goes_quiet_times_out_and_commits_nothing() {
-    let (status, answer, evs, rec) = one_fault(Fault::StallAfter(3), true).await;
-    assert_eq!(status, 200);
-    assert!(rec.answered.starts_with(&answer), "the client got other bytes than the upstream's");
-    assert!(served(&evs).is_empty(), "a stalled stream was committed");
-    assert_eq!(appended(&evs), 2);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upstream_timeout_is_504_and_commits_nothing() {
-    let (status, answer, evs, _) = one_fault(Fault::Hang, false).await;
-    assert_eq!(status, 504);
-    let v: serde_json::Value = serde_json::from_slice(&answer).unwrap();
-    assert_eq!(v["type"], "error");
-    assert!(served(&evs).is_empty());
-    assert_eq!(appended(&evs), 2);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_bodies_are_refused_and_nothing_is_written() {
-    let up = common::start().await;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.max_body = 4096).await;
-    let cases: [(&str, &str, u16, &str); 6] = [
-        ("/v1/messages", "{not json", 400, "body"),
-        ("/v1/messages", r#"{"model":"m"}"#, 400, "messages"),
-        (
-            "/v1/messages",
-            r#"{"messages":[{"role":"user","content":[{"type":"image"}]}]}"#,
-            400,
-            "messages[0].content[0]",
-        ),
-        ("/v1/messages", r#"{"messages":[{"role":"tool","content":"x","tool_call_id":"a"}]}"#, 400, "messages[0]"),
-        ("/v1/chat/completions", r#"{"messages":[{"role":"wizard","content":"x"}]}"#, 400, "messages[0].role"),
-        ("/v1/messages", r#"{"system":7,"messages":[{"role":"user","content":"x"}]}"#, 400, "system"),
-    ];
-    for (path, body, code, field) in cases {
-        let (status, _, answer) = post(p.addr(), path, &[("x-api-key", KEY)], body).await;
-        let text = String::from_utf8_lossy(&answer);
-        assert_eq!(status, code, "{body}: {text}");
-        assert!(text.contains(field), "{body}: the error does not name {field}: {text}");
-    }
-    let big = anthropic_body(&[("user", &"x".repeat(5000))], false);
-    let (status, _, answer) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &big).await;
-    assert_eq!(status, 413);
-    let v: serde_json::Value = serde_json::from_slice(&answer).unwrap();
-    assert_eq!(v["error"]["type"], "request_too_large");
-    let (status, _, answer) = post(p.addr(), "/v1/chat/completions", &[], &big).await;
-    assert_eq!(status, 413);
-    let v: serde_json::Value = serde_json::from_slice(&answer).unwrap();
-    assert_eq!(v["error"]["code"], "request_too_large");
-    assert!(store.streams().unwrap().is_empty(), "a refused request wrote a session");
-    assert!(up.received().is_empty(), "a refused request reached the upstream");
-    p.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_token_is_required_when_set() {
-    let up = common::start().await;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.client_token = Some("tok-123".into())).await;
-    let body = anthropic_body(&[("user", "hi")], false);
-    for bad in [&[][..], &[("x-ctxlog-token", "tok-124")][..], &[("x-ctxlog-token", "tok-12")][..]] {
-        let (status, _, _) = post(p.addr(), "/v1/messages", bad, &body).await;
-        assert_eq!(status, 401);
-        assert_eq!(get(p.addr(), "/metrics", bad).await.0, 401);
-        assert_eq!(post(p.addr(), "/v1/other", bad, "{}").await.0, 401);
-    }
-    assert!(up.received().is_empty() && store.streams().unwrap().is_empty());
-    assert_eq!(get(p.addr(), "/healthz", &[]).await.0, 200);
-    let (status, _, _) = post(p.addr(), "/v1/messages", &[("x-ctxlog-token", "tok-123")], &body).await;
-    assert_eq!(status, 200);
-    assert!(up.received()[0].headers.get("x-ctxlog-token").is_none(), "the token went upstream");
-    p.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn other_paths_pass_through_untouched() {
-    let up = common::start().await;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
-    let body = r#"{"model":"m", "input":"count me"}"#;
-    let (status, _, _) = post(p.addr(), "/v1/messages/count_tokens?beta=true", &[("x-api-key", KEY)], body).await;
-    assert_eq!(status, 200);
-    let r = &up.received()[0];
-    assert_eq!(r.path, "/v1/messages/count_tokens");
-    assert_eq!(r.body, body.as_bytes());
-    assert!(store.streams().unwrap().is_empty());
-    let (_, metrics) = get(p.addr(), "/metrics", &[]).await;
-    assert!(metrics.contains("ctxlog_proxy_requests_total{path=\"other\",status=\"200\"} 1"), "{metrics}");
-    p.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn divergence_starts_a_linked_session_from_the_clients_history() {
-    let up = common::start().await;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
-    let hdr = [("x-api-key", KEY), ("x-ctxlog-session", "agent-7")];
-    let b1 = anthropic_body(&[("user", "one"), ("assistant", "a1"), ("user", "two")], false);
-    let (_, h1, _) = post(p.addr(), "/v1/messages", &hdr, &b1).await;
-    let first = stream_of(&h1);
-    calls(&*store, first, 1).await;
-    // The client edited its second message.
-    let b2 = anthropic_body(
-        &[("user", "one"), ("assistant", "EDITED"), ("user", "two"), ("assistant", "a2"), ("user", "3")],
-        false,
-    );
-    let (status, h2, _) = post(p.addr(), "/v1/messages", &hdr, &b2).await;
-    assert_eq!(status, 200);
-    let second = stream_of(&h2);
-    assert_ne!(first, second);
-    let old = events(&*store, first);
-    let diverged: Vec<_> = old
-        .iter()
+fn diverged(evs: &[Event]) -> Vec<(u64, String)> {
+    evs.iter()
         .filter_map(|e| match e {
             Event::GuardRaised(g) => match &g.kind {
                 GuardKind::HistoryDiverged { seq, successor } => Some((*seq, successor.clone())),
@@ -307,113 +133,731 @@ async fn divergence_starts_a_linked_session_from_the_clients_history() {
             },
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// A counter of `/metrics` (the public text the proxy serves).
+fn counter(p: &ProxyHandle, name: &str) -> u64 {
+    let text = p.metrics().render();
+    let line = text.lines().find(|l| l.split(' ').next() == Some(name)).unwrap_or_else(|| panic!("no {name}: {text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Waits (bounded) until the proxy has settled `n` calls (committed or aborted): both are
+/// counted only after the commit landed or the plan was dropped.
+async fn settled(p: &ProxyHandle, n: u64) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while counter(p, "ctxlog_proxy_committed_total") + counter(p, "ctxlog_proxy_aborted_total") < n {
+        assert!(tokio::time::Instant::now() < deadline, "the proxy never settled {n} calls");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits (bounded) until the session has `n` committed calls: commits land after the answer.
+async fn calls(store: &dyn Store, id: StreamId, n: usize) -> Vec<Event> {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let evs = events(store, id);
+        if served(&evs).len() >= n {
+            return evs;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "session {id} never reached {n} calls");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn msgs(history: &[(&str, &str)]) -> String {
+    let m: Vec<String> = history.iter().map(|(r, t)| json!({"role": r, "content": t}).to_string()).collect::<Vec<_>>();
+    m.join(",")
+}
+
+fn anthropic_body(history: &[(&str, &str)], stream: bool) -> String {
+    format!(
+        r#"{{"model":"claude-x","max_tokens":512,"system":"You are terse.","messages":[{}],"stream":{stream}}}"#,
+        msgs(history)
+    )
+}
+
+/// OpenAI: the system prompt is the first message; `include_usage` only matters when streaming.
+fn openai_body(history: &[(&str, &str)], stream: bool, include_usage: bool) -> String {
+    let mut all = vec![("system", "You are terse.")];
+    all.extend_from_slice(history);
+    format!(
+        r#"{{"model":"gpt-x","messages":[{}],"stream":{stream}{}}}"#,
+        msgs(&all),
+        if stream && include_usage { r#","stream_options":{"include_usage":true}"# } else { "" }
+    )
+}
+
+fn body_for(path: &str, history: &[(&str, &str)], stream: bool) -> String {
+    if path == OPENAI {
+        openai_body(history, stream, true)
+    } else {
+        anthropic_body(history, stream)
+    }
+}
+
+fn auth_for(path: &str) -> (&'static str, &'static str) {
+    if path == OPENAI {
+        ("authorization", "Bearer sk-openai-SECRET-KEY-9876543210")
+    } else {
+        ("x-api-key", KEY)
+    }
+}
+
+fn opts_of(body: &[u8]) -> RequestOptions {
+    RequestOptions::from_client_body(body).unwrap()
+}
+
+/// The usage the fake reported in this exchange, read from the bytes it sent (independently
+/// of the proxy's scanner): Anthropic `message_start` + `message_delta` or the JSON `usage`,
+/// OpenAI the chunk carrying `usage` or the JSON `usage`. `None` when it reported none.
+fn reported(x: &Exchange) -> Option<Usage> {
+    let body = String::from_utf8(x.response.body()).unwrap();
+    let sse = x.response.headers.iter().any(|(n, v)| n == "content-type" && v.starts_with("text/event-stream"));
+    let values: Vec<Value> = if sse {
+        body.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    } else {
+        vec![serde_json::from_str(&body).unwrap()]
+    };
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    if x.request.path.starts_with(ANTHROPIC) {
+        let mut usage: Option<Usage> = None;
+        for v in values {
+            let u = match v["type"].as_str() {
+                Some("message_start") => &v["message"]["usage"],
+                Some("message") => &v["usage"],
+                Some("message_delta") => {
+                    if let Some(u) = usage.as_mut() {
+                        u.output = n(&v["usage"]["output_tokens"]);
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            usage = Some(Usage {
+                input: n(&u["input_tokens"]),
+                cache_read: n(&u["cache_read_input_tokens"]),
+                cache_write: n(&u["cache_creation_input_tokens"]),
+                output: n(&u["output_tokens"]),
+            });
+        }
+        usage
+    } else {
+        values.iter().find(|v| v["usage"].is_object()).map(|v| {
+            let u = &v["usage"];
+            let cached = n(&u["prompt_tokens_details"]["cached_tokens"]);
+            Usage {
+                input: n(&u["prompt_tokens"]) - cached,
+                cache_read: cached,
+                cache_write: 0,
+                output: n(&u["completion_tokens"]),
+            }
+        })
+    }
+}
+
+/// The messages (and Anthropic `system`) of a request body, parsed.
+fn conversation_of(body: &[u8]) -> (Value, Value) {
+    let v: Value = serde_json::from_slice(body).unwrap();
+    (v["system"].clone(), v["messages"].clone())
+}
+
+/// A cache breakpoint on the system prompt, as agents using prompt caching send it.
+const CACHED_SYSTEM: &str =
+    r#""system":[{"type":"text","text":"You are terse.","cache_control":{"type":"ephemeral"}}]"#;
+
+/// Four turns of one agent; every call checked against the fake's record. `cache`: the
+/// Anthropic system prompt carries a cache breakpoint (the fake then reports cache writes).
+async fn conversation(path: &str, stream: bool, include_usage: bool, cache: bool) {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let openai = path == OPENAI;
+    let auth = auth_for(path);
+    let mut history: Vec<(&str, String)> = vec![];
+    let mut id = None;
+    let (mut prompt_total, mut cache_total, mut written) = (0, 0, 0);
+    for turn in 0..4 {
+        // One turn asks for a tool: the fake answers with a tool call in the API's shape.
+        let tool = if turn == 2 { " [[tool:read_file]]" } else { "" };
+        history.push(("user", format!("question {turn}: {}{tool}", "tell me more ".repeat(20))));
+        let h: Vec<(&str, &str)> = history.iter().map(|(r, t)| (*r, t.as_str())).collect();
+        let body = if openai { openai_body(&h, stream, include_usage) } else { anthropic_body(&h, stream) };
+        let body = if cache { body.replace(r#""system":"You are terse.""#, CACHED_SYSTEM) } else { body };
+        let a = post(p.addr(), path, &[auth, ("anthropic-version", "2023-06-01")], &body).await;
+        assert_eq!(a.status, 200, "{}", a.text());
+        assert!(a.complete);
+        let sid = a.stream();
+        assert_eq!(*id.get_or_insert(sid), sid, "turn {turn} landed in another session");
+        let x = exchange(&up, a.seq());
+        assert_eq!(x.seq, up.requests().last().unwrap().seq, "one upstream call per client call");
+        assert!(x.response.complete);
+        // The client receives exactly the upstream's bytes.
+        assert_eq!(a.body, x.response.body(), "the client did not get the upstream's bytes");
+        if tool.is_empty() {
+            assert!(a.text().contains("ack"));
+        } else {
+            assert!(a.text().contains("read_file"), "the tool call did not come through: {}", a.text());
+        }
+        assert_eq!(x.request.header(auth.0), Some(auth.1), "auth was not passed through");
+        assert!(x.request.header("x-ctxlog-stream").is_none() && x.request.header("x-ctxlog-session").is_none());
+        let evs = calls(&*store, sid, turn + 1).await;
+        let call = served(&evs)[turn];
+        // The forwarded body is the request ctxlog recorded for the call, byte for byte.
+        let rebuilt = ctxlog::replay::served_request(&*store, sid, call.call, &opts_of(&x.request.body)).unwrap();
+        assert_eq!(rebuilt.body(), &x.request.body[..], "turn {turn}");
+        assert_eq!(rebuilt.view_digest(), call.digest);
+        // No compaction here: the view is the client's conversation.
+        let (sys, sent) = conversation_of(&x.request.body);
+        assert_eq!((sys, sent), conversation_of(body.as_bytes()), "turn {turn}: the view is not the client's history");
+        match reported(&x) {
+            Some(u) => {
+                assert_eq!(call.usage, Some(u), "turn {turn}: the logged usage is not the upstream's");
+                assert_eq!(call.reported_tokens, Some(u.prompt_total()));
+                assert!(call.anchored, "the meter did not anchor on the reported usage");
+                prompt_total += u.prompt_total();
+                cache_total += u.cache_read;
+                written += u.cache_write;
+            }
+            None => {
+                // OpenAI streaming without include_usage: committed on the estimate.
+                assert!(openai && stream && !include_usage, "the fake reported no usage");
+                assert_eq!((call.usage, call.reported_tokens, call.anchored), (None, None, false));
+                assert_eq!(call.metered_tokens, call.view_tokens, "not committed on the estimate");
+            }
+        }
+        history.push(("assistant", format!("answer {turn}")));
+    }
+    if openai && stream && !include_usage {
+        assert_eq!(prompt_total, 0);
+    } else {
+        // The fake's cache model saw the shared prefix: the reads are real numbers, not zeros.
+        assert!(cache_total > 0, "no call reported a cache read: the usage comparison proves little");
+        assert_eq!(written > 0, cache, "cache writes reported: {written}");
+    }
+    let id = id.unwrap();
+    // Each request appended only its new suffix: 4 users + 3 replies + the system prompt.
+    assert_eq!(appended(&events(&*store, id)), 7 + 1);
+    let report = ctxlog::replay::verify(&*store, id).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // /metrics says the same.
+    settled(&p, 4).await;
+    let (status, metrics) = get(p.addr(), "/metrics", &[]).await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("# TYPE ctxlog_proxy_requests_total counter"), "{metrics}");
+    assert!(metrics.contains(&format!("ctxlog_proxy_requests_total{{path=\"{path}\",status=\"200\"}} 4")), "{metrics}");
+    assert_eq!(counter(&p, "ctxlog_proxy_committed_total"), 4);
+    assert_eq!(counter(&p, "ctxlog_proxy_aborted_total"), 0);
+    assert_eq!(counter(&p, "ctxlog_proxy_prompt_tokens_total"), prompt_total);
+    assert_eq!(counter(&p, "ctxlog_proxy_cache_read_tokens_total"), cache_total);
+    assert_eq!(counter(&p, "ctxlog_proxy_added_latency_seconds_count"), 4);
+    assert_eq!(get(p.addr(), "/healthz", &[]).await.0, 200);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_streaming_conversation() {
+    conversation(ANTHROPIC, true, true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_streaming_conversation_with_a_cache_breakpoint() {
+    conversation(ANTHROPIC, true, true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_json_conversation() {
+    conversation(ANTHROPIC, false, true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_streaming_conversation() {
+    conversation(OPENAI, true, true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_streaming_without_include_usage_commits_on_the_estimate() {
+    conversation(OPENAI, true, false, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_json_conversation() {
+    conversation(OPENAI, false, true, false).await;
+}
+
+/// One call of `path` against an upstream scripted with `fault`; returns what the client got,
+/// the session's events once the proxy settled the call, and the upstream's exchange.
+async fn one_fault(path: &str, fault: Fault, stream: bool) -> (Answer, Vec<Event>, Option<Exchange>) {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    // Short only where the fault needs the timeout: elsewhere a slow machine must not turn a
+    // scripted answer into a 504.
+    let quiet = matches!(fault, Fault::Hang | Fault::Stall { .. });
+    let timeout = if quiet { Duration::from_millis(1500) } else { Duration::from_secs(20) };
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.upstream_timeout = timeout).await;
+    up.script(fault, 1);
+    let body = body_for(path, &[("user", "hi")], stream);
+    let auth = [auth_for(path)];
+    let call = post(p.addr(), path, &auth, &body);
+    let a = tokio::time::timeout(SETTLE, call).await.expect("the proxy never ended the answer");
+    settled(&p, 1).await;
+    assert_eq!(counter(&p, "ctxlog_proxy_committed_total"), 0, "{path}: a failed call was committed");
+    assert_eq!(counter(&p, "ctxlog_proxy_aborted_total"), 1);
+    let ids = store.streams().unwrap();
+    assert_eq!(ids.len(), 1);
+    if a.headers.contains_key("x-ctxlog-stream") {
+        assert_eq!(a.stream(), ids[0]);
+    }
+    let evs = events(&*store, ids[0]);
+    assert!(served(&evs).is_empty(), "{path}: a failed call was committed");
+    assert_eq!(appended(&evs), 2, "{path}: the appended messages (system, user) stay, nothing else");
+    let x = a.headers.contains_key("request-id") || a.headers.contains_key("x-request-id");
+    let x = x.then(|| exchange(&up, a.seq()));
+    assert_eq!(up.requests().len(), 1, "the proxy retried");
+    p.shutdown().await;
+    (a, evs, x)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_errors_reach_the_client_unchanged_and_commit_nothing() {
+    for path in [ANTHROPIC, OPENAI] {
+        for (status, retry) in [(429u16, Some(7u64)), (500, None), (529, None)] {
+            for stream in [true, false] {
+                let what = format!("{path} {status} stream={stream}");
+                let (a, _, x) = one_fault(path, Fault::Status { status, retry_after_secs: retry }, stream).await;
+                let x = x.unwrap();
+                assert_eq!(a.status, status, "{what}");
+                assert_eq!(x.response.status, status);
+                assert_eq!(a.body, x.response.body(), "{what}: the error body changed");
+                let v: Value = serde_json::from_slice(&a.body).unwrap();
+                assert!(v["error"]["message"].as_str().unwrap().contains("scripted"), "{what}: {v}");
+                let retry_after = a.headers.get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+                assert_eq!(retry_after, retry.map(|s| s.to_string()), "{what}: retry-after");
+                assert_eq!(
+                    a.headers.get("content-type").unwrap(),
+                    "application/json",
+                    "{what}: the upstream's content type"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnect_mid_answer_commits_nothing() {
+    for path in [ANTHROPIC, OPENAI] {
+        for stream in [true, false] {
+            let (a, _, x) = one_fault(path, Fault::Disconnect { after_events: 3 }, stream).await;
+            let x = x.unwrap();
+            assert_eq!(a.status, 200);
+            assert!(!x.response.complete);
+            assert!(!a.complete, "{path} stream={stream}: the client was not told the answer was cut");
+            // The proxy relays what arrived; bytes still in its buffer when the upstream's
+            // connection drops may be lost with it, so the client holds a prefix.
+            let sent = x.response.body();
+            assert!(
+                sent.starts_with(&a.body),
+                "{path} stream={stream}: the client got other bytes than the upstream's"
+            );
+            assert!(!sent.is_empty());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_goes_quiet_times_out_and_commits_nothing() {
+    for path in [ANTHROPIC, OPENAI] {
+        let (a, _, x) = one_fault(path, Fault::Stall { after_events: 3 }, true).await;
+        let x = x.unwrap();
+        assert_eq!(a.status, 200);
+        assert!(!a.complete, "{path}: the stalled stream was ended as if complete");
+        // The three events were flushed long before the timeout: the client has all of them.
+        assert_eq!(x.response.chunks.len(), 3);
+        assert_eq!(a.body, x.response.body(), "{path}: the client got other bytes than the upstream's");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_error_event_reaches_the_client_and_commits_nothing() {
+    for path in [ANTHROPIC, OPENAI] {
+        let (a, _, x) = one_fault(path, Fault::StreamError { after_events: 2 }, true).await;
+        let x = x.unwrap();
+        assert_eq!(a.status, 200);
+        assert!(a.complete && x.response.complete);
+        assert_eq!(a.body, x.response.body(), "{path}: the client got other bytes than the upstream's");
+        assert!(a.text().contains("\"error\""), "{path}: {}", a.text());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_timeout_is_504_and_commits_nothing() {
+    // The four cases wait out their timeouts side by side.
+    let mut cases = Vec::new();
+    for path in [ANTHROPIC, OPENAI] {
+        for stream in [true, false] {
+            cases.push((path, tokio::spawn(one_fault(path, Fault::Hang, stream))));
+        }
+    }
+    for (path, case) in cases {
+        let (a, _, x) = case.await.unwrap();
+        assert!(x.is_none(), "a hung upstream sent headers");
+        assert_eq!(a.status, 504, "{path}");
+        let v: Value = serde_json::from_slice(&a.body).unwrap();
+        if path == ANTHROPIC {
+            assert_eq!(v["type"], "error", "{v}");
+            assert_eq!(v["error"]["type"], "timeout_error", "{v}");
+        } else {
+            assert_eq!(v["error"]["code"], "timeout_error", "{v}");
+            assert!(v["error"]["message"].is_string(), "{v}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_are_refused_and_nothing_is_written() {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.max_body = 4096).await;
+    let cases: [(&str, &str, u16, &str); 10] = [
+        (ANTHROPIC, "{not json", 400, "body"),
+        (ANTHROPIC, r#"{"model":"m"}"#, 400, "messages"),
+        (ANTHROPIC, r#"{"messages":[{"role":"user","content":[{"type":"image"}]}]}"#, 400, "messages[0].content[0]"),
+        (ANTHROPIC, r#"{"messages":[{"role":"tool","content":"x","tool_call_id":"a"}]}"#, 400, "messages[0]"),
+        (ANTHROPIC, r#"{"system":7,"messages":[{"role":"user","content":"x"}]}"#, 400, "system"),
+        (OPENAI, r#"{"messages":[{"role":"wizard","content":"x"}]}"#, 400, "messages[0].role"),
+        (OPENAI, "[1,2]", 400, "body"),
+        (OPENAI, r#"{"messages":"hi"}"#, 400, "messages"),
+        (OPENAI, r#"{"system":"s","messages":[{"role":"user","content":"x"}]}"#, 400, "system"),
+        (OPENAI, r#"{"messages":[{"role":"user","content":"x"},{"content":"y"}]}"#, 400, "messages[1]"),
+    ];
+    for (path, body, code, field) in cases {
+        let a = post(p.addr(), path, &[auth_for(path)], body).await;
+        let text = a.text();
+        assert_eq!(a.status, code, "{body}: {text}");
+        assert!(text.contains(field), "{body}: the error does not name {field}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        if path == ANTHROPIC {
+            assert_eq!((&v["type"], &v["error"]["type"]), (&json!("error"), &json!("invalid_request_error")), "{v}");
+        } else {
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        }
+    }
+    let big = anthropic_body(&[("user", &"x".repeat(5000))], false);
+    let a = post(p.addr(), ANTHROPIC, &[("x-api-key", KEY)], &big).await;
+    assert_eq!(a.status, 413);
+    let v: Value = serde_json::from_slice(&a.body).unwrap();
+    assert_eq!((&v["type"], &v["error"]["type"]), (&json!("error"), &json!("request_too_large")), "{v}");
+    let big = openai_body(&[("user", &"x".repeat(5000))], false, false);
+    let a = post(p.addr(), OPENAI, &[auth_for(OPENAI)], &big).await;
+    assert_eq!(a.status, 413);
+    let v: Value = serde_json::from_slice(&a.body).unwrap();
+    assert_eq!(v["error"]["code"], "request_too_large", "{v}");
+    assert!(v["error"]["message"].is_string(), "{v}");
+    assert!(store.streams().unwrap().is_empty(), "a refused request wrote a session");
+    assert!(up.requests().is_empty(), "a refused request reached the upstream");
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_token_is_required_when_set() {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.client_token = Some("tok-123".into())).await;
+    let body = anthropic_body(&[("user", "hi")], false);
+    for bad in [&[][..], &[("x-ctxlog-token", "tok-124")][..], &[("x-ctxlog-token", "tok-12")][..]] {
+        assert_eq!(post(p.addr(), ANTHROPIC, bad, &body).await.status, 401);
+        assert_eq!(get(p.addr(), "/metrics", bad).await.0, 401);
+        assert_eq!(post(p.addr(), "/v1/other", bad, "{}").await.status, 401);
+    }
+    assert!(up.requests().is_empty() && store.streams().unwrap().is_empty());
+    assert_eq!(get(p.addr(), "/healthz", &[]).await.0, 200);
+    let a = post(p.addr(), ANTHROPIC, &[("x-ctxlog-token", "tok-123"), ("x-api-key", KEY)], &body).await;
+    assert_eq!(a.status, 200);
+    let x = exchange(&up, a.seq());
+    assert!(x.request.header("x-ctxlog-token").is_none(), "the token went upstream");
+    assert_eq!(x.request.header("x-api-key"), Some(KEY));
+    assert_eq!(get(p.addr(), "/metrics", &[("x-ctxlog-token", "tok-123")]).await.0, 200);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_paths_pass_through_untouched() {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let body = r#"{"model":"m", "input":"count me"}"#;
+    let a = post(p.addr(), "/v1/messages/count_tokens?beta=true", &[("x-api-key", KEY)], body).await;
+    // The fake knows no such path: its 404 (in Anthropic's shape) comes back as it was.
+    let x = &up.requests()[0];
+    assert_eq!(x.request.path, "/v1/messages/count_tokens?beta=true");
+    assert_eq!(x.request.body, body.as_bytes());
+    assert_eq!(x.request.header("x-api-key"), Some(KEY));
+    assert_eq!((a.status, &a.body), (404, &x.response.body()));
+    assert!(store.streams().unwrap().is_empty());
+    let (_, metrics) = get(p.addr(), "/metrics", &[]).await;
+    assert!(metrics.contains("ctxlog_proxy_requests_total{path=\"other\",status=\"404\"} 1"), "{metrics}");
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn divergence_starts_a_linked_session_from_the_clients_history() {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    // Sends `h`; checks the forwarded view is exactly the client's history and the call's record.
+    async fn send(
+        p: &ProxyHandle,
+        up: &FakeUpstream,
+        store: &dyn Store,
+        h: &[(&str, &str)],
+        calls_then: usize,
+    ) -> StreamId {
+        let hdr = [("x-api-key", KEY), ("x-ctxlog-session", "agent-7")];
+        let body = anthropic_body(h, false);
+        let a = post(p.addr(), ANTHROPIC, &hdr, &body).await;
+        assert_eq!(a.status, 200, "{}", a.text());
+        let x = exchange(up, a.seq());
+        assert_eq!(
+            conversation_of(&x.request.body),
+            conversation_of(body.as_bytes()),
+            "the view is not the client's history"
+        );
+        let evs = calls(store, a.stream(), calls_then).await;
+        let call = served(&evs)[calls_then - 1];
+        let rebuilt = ctxlog::replay::served_request(store, a.stream(), call.call, &opts_of(&x.request.body)).unwrap();
+        assert_eq!(rebuilt.body(), &x.request.body[..]);
+        a.stream()
+    }
+    let first = send(&p, &up, &*store, &[("user", "one"), ("assistant", "a1"), ("user", "two")], 1).await;
+    // The client edited its second message.
+    let edited = [("user", "one"), ("assistant", "EDITED"), ("user", "two"), ("assistant", "a2"), ("user", "3")];
+    let second = send(&p, &up, &*store, &edited, 1).await;
+    assert_ne!(first, second);
     // seq 0 is the system prompt, 1 "one", 2 the edited reply.
-    assert_eq!(diverged, vec![(2, second.to_string())]);
-    let evs = calls(&*store, second, 1).await;
+    assert_eq!(diverged(&events(&*store, first)), vec![(2, second.to_string())]);
+    let evs = events(&*store, second);
     assert_eq!(appended(&evs), 6, "the successor holds the client's whole history");
-    let forwarded = &up.received()[1].body;
-    assert!(String::from_utf8_lossy(forwarded).contains("EDITED"));
-    // A truncated history diverges too; the chain is followed after a restart.
+    assert!(diverged(&evs).is_empty());
+    let forwarded = String::from_utf8(exchange(&up, 1).request.body).unwrap();
+    assert!(forwarded.contains("EDITED") && !forwarded.contains("a1"), "the view mixed the old history in");
+    // The chain is followed after a restart.
     let p2 = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
-    let b3 = anthropic_body(
-        &[
-            ("user", "one"),
-            ("assistant", "EDITED"),
-            ("user", "two"),
-            ("assistant", "a2"),
-            ("user", "3"),
-            ("assistant", "x"),
-            ("user", "4"),
-        ],
-        false,
+    let mut longer = edited.to_vec();
+    longer.extend([("assistant", "x"), ("user", "4")]);
+    assert_eq!(
+        send(&p2, &up, &*store, &longer, 2).await,
+        second,
+        "a reopened session with the same history did not continue"
     );
-    let (_, h3, _) = post(p2.addr(), "/v1/messages", &hdr, &b3).await;
-    assert_eq!(stream_of(&h3), second, "a reopened session with the same history did not continue");
-    calls(&*store, second, 2).await;
-    let b4 = anthropic_body(&[("user", "one"), ("assistant", "EDITED"), ("user", "again")], false);
-    let (_, h4, _) = post(p2.addr(), "/v1/messages", &hdr, &b4).await;
-    let third = stream_of(&h4);
+    // Truncated: the client dropped its last four messages (and asks again).
+    let truncated = &longer[..3];
+    let third = send(&p2, &up, &*store, truncated, 1).await;
     assert!(third != second && third != first);
-    for id in [first, second, third] {
+    assert_eq!(diverged(&events(&*store, second)), vec![(4, third.to_string())], "truncation is named at its end");
+    assert_eq!(appended(&events(&*store, third)), 4);
+    // Truncated and changed: the first differing seq is named.
+    let fourth = send(&p2, &up, &*store, &[("user", "one"), ("assistant", "EDITED"), ("user", "again")], 1).await;
+    assert_eq!(diverged(&events(&*store, third)), vec![(3, fourth.to_string())]);
+    for id in [first, second, third, fourth] {
         assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
     }
+    assert_eq!(counter(&p, "ctxlog_proxy_diverged_total") + counter(&p2, "ctxlog_proxy_diverged_total"), 3);
     p.shutdown().await;
     p2.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_sessions_in_parallel() {
-    let up = common::start().await;
+    let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let p = Arc::new(proxy_on(Arc::clone(&store), &up.url(), |_| {}).await);
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
     let mut tasks = Vec::new();
     for s in 0..50 {
         let addr = p.addr();
+        // Half the agents speak each API; streaming alternates by turn.
+        let path = if s % 2 == 0 { ANTHROPIC } else { OPENAI };
         tasks.push(tokio::spawn(async move {
             let mut h: Vec<(&str, String)> = vec![];
             let mut id = None;
+            let mut seqs = Vec::new();
             for t in 0..3 {
                 h.push(("user", format!("session {s} turn {t}")));
                 let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
-                let (status, headers, _) =
-                    post(addr, "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, t % 2 == 0)).await;
-                assert_eq!(status, 200);
-                assert_eq!(*id.get_or_insert(stream_of(&headers)), stream_of(&headers));
-                h.push(("assistant", "Hello there".into()));
+                let body = body_for(path, &hv, (s + t) % 2 == 0);
+                let a = post(addr, path, &[auth_for(path)], &body).await;
+                assert_eq!(a.status, 200, "{}", a.text());
+                assert!(a.complete);
+                assert_eq!(*id.get_or_insert(a.stream()), a.stream());
+                seqs.push((a.seq(), a.body, body));
+                h.push(("assistant", format!("reply {s}.{t}")));
             }
-            id.unwrap()
+            (s, id.unwrap(), seqs)
         }));
     }
-    let mut ids = Vec::new();
+    let mut results = Vec::new();
     for t in tasks {
-        ids.push(t.await.unwrap());
+        results.push(t.await.unwrap());
     }
+    let mut ids: Vec<StreamId> = results.iter().map(|r| r.1).collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 50);
-    for id in ids {
+    assert_eq!(up.requests().len(), 150);
+    for (s, id, seqs) in results {
         let evs = calls(&*store, id, 3).await;
         assert_eq!(appended(&evs), 6);
+        for (call, (seq, answer, body)) in seqs.into_iter().enumerate() {
+            let x = exchange(&up, seq);
+            assert_eq!(answer, x.response.body(), "session {s} call {call}: another answer");
+            // No mixing: the forwarded view is this session's, and what was logged for it.
+            let (_, sent) = conversation_of(&x.request.body);
+            assert_eq!(sent, conversation_of(body.as_bytes()).1, "session {s} call {call}");
+            for m in sent.as_array().unwrap() {
+                let text = m["content"].as_str().unwrap();
+                assert!(
+                    text == "You are terse."
+                        || text.starts_with(&format!("session {s} "))
+                        || text.starts_with(&format!("reply {s}.")),
+                    "session {s} got {text}"
+                );
+            }
+            let rebuilt = ctxlog::replay::served_request(&*store, id, call as u64, &opts_of(&x.request.body)).unwrap();
+            assert_eq!(rebuilt.body(), &x.request.body[..], "session {s} call {call}");
+        }
         assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
+    }
+    p.shutdown().await;
+}
+
+/// Waits (bounded) until the fake has received `n` model requests.
+async fn received(up: &FakeUpstream, n: usize) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while up.requests().len() < n {
+        assert!(tokio::time::Instant::now() < deadline, "the upstream never got {n} requests");
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_session_waits_then_passes_through() {
-    let up = common::start().await;
+    let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.session_wait = Duration::from_millis(100)).await;
-    up.push(Fault::Delay(Duration::from_millis(1500)));
+    // The first call is held upstream until the second has passed through.
+    up.script(Fault::Hold, 1);
     let body = anthropic_body(&[("user", "hi")], false);
     let addr = p.addr();
     let b = body.clone();
-    let slow = tokio::spawn(async move { post(addr, "/v1/messages", &[("x-api-key", KEY)], &b).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let (status, headers, _) = post(addr, "/v1/messages", &[("x-api-key", KEY)], &body).await;
-    assert_eq!(status, 200);
-    assert!(headers.get("x-ctxlog-stream").is_none(), "the busy request was not passed through");
+    let slow = tokio::spawn(async move { post(addr, ANTHROPIC, &[("x-api-key", KEY)], &b).await });
+    received(&up, 1).await;
+    let a = post(addr, ANTHROPIC, &[("x-api-key", KEY)], &body).await;
+    assert_eq!(a.status, 200);
+    assert!(a.headers.get("x-ctxlog-stream").is_none(), "the busy request was not passed through");
+    let passed = exchange(&up, a.seq());
+    assert_eq!(passed.in_flight_on_arrival, 1, "the pass-through did not overlap the busy call");
     // The forwarded view puts `system` after the other fields: only the pass-through has the
     // client's bytes.
-    assert!(up.received().iter().any(|r| r.body == body.as_bytes()), "a passed-through request was modified");
+    assert_eq!(passed.request.body, body.as_bytes(), "a passed-through request was modified");
+    assert_eq!(passed.request.header("x-api-key"), Some(KEY));
+    assert_eq!(a.body, passed.response.body());
     assert_eq!(p.metrics().busy_passthroughs(), 1);
-    assert_eq!(slow.await.unwrap().0, 200);
+    let (_, metrics) = get(addr, "/metrics", &[]).await;
+    assert!(metrics.contains("ctxlog_proxy_busy_passthrough_total 1"), "{metrics}");
+    assert!(!slow.is_finished(), "the held call ended before its release");
+    up.release();
+    let slow = slow.await.unwrap();
+    assert_eq!(slow.status, 200);
+    assert_ne!(exchange(&up, slow.seq()).request.body, body.as_bytes(), "the logged call was not rewritten");
+    assert_eq!(store.streams().unwrap().len(), 1);
     let id = store.streams().unwrap()[0];
-    let evs = calls(&*store, id, 1).await;
+    assert_eq!(slow.stream(), id);
+    settled(&p, 1).await;
+    let evs = events(&*store, id);
     assert_eq!(served(&evs).len(), 1, "the passed-through request was logged");
-    // Waiting (within the bound) serializes calls of one session instead.
+    assert_eq!(appended(&evs), 2);
+    // Waiting (within the bound) serializes the calls of one session instead: the second
+    // reaches the upstream only after the first's answer ended.
     let p2 = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
-    up.push(Fault::Delay(Duration::from_millis(300)));
+    up.reset();
+    up.script(Fault::Hold, 1);
     let b2 = anthropic_body(&[("user", "hi"), ("assistant", "Hello"), ("user", "more")], false);
     let addr2 = p2.addr();
     let bb = b2.clone();
-    let first = tokio::spawn(async move { post(addr2, "/v1/messages", &[("x-api-key", KEY)], &bb).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let (s2, _, _) = post(addr2, "/v1/messages", &[("x-api-key", KEY)], &b2).await;
-    assert_eq!((first.await.unwrap().0, s2), (200, 200));
+    let first = tokio::spawn(async move { post(addr2, ANTHROPIC, &[("x-api-key", KEY)], &bb).await });
+    received(&up, 1).await;
+    let bb = b2.clone();
+    let second = tokio::spawn(async move { post(addr2, ANTHROPIC, &[("x-api-key", KEY)], &bb).await });
+    // Not synchronisation (the assertions hold whatever the timing): a moment for the second
+    // request to reach the proxy's wait, so that the release has something to order.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(up.requests().len(), 1, "the second call of a busy session went upstream");
+    up.release();
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!((first.status, second.status), (200, 200));
+    assert_eq!((first.stream(), second.stream()), (id, id));
+    let x = exchange(&up, second.seq());
+    assert_eq!(x.in_flight_on_arrival, 0, "the second call of the session overlapped the first");
+    assert_eq!(up.requests().len(), 2);
     let evs = calls(&*store, id, 3).await;
     assert_eq!(served(&evs).len(), 3);
     assert_eq!(p2.metrics().busy_passthroughs(), 0);
+    p.shutdown().await;
+    p2.shutdown().await;
+}
+
+/// Tenants (keys) never share a session, whatever the key's header; the same key does; the
+/// session header picks the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_identity_follows_the_key_and_the_session_header() {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let first = [("user", "hello")];
+    let later = [("user", "hello"), ("assistant", "hi"), ("user", "more")];
+    let id = |path: &'static str, headers: Vec<(&'static str, String)>, h: &[(&str, &str)]| {
+        let addr = p.addr();
+        let body = body_for(path, h, false);
+        async move {
+            let hv: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let a = post(addr, path, &hv, &body).await;
+            assert_eq!(a.status, 200, "{}", a.text());
+            a.stream()
+        }
+    };
+    let key = |k: &str| vec![("x-api-key", k.to_owned())];
+    let bearer = |k: &str| vec![("authorization", format!("Bearer {k}"))];
+    let a1 = id(ANTHROPIC, key("key-one"), &first).await;
+    let a2 = id(ANTHROPIC, key("key-two"), &first).await;
+    assert_ne!(a1, a2, "two x-api-key tenants shared a session");
+    assert_eq!(id(ANTHROPIC, key("key-one"), &later).await, a1, "the same key's next turn moved");
+    // The anthropic SDK (2.14) may authenticate with `authorization: Bearer`.
+    let b1 = id(ANTHROPIC, bearer("key-three"), &first).await;
+    let b2 = id(ANTHROPIC, bearer("key-four"), &first).await;
+    assert_ne!(b1, b2, "two Bearer tenants of the Anthropic API shared a session");
+    assert!(![a1, a2].contains(&b1) && ![a1, a2].contains(&b2));
+    assert_eq!(id(ANTHROPIC, bearer("key-three"), &later).await, b1);
+    let o1 = id(OPENAI, bearer("key-five"), &first).await;
+    let o2 = id(OPENAI, bearer("key-six"), &first).await;
+    assert_ne!(o1, o2, "two OpenAI tenants shared a session");
+    assert_eq!(id(OPENAI, bearer("key-five"), &later).await, o1);
+    // The session header wins over the derived id, still under the key.
+    let named = |k: &str, s: &str| vec![("x-api-key", k.to_owned()), ("x-ctxlog-session", s.to_owned())];
+    let n1 = id(ANTHROPIC, named("key-one", "agent-a"), &first).await;
+    let n2 = id(ANTHROPIC, named("key-one", "agent-b"), &first).await;
+    let n3 = id(ANTHROPIC, named("key-two", "agent-a"), &first).await;
+    assert!(n1 != n2 && n1 != n3 && n2 != n3 && ![a1, a2].contains(&n1));
+    assert_eq!(id(ANTHROPIC, named("key-one", "agent-a"), &later).await, n1);
+    let all = store.streams().unwrap();
+    assert_eq!(all.len(), 9, "sessions: {all:?}");
+    for s in all {
+        assert!(diverged(&events(&*store, s)).is_empty(), "a tenant's call diverged another's session");
+    }
+    p.shutdown().await;
 }
 
 fn grep_dir(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
@@ -432,29 +876,65 @@ fn grep_dir(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
     hits
 }
 
+fn files(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(files(&path));
+        } else {
+            out.push(path.file_name().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_never_reaches_the_store_files() {
-    let up = common::start().await;
+    let up = upstream();
     let dir = tempfile::tempdir().unwrap();
+    const BEARER_KEY: &str = "sk-ant-bearer-SECRET-KEY-555";
+    let secrets = [KEY, BEARER_KEY, OPENAI_KEY];
     let sqlite: Arc<dyn Store> = Arc::new(ctxlog_store_sqlite::SqliteStore::open(dir.path().join("s.db")).unwrap());
     let fs: Arc<dyn Store> = Arc::new(ctxlog_store_fs::FsStore::open(dir.path().join("fs")).unwrap());
-    for store in [sqlite, fs] {
+    let bearer = format!("Bearer {BEARER_KEY}");
+    let openai_bearer = format!("Bearer {OPENAI_KEY}");
+    let tenants: [(&str, (&str, &str)); 3] = [
+        (ANTHROPIC, ("x-api-key", KEY)),
+        (ANTHROPIC, ("authorization", &bearer)),
+        (OPENAI, ("authorization", &openai_bearer)),
+    ];
+    for (i, store) in [sqlite, fs].into_iter().enumerate() {
         let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
-        let mut h = vec![("user", "hello".to_string())];
-        for t in 0..3 {
-            let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
-            let (status, headers, _) =
-                post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, true)).await;
-            assert_eq!(status, 200);
-            calls(&*store, stream_of(&headers), t + 1).await;
-            h.push(("assistant", "Hello there".into()));
-            h.push(("user", format!("turn {t}")));
+        for (path, auth) in tenants {
+            let mut h = vec![("user", "hello".to_string())];
+            for t in 0..3 {
+                let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
+                let a = post(p.addr(), path, &[auth], &body_for(path, &hv, t != 1)).await;
+                assert_eq!(a.status, 200, "{}", a.text());
+                assert_eq!(exchange(&up, a.seq()).request.header(auth.0), Some(auth.1), "auth did not pass through");
+                calls(&*store, a.stream(), t + 1).await;
+                h.push(("assistant", "Hello there".into()));
+                h.push(("user", format!("turn {t}")));
+            }
+        }
+        // Grep while the store is open too: SQLite's -wal and -shm exist only then.
+        let names = files(dir.path());
+        if i == 0 {
+            for f in ["s.db", "s.db-wal", "s.db-shm"] {
+                assert!(names.iter().any(|n| n == f), "no {f} to grep: {names:?}");
+            }
+        }
+        for secret in secrets {
+            assert_eq!(grep_dir(dir.path(), secret.as_bytes()), Vec::<String>::new(), "{names:?}");
         }
         p.shutdown().await;
     }
     // Sanity: the grep finds what is there.
-    assert!(!grep_dir(dir.path(), b"You are terse.").is_empty());
-    assert_eq!(grep_dir(dir.path(), KEY.as_bytes()), Vec::<String>::new());
+    assert!(grep_dir(dir.path(), b"You are terse.").len() >= 2);
+    for secret in secrets {
+        assert_eq!(grep_dir(dir.path(), secret.as_bytes()), Vec::<String>::new());
+    }
     assert_eq!(grep_dir(dir.path(), b"SECRET-KEY"), Vec::<String>::new());
 }
 
@@ -467,20 +947,22 @@ async fn refuses_a_remote_listen_unless_allowed() {
     cfg.upstream = "ftp://x".into();
     assert!(matches!(serve(cfg, store).await, Err(ctxlog_proxy::ProxyError::Upstream { .. })));
 }
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compacted_view_is_what_goes_upstream() {
-    let up = common::start().await;
+    let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 3_000).await;
     let mut h: Vec<(&str, String)> = vec![("user", "Summarize the build logs.".into())];
     let mut id = None;
+    let mut seqs = Vec::new();
     for t in 0..8 {
         let hv: Vec<(&str, &str)> = h.iter().map(|(r, x)| (*r, x.as_str())).collect();
-        let (status, headers, _) =
-            post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&hv, t % 2 == 1)).await;
-        assert_eq!(status, 200);
-        id = Some(stream_of(&headers));
-        calls(&*store, stream_of(&headers), t + 1).await;
+        let a = post(p.addr(), ANTHROPIC, &[("x-api-key", KEY)], &anthropic_body(&hv, t % 2 == 1)).await;
+        assert_eq!(a.status, 200);
+        id = Some(a.stream());
+        seqs.push(a.seq());
+        calls(&*store, a.stream(), t + 1).await;
         h.push(("assistant", format!("Reading log {t}.")));
         h.push(("user", format!("log {t}: {}", "error: linker failed; retrying with -v\n".repeat(40))));
     }
@@ -488,14 +970,19 @@ async fn a_compacted_view_is_what_goes_upstream() {
     let evs = events(&*store, id);
     let calls = served(&evs);
     assert!(calls.iter().any(|c| c.level > 0), "nothing was compacted: the test proves nothing");
-    for (call, rec) in calls.iter().zip(up.received()) {
-        let rebuilt = ctxlog::replay::served_request(&*store, id, call.call, &opts_of(&rec.body)).unwrap();
-        assert_eq!(rebuilt.body(), &rec.body[..], "call {}", call.call);
+    let got: Vec<Exchange> = seqs.iter().map(|s| exchange(&up, *s)).collect();
+    for (call, x) in calls.iter().zip(&got) {
+        let rebuilt = ctxlog::replay::served_request(&*store, id, call.call, &opts_of(&x.request.body)).unwrap();
+        assert_eq!(rebuilt.body(), &x.request.body[..], "call {}", call.call);
+        let u = reported(x).unwrap();
+        assert_eq!(call.usage, Some(u), "call {}", call.call);
     }
     let compacted = calls.iter().position(|c| c.level > 0).unwrap();
-    let got = up.received();
     // The client's history only grows; the forwarded view shrank.
-    assert!(got[compacted].body.len() < got[compacted - 1].body.len(), "the compacted view was not what went upstream");
+    assert!(
+        got[compacted].request.body.len() < got[compacted - 1].request.body.len(),
+        "the compacted view was not what went upstream"
+    );
     let (_, metrics) = get(p.addr(), "/metrics", &[]).await;
     assert!(!metrics.contains("ctxlog_proxy_compactions_total 0\n"), "{metrics}");
     assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
@@ -509,44 +996,48 @@ async fn a_reopened_session_with_an_image_continues() {
         r#"{{"role":"user","content":[{{"type":"text","text":"this screen"}},{{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"{png}"}}}}]}}"#
     );
     let body = |rest: &str| format!(r#"{{"model":"m","max_tokens":9,"messages":[{image}{rest}]}}"#);
-    let up = common::start().await;
+    let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
-    let (s1, h1, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &body("")).await;
-    assert_eq!(s1, 200);
-    calls(&*store, stream_of(&h1), 1).await;
+    let a1 = post(p.addr(), ANTHROPIC, &[("x-api-key", KEY)], &body("")).await;
+    assert_eq!(a1.status, 200);
+    calls(&*store, a1.stream(), 1).await;
     p.shutdown().await;
     // A new proxy has no digests: the log (image as a blob) is compared by content.
     let p2 = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
     let more = r#",{"role":"assistant","content":"a screen"},{"role":"user","content":"and?"}"#;
-    let (s2, h2, _) = post(p2.addr(), "/v1/messages", &[("x-api-key", KEY)], &body(more)).await;
-    assert_eq!(s2, 200);
-    assert_eq!(stream_of(&h2), stream_of(&h1), "the image made the reopened history diverge");
-    let evs = calls(&*store, stream_of(&h1), 2).await;
+    let a2 = post(p2.addr(), ANTHROPIC, &[("x-api-key", KEY)], &body(more)).await;
+    assert_eq!(a2.status, 200);
+    assert_eq!(a2.stream(), a1.stream(), "the image made the reopened history diverge");
+    let evs = calls(&*store, a1.stream(), 2).await;
     assert_eq!(appended(&evs), 3);
-    assert!(
-        up.received()[1].body.windows(png.len()).any(|w| w == png.as_bytes()),
-        "the image was not inlined upstream"
-    );
+    let x = exchange(&up, a2.seq());
+    assert!(x.request.body.windows(png.len()).any(|w| w == png.as_bytes()), "the image was not inlined upstream");
+    let rebuilt = ctxlog::replay::served_request(&*store, a1.stream(), 1, &opts_of(&x.request.body)).unwrap();
+    assert_eq!(rebuilt.body(), &x.request.body[..]);
     // A changed image is a divergence.
     let other = body(more).replace("AAAADUlEQVR42", "AAAADUlEQVR43");
-    let (_, h3, _) =
-        post(p2.addr(), "/v1/messages", &[("x-api-key", KEY), ("x-ctxlog-session", "s")], &body(more)).await;
-    calls(&*store, stream_of(&h3), 1).await;
+    let a3 = post(p2.addr(), ANTHROPIC, &[("x-api-key", KEY), ("x-ctxlog-session", "s")], &body(more)).await;
+    calls(&*store, a3.stream(), 1).await;
     let p3 = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
-    let (_, h4, _) = post(p3.addr(), "/v1/messages", &[("x-api-key", KEY), ("x-ctxlog-session", "s")], &other).await;
-    assert_ne!(stream_of(&h4), stream_of(&h3));
+    let a4 = post(p3.addr(), ANTHROPIC, &[("x-api-key", KEY), ("x-ctxlog-session", "s")], &other).await;
+    assert_ne!(a4.stream(), a3.stream());
+    assert_eq!(
+        diverged(&events(&*store, a3.stream())),
+        vec![(0, a4.stream().to_string())],
+        "the image is in message 0"
+    );
     p2.shutdown().await;
     p3.shutdown().await;
 }
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_leaves_memory_and_continues_from_the_store() {
-    let up = common::start().await;
+    let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.idle_evict = Duration::from_millis(300)).await;
-    let (_, h1, _) =
-        post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &anthropic_body(&[("user", "hi")], true)).await;
-    let id = stream_of(&h1);
+    let a1 = post(p.addr(), ANTHROPIC, &[("x-api-key", KEY)], &anthropic_body(&[("user", "hi")], true)).await;
+    let id = a1.stream();
     calls(&*store, id, 1).await;
     // Seen in memory by a sweep, then gone.
     let mut seen = false;
@@ -559,7 +1050,7 @@ async fn an_idle_session_leaves_memory_and_continues_from_the_store() {
     }
     assert!(seen, "no sweep saw the session");
     let mut evicted = false;
-    for _ in 0..500 {
+    for _ in 0..1000 {
         tokio::time::sleep(Duration::from_millis(10)).await;
         if p.metrics().sessions_in_memory() == 0 && served(&events(&*store, id)).len() == 1 {
             evicted = true;
@@ -568,8 +1059,8 @@ async fn an_idle_session_leaves_memory_and_continues_from_the_store() {
     }
     assert!(evicted, "the idle session stayed in memory");
     let b = anthropic_body(&[("user", "hi"), ("assistant", "Hello there"), ("user", "again")], true);
-    let (_, h2, _) = post(p.addr(), "/v1/messages", &[("x-api-key", KEY)], &b).await;
-    assert_eq!(stream_of(&h2), id);
+    let a2 = post(p.addr(), ANTHROPIC, &[("x-api-key", KEY)], &b).await;
+    assert_eq!(a2.stream(), id);
     let evs = calls(&*store, id, 2).await;
     assert_eq!(appended(&evs), 4);
     p.shutdown().await;
