@@ -136,11 +136,15 @@ pub(crate) struct Tee {
     idle: Duration,
     timer: Pin<Box<Sleep>>,
     done: Option<oneshot::Sender<Outcome>>,
+    /// An upstream body error held back for one poll: returning it at once makes hyper drop
+    /// the connection with frames still in its write buffer, so the client would get less
+    /// than the upstream sent. `Pending` first lets hyper flush them.
+    err: Option<BoxError>,
 }
 
 impl Tee {
     pub fn new(inner: Incoming, scan: Scan, idle: Duration, done: oneshot::Sender<Outcome>) -> Self {
-        Tee { inner, scan, idle, timer: Box::pin(sleep(idle)), done: Some(done) }
+        Tee { inner, scan, idle, timer: Box::pin(sleep(idle)), done: Some(done), err: None }
     }
 
     fn finish(&mut self, outcome: Outcome) {
@@ -156,6 +160,9 @@ impl HttpBody for Tee {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if let Some(e) = this.err.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
@@ -171,7 +178,9 @@ impl HttpBody for Tee {
             }
             Poll::Ready(Some(Err(e))) => {
                 this.finish(Outcome::Failed(format!("upstream body: {e}")));
-                Poll::Ready(Some(Err(e.into())))
+                this.err = Some(e.into());
+                cx.waker().wake_by_ref();
+                Poll::Pending
             }
             Poll::Ready(None) => {
                 let outcome = this.scan.finish();
