@@ -60,6 +60,9 @@ pub enum Command {
     /// Serve the Anthropic and OpenAI chat APIs on a local port, logging and compacting every
     /// session on its way to the real API (`ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL`).
     Proxy(ProxyArgs),
+    /// Print the request body a call served, rebuilt byte for byte from the log (what the
+    /// proxy forwarded for it, given the client's body for the fields other than the view).
+    Request(RequestArgs),
 }
 
 /// `--store` and `--json`.
@@ -509,6 +512,22 @@ pub enum SummariesArg {
     Recorded,
     /// Re-make every summary with the built-in summarizer.
     Remake,
+}
+
+/// `request`.
+#[derive(Debug, Args)]
+pub struct RequestArgs {
+    /// Session selection (`--json` prints the call's view digest and size instead of the body).
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// The call (0-based).
+    #[arg(long)]
+    pub call: u64,
+    /// A client request body (JSON) whose top-level fields other than `system` and `messages`
+    /// (`model`, `max_tokens`, `tools`, `stream`, ...) go around the view, in its order, as
+    /// `ctxlog proxy` passes them through. Without it the body holds the view alone.
+    #[arg(long)]
+    pub fields_from: Option<PathBuf>,
 }
 
 /// `diff`.

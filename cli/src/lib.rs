@@ -13,6 +13,7 @@ pub mod model_client;
 pub mod output;
 pub mod proxy;
 pub mod report;
+pub mod request;
 pub mod rerun;
 pub mod stores;
 pub mod summarizer;
@@ -108,6 +109,7 @@ fn dispatch(command: Command, out: &mut Out<'_>) -> Result<(), CliError> {
         Command::Rerun(a) => rerun::rerun(&a, out),
         Command::Diff(a) => diff::diff(&a, out),
         Command::Proxy(a) => proxy::proxy(&a, out),
+        Command::Request(a) => request::request(&a, out),
     }
 }
 

@@ -7,7 +7,9 @@ fn main() {
     let code = ctxlog_cli::run_with_progress(
         std::env::args_os(),
         &mut std::io::stdout().lock(),
-        &mut std::io::stderr().lock(),
+        // Not locked: `-v` logs reach stderr from other threads too (the proxy's runtime), and
+        // they would wait forever for a lock this thread holds.
+        &mut std::io::stderr(),
         progress,
         ctxlog_cli::Logs::Process,
     );

@@ -22,8 +22,15 @@ pub fn proxy(a: &ProxyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     cfg.upstream_timeout = Duration::from_secs(a.upstream_timeout.max(1));
     cfg.session_wait = Duration::from_secs(a.session_wait);
     cfg.allow_remote = a.allow_remote;
+    // `-v` installs its subscriber on this thread only; the proxy's work (and the engine's, in
+    // `spawn_blocking`) runs on the runtime's threads, which would log nothing without it.
+    let logs = tracing::dispatcher::get_default(Clone::clone);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_start(move || {
+            // Kept for the thread's whole life: the guard would restore "no subscriber".
+            std::mem::forget(tracing::dispatcher::set_default(&logs));
+        })
         .build()
         .map_err(|e| CliError::Usage(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
