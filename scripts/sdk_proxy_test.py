@@ -311,12 +311,8 @@ def openai_agent(client, calls, log):
             calls_made = messages[-1].get("tool_calls") or []
             for t in calls_made:  # the agent runs the tools and sends their results
                 messages.append({"role": "tool", "tool_call_id": t["id"], "content": tool_output(t["function"]["name"], i)})
-            turn += 1
-            if calls_made:
-                # The fake answers by the last *user* message; a short follow-up (no tool marker)
-                # gets a text answer instead of the same tool call again.
-                messages.append({"role": "user", "content": f"Turn {turn}: what does that output tell you?"})
-            else:
+            if not calls_made:
+                turn += 1
                 messages.append({"role": "user", "content": prompt(turn)})
         m = openai_call(client, modes[i % 3], messages, calls)
         messages.append(m)

@@ -1,7 +1,9 @@
 //! The deterministic reply and usage model shared by both protocols.
 //!
-//! Reply: text `ack N` (N = number of entries in `messages`), or, when the last user message's
-//! text contains `[[tool:NAME]]`, one tool call of NAME with arguments `{"n":N}`.
+//! Reply: text `ack N` (N = number of entries in `messages`), or, when the last message is a
+//! user message whose text contains `[[tool:NAME]]`, one tool call of NAME with arguments
+//! `{"n":N}`. A tool result (an OpenAI `tool` message, an Anthropic user message of
+//! `tool_result` blocks) gets text, as from a model that read it: an agent loop ends.
 //! Usage: the prompt is `ceil(body bytes / 4)` tokens; the longest common byte prefix with the
 //! previous successful request of the same API key (`x-api-key`, else `authorization`),
 //! divided by 4 (floor), is the cache read. Anthropic reports `input_tokens` = prompt − read,
@@ -42,8 +44,7 @@ pub struct Tokens {
 pub fn decide(body: &Value) -> Reply {
     let messages = body.get("messages").and_then(Value::as_array);
     let n = messages.map_or(0, Vec::len);
-    let last_user =
-        messages.and_then(|m| m.iter().rev().find(|x| x.get("role").and_then(Value::as_str) == Some("user")));
+    let last_user = messages.and_then(|m| m.last()).filter(|x| x.get("role").and_then(Value::as_str) == Some("user"));
     if let Some(name) = last_user.and_then(|m| tool_marker(&text_of(m))) {
         return Reply::Tool { name, args: format!("{{\"n\":{n}}}") };
     }
@@ -102,6 +103,22 @@ mod tests {
         assert_eq!(decide(&b), Reply::Tool { name: "get_x".into(), args: "{\"n\":3}".into() });
         let b: Value = serde_json::json!({"messages":[{"role":"user","content":"[[tool:bad name]]"}]});
         assert_eq!(decide(&b), Reply::Text("ack 1".into()));
+    }
+
+    #[test]
+    fn a_tool_result_gets_text_not_the_same_call_again() {
+        let asked = serde_json::json!({"role":"user","content":"go [[tool:f]]"});
+        let call = serde_json::json!({"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]});
+        let result = serde_json::json!({"role":"tool","tool_call_id":"c1","content":"out"});
+        let b = serde_json::json!({"messages":[asked, call, result]});
+        assert_eq!(decide(&b), Reply::Text("ack 3".into()));
+        let asked = serde_json::json!({"role":"user","content":"go [[tool:f]]"});
+        let call =
+            serde_json::json!({"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]});
+        let result =
+            serde_json::json!({"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"out"}]});
+        let b = serde_json::json!({"messages":[asked, call, result]});
+        assert_eq!(decide(&b), Reply::Text("ack 3".into()));
     }
 
     #[test]
