@@ -27,8 +27,11 @@ type Sess = Session<Store>;
 /// One session's place in memory.
 pub(crate) struct Slot {
     session: Option<Sess>,
-    /// Digests of the first `digests.len()` logged messages as the client sent them.
+    /// Digests of the first `digests.len()` logged messages of session `digests_of` as the
+    /// client sent them. They outlive a shrink (the session dropped, the slot kept), so a
+    /// shrunk session is reopened without comparing its history by content.
     digests: Vec<u128>,
+    digests_of: Option<StreamId>,
     last_used: Instant,
 }
 
@@ -43,24 +46,38 @@ impl Sessions {
     pub fn slot(&self, id: StreamId) -> Arc<tokio::sync::Mutex<Slot>> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(map.entry(id).or_insert_with(|| {
-            Arc::new(tokio::sync::Mutex::new(Slot { session: None, digests: Vec::new(), last_used: Instant::now() }))
+            Arc::new(tokio::sync::Mutex::new(Slot {
+                session: None,
+                digests: Vec::new(),
+                digests_of: None,
+                last_used: Instant::now(),
+            }))
         }))
     }
 
-    /// Drops slots unused for `idle` that no request holds or waits for; returns how many.
-    pub fn evict_idle(&self, idle: Duration) -> usize {
+    /// Drops slots unused for `evict` that no request holds or waits for, and shrinks those
+    /// unused for `shrink` to their digests (the session is reopened from the store on the
+    /// next request); returns how many were dropped and how many shrunk.
+    pub fn sweep(&self, shrink: Duration, evict: Duration) -> (usize, usize) {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         let before = map.len();
+        let mut shrunk = 0;
         map.retain(|_, slot| {
             if Arc::strong_count(slot) > 1 {
                 return true;
             }
-            match slot.try_lock() {
-                Ok(s) => s.last_used.elapsed() < idle,
-                Err(_) => true,
+            let Ok(mut s) = slot.try_lock() else { return true };
+            let idle = s.last_used.elapsed();
+            if idle >= evict {
+                return false;
             }
+            if idle >= shrink && s.session.is_some() {
+                s.session = None;
+                shrunk += 1;
+            }
+            true
         });
-        before - map.len()
+        (before - map.len(), shrunk)
     }
 
     /// Slots in memory.
@@ -134,7 +151,10 @@ pub(crate) fn prepare(
     slot.last_used = Instant::now();
     if slot.session.is_none() {
         let (id, session) = open_chain(store, base)?;
-        slot.digests.clear();
+        if slot.digests_of != Some(id) {
+            slot.digests.clear();
+            slot.digests_of = Some(id);
+        }
         slot.session = match session {
             Some(s) => Some(s),
             None => {
@@ -166,6 +186,7 @@ pub(crate) fn prepare(
         let mut s = Session::create(Arc::clone(store), successor, format, config.clone(), now)?;
         s.append(messages)?;
         slot.digests = items.iter().map(|i| i.digest).collect();
+        slot.digests_of = Some(successor);
         slot.session = Some(s);
         diverged = true;
     } else if let Some(s) = slot.session.as_mut() {
@@ -316,5 +337,6 @@ impl Slot {
     pub fn reset(&mut self) {
         self.session = None;
         self.digests.clear();
+        self.digests_of = None;
     }
 }

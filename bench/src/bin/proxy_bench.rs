@@ -46,8 +46,8 @@ struct Args {
     /// Calls per session in the throughput runs.
     #[arg(long, default_value_t = 20)]
     tp_calls: usize,
-    /// Which parts: latency,throughput,memory.
-    #[arg(long, default_value = "latency,throughput,memory")]
+    /// Which parts: latency,reopen,throughput,memory.
+    #[arg(long, default_value = "latency,reopen,throughput,memory")]
     only: String,
     /// Latency cases' sizes in tokens.
     #[arg(long, default_value = "10000,150000")]
@@ -73,6 +73,14 @@ fn main() {
             }
         }
     }
+    if args.only.contains("reopen") {
+        println!("\n## A call after the idle shrink (the session reopened from the store's snapshot), 20 calls");
+        println!("| tokens | direct p50 | proxy p50 | added p50 | added p99 |");
+        println!("|---|---|---|---|---|");
+        for tokens in args.tokens.split(',').map(|t| t.trim().parse::<usize>().unwrap()) {
+            rt.block_on(reopen(tokens));
+        }
+    }
     if args.only.contains("throughput") {
         println!("\n## Requests/s, 10k-token sessions growing by a turn per call, {} calls each", args.tp_calls);
         println!("| sessions | direct req/s | proxy req/s | proxy/direct |");
@@ -88,7 +96,7 @@ fn main() {
         );
         println!("| state | live bytes / session | view bytes | beyond the view |");
         println!("|---|---|---|---|");
-        for phase in [Phase::Resident, Phase::Evicted] {
+        for phase in [Phase::Resident, Phase::Shrunk, Phase::Evicted] {
             rt.block_on(memory(phase, args.sessions));
         }
     }
@@ -270,6 +278,39 @@ async fn latency(tokens: usize, stream: bool, calls: usize) {
     r.fake.shutdown();
 }
 
+async fn reopen(tokens: usize) {
+    let r = rig(|c| c.idle_shrink = Duration::from_millis(100)).await;
+    let mut h = History::new(tokens + 1, tokens * 4);
+    let session = format!("reopen-{tokens}");
+    let (proxy_url, direct_url) = (format!("http://{}", r.proxy.addr()), r.fake.url());
+    let (mut direct, mut through, mut added) = (vec![], vec![], vec![]);
+    for i in 0..22 {
+        r.fake.reset();
+        let body = h.body(false);
+        let d = post(&r.client, &direct_url, &session, body.clone()).await;
+        let p = post(&r.client, &proxy_url, &session, body).await;
+        wait_committed(&r.proxy, i + 1).await;
+        if i >= 2 {
+            let (d, p) = (d.as_secs_f64() * 1e3, p.as_secs_f64() * 1e3);
+            direct.push(d);
+            through.push(p);
+            added.push(p - d);
+        }
+        h.turn(i as usize);
+        tokio::time::sleep(Duration::from_millis(300)).await; // shrunk by now
+    }
+    println!(
+        "| {}k | {} | {} | {} | {} |",
+        tokens / 1000,
+        ms(pct(&direct, 0.5)),
+        ms(pct(&through, 0.5)),
+        ms(pct(&added, 0.5)),
+        ms(pct(&added, 0.99))
+    );
+    r.proxy.shutdown().await;
+    r.fake.shutdown();
+}
+
 async fn throughput(sessions: usize, calls: usize) {
     let r = rig(|_| {}).await;
     let mut rates = Vec::new();
@@ -309,7 +350,7 @@ enum Phase {
 async fn memory(phase: Phase, sessions: usize) {
     let r = rig(|c| match phase {
         Phase::Resident => {}
-        Phase::Shrunk => {}
+        Phase::Shrunk => c.idle_shrink = Duration::from_millis(400),
         Phase::Evicted => c.idle_evict = Duration::from_millis(400),
     })
     .await;
