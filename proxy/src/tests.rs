@@ -111,3 +111,90 @@ async fn a_shrunk_session_continues_where_it_was() {
     proxy.shutdown().await;
     fake.shutdown();
 }
+
+/// A memory store whose appends of two or more records (a call's new messages) fail on demand.
+#[derive(Default)]
+struct FlakyStore {
+    inner: ctxlog::MemoryStore,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl Store for FlakyStore {
+    fn append(
+        &self,
+        stream: StreamId,
+        expected: ctxlog::ExpectedVersion,
+        records: &[ctxlog::Record],
+    ) -> Result<ctxlog::Version, ctxlog::StoreError> {
+        let appending = records.len() >= 2;
+        if appending && self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ctxlog::StoreError::Unavailable {
+                backend: "flaky",
+                location: "memory".into(),
+                detail: "the disk went away".into(),
+            });
+        }
+        self.inner.append(stream, expected, records)
+    }
+    fn read(
+        &self,
+        stream: StreamId,
+        from: ctxlog::Version,
+        max: usize,
+    ) -> Result<Vec<ctxlog::StoredRecord>, ctxlog::StoreError> {
+        self.inner.read(stream, from, max)
+    }
+    fn head(&self, stream: StreamId) -> Result<Option<ctxlog::Version>, ctxlog::StoreError> {
+        self.inner.head(stream)
+    }
+    fn streams(&self) -> Result<Vec<StreamId>, ctxlog::StoreError> {
+        self.inner.streams()
+    }
+    fn put_snapshot(&self, stream: StreamId, snap: &ctxlog::Snapshot) -> Result<(), ctxlog::StoreError> {
+        self.inner.put_snapshot(stream, snap)
+    }
+    fn get_snapshot(&self, stream: StreamId) -> Result<Option<ctxlog::Snapshot>, ctxlog::StoreError> {
+        self.inner.get_snapshot(stream)
+    }
+    fn put_blob(&self, bytes: &[u8]) -> Result<ctxlog::BlobId, ctxlog::StoreError> {
+        self.inner.put_blob(bytes)
+    }
+    fn get_blob(&self, id: &ctxlog::BlobId) -> Result<Option<Vec<u8>>, ctxlog::StoreError> {
+        self.inner.get_blob(id)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_new_messages_cannot_be_written_is_not_committed() {
+    let fake = FakeUpstream::start().unwrap();
+    let flaky = Arc::new(FlakyStore::default());
+    let store: Arc<dyn Store> = flaky.clone();
+    let proxy = serve(ProxyConfig::new("127.0.0.1:0".parse().unwrap(), &fake.url()), Arc::clone(&store)).await.unwrap();
+    let stream = call(&proxy, body(0)).await;
+    committed(&proxy, 1).await;
+    let head = store.head(stream).unwrap();
+
+    // The new turn's write fails while the call is on its way: the client still gets the
+    // upstream's answer (it was sent), but nothing is committed on top of the missing messages.
+    flaky.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(call(&proxy, body(1)).await, stream);
+    let t = Instant::now();
+    while !proxy.metrics().render().contains("ctxlog_proxy_aborted_total 1") {
+        assert!(t.elapsed() < Duration::from_secs(10), "{}", proxy.metrics().render());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(proxy.metrics().committed(), 1);
+    assert_eq!(store.head(stream).unwrap(), head, "nothing written");
+
+    // The disk is back: the session is reopened from the log and the same history appended.
+    flaky.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(call(&proxy, body(1)).await, stream, "no divergence: the log never had the lost turn");
+    committed(&proxy, 2).await;
+    let session = Session::open(Arc::clone(&store), stream).unwrap();
+    assert_eq!(session.state().message_count(), 4);
+    assert_eq!(session.state().calls(), 2);
+    let report = ctxlog::replay::verify(&*store, stream).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    proxy.shutdown().await;
+    fake.shutdown();
+}

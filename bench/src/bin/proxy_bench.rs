@@ -391,7 +391,7 @@ async fn memory(phase: Phase, sessions: usize) {
     };
     let resident = r.proxy.metrics().sessions_in_memory();
     println!(
-        "| {name}; {resident} slots resident | {:.0} KiB | {:.0} KiB | {:.1} KiB |",
+        "| {name}; {resident} slots at the last sweep | {:.0} KiB | {:.0} KiB | {:.1} KiB |",
         live / 1024.0,
         view as f64 / 1024.0,
         (live - view as f64) / 1024.0
