@@ -49,6 +49,9 @@ struct Args {
     /// Which parts: latency,reopen,throughput,memory.
     #[arg(long, default_value = "latency,reopen,throughput,memory")]
     only: String,
+    /// Sizes of the memory measurement's sessions, in tokens.
+    #[arg(long, default_value = "10000,150000")]
+    mem_tokens: String,
     /// Latency cases' sizes in tokens.
     #[arg(long, default_value = "10000,150000")]
     tokens: String,
@@ -90,14 +93,13 @@ fn main() {
         }
     }
     if args.only.contains("memory") {
-        println!(
-            "\n## Memory per idle session beyond its view ({} sessions, 10 calls each, 10k tokens)",
-            args.sessions
-        );
-        println!("| state | live bytes / session | view bytes | beyond the view |");
-        println!("|---|---|---|---|");
-        for phase in [Phase::Resident, Phase::Shrunk, Phase::Evicted] {
-            rt.block_on(memory(phase, args.sessions));
+        println!("\n## Memory per idle session beyond its view ({} sessions, 10 calls each)", args.sessions);
+        println!("| tokens | state | live bytes / session | view bytes | beyond the view |");
+        println!("|---|---|---|---|---|");
+        for tokens in args.mem_tokens.split(',').map(|t| t.trim().parse::<usize>().unwrap()) {
+            for phase in [Phase::Resident, Phase::Shrunk, Phase::Evicted] {
+                rt.block_on(memory(phase, args.sessions, tokens));
+            }
         }
     }
 }
@@ -347,7 +349,7 @@ enum Phase {
     Evicted,
 }
 
-async fn memory(phase: Phase, sessions: usize) {
+async fn memory(phase: Phase, sessions: usize, tokens: usize) {
     let r = rig(|c| match phase {
         Phase::Resident => {}
         Phase::Shrunk => c.idle_shrink = Duration::from_millis(400),
@@ -368,7 +370,7 @@ async fn memory(phase: Phase, sessions: usize) {
     let mut view = 0;
     let mut n = 3;
     for s in 0..sessions {
-        let mut h = History::new(s, 40_000);
+        let mut h = History::new(s, tokens * 4);
         let session = format!("mem-{s}");
         for i in 0..10 {
             let body = h.body(false);
@@ -391,7 +393,8 @@ async fn memory(phase: Phase, sessions: usize) {
     };
     let resident = r.proxy.metrics().sessions_in_memory();
     println!(
-        "| {name}; {resident} slots at the last sweep | {:.0} KiB | {:.0} KiB | {:.1} KiB |",
+        "| {}k | {name}; {resident} slots at the last sweep | {:.0} KiB | {:.0} KiB | {:.1} KiB |",
+        tokens / 1000,
         live / 1024.0,
         view as f64 / 1024.0,
         (live - view as f64) / 1024.0
