@@ -200,8 +200,21 @@ pub(crate) fn prepare(
         }
     }
     let Some(s) = slot.session.as_mut() else { return Err(SessionError::NotFound(base).into()) };
-    let plan = s.plan(now)?;
-    let request = s.request(&plan, opts)?;
+    let planned = s.plan(now).and_then(|plan| s.request(&plan, opts).map(|r| (plan, r)));
+    let (plan, request) = match planned {
+        Ok(p) => p,
+        Err(e) => {
+            // No call to overlap the write with: write the appended messages now (they stay,
+            // as with any aborted call), or forget a session that is ahead of its log.
+            if let Some(p) = pending {
+                if let Err(w) = p.write(store.as_ref()) {
+                    tracing::error!(error = %w, "the request's new messages could not be written");
+                    slot.reset();
+                }
+            }
+            return Err(e.into());
+        }
+    };
     let compaction = !plan.events().is_empty();
     Ok(Prepared { stream: s.id(), body: request.into_body(), plan, compaction, diverged, pending })
 }
