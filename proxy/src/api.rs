@@ -56,7 +56,7 @@ pub(crate) async fn call(
         .messages
         .iter()
         .map(|m| {
-            let raw = m.get().as_bytes();
+            let raw = m.as_bytes();
             let at = raw.as_ptr() as usize - start;
             (at..at + raw.len(), digest(raw))
         })
