@@ -1,8 +1,15 @@
 //! The client's request body read without parsing its messages: each top-level field and each
 //! element of `messages` stays a borrowed slice of the raw bytes, so a request of 150k tokens
 //! costs one scan, and only the messages the log does not have yet are parsed.
+//!
+//! The top level and every field but `messages` go through serde_json (validated). The
+//! elements of `messages` are only delimited (a brace count that skips strings, found with
+//! memchr): the structure around them is checked here, their content where it is parsed. That
+//! is sound because every element is either parsed and validated in this request (new
+//! messages, a new or diverged session) or has the digest of one parsed and validated by an
+//! earlier request of the same session. Delimiting takes about half the time of serde's scan
+//! of the same bytes (95 µs against 180-250 µs for 709 KB, UTF-8 check included).
 
-use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 /// A request body's parts, borrowed from its bytes.
@@ -11,8 +18,8 @@ pub(crate) struct ClientBody<'a> {
     pub fields: Vec<(&'a str, &'a RawValue)>,
     /// The Anthropic top-level `system`, if given.
     pub system: Option<&'a RawValue>,
-    /// The elements of `messages`.
-    pub messages: Vec<&'a RawValue>,
+    /// The elements of `messages`, each a JSON object's raw text (delimited, not validated).
+    pub messages: Vec<&'a str>,
 }
 
 /// A body that is not a request: the field and what is wrong.
@@ -27,25 +34,66 @@ fn bad(field: &str, message: impl Into<String>) -> BodyError {
     BodyError { field: field.to_owned(), message: message.into() }
 }
 
+fn invalid(field: &str, what: &str, at: usize) -> BodyError {
+    bad(field, format!("invalid JSON: {what} at byte {at}"))
+}
+
 impl<'a> ClientBody<'a> {
     /// Splits `bytes` (a JSON object with a `messages` array).
     pub fn parse(bytes: &'a [u8]) -> Result<Self, BodyError> {
         let text = std::str::from_utf8(bytes).map_err(|e| bad("body", format!("not UTF-8: {e}")))?;
-        let mut de = serde_json::Deserializer::from_str(text);
-        let body = de.deserialize_map(BodyVisitor).map_err(|e| {
-            // The one error raised inside `messages` names it (see `MessagesVisitor`).
-            let field = if e.to_string().contains(EXPECTED_MESSAGES) { "messages" } else { "body" };
-            bad(field, format!("invalid JSON: {e}"))
-        })?;
-        de.end().map_err(|e| bad("body", format!("invalid JSON: {e}")))?;
-        let messages = body.messages.ok_or_else(|| bad("messages", "missing"))?;
+        let b = text.as_bytes();
+        let mut at = ws(b, 0);
+        if b.get(at) != Some(&b'{') {
+            return Err(invalid("body", "expected a JSON object", at));
+        }
+        let (mut fields, mut system, mut messages) = (Vec::new(), None, None);
+        at = ws(b, at + 1);
+        if b.get(at) == Some(&b'}') {
+            at += 1;
+        } else {
+            loop {
+                let (key, next) = value::<&str>(text, at, "body")?;
+                at = ws(b, next);
+                if b.get(at) != Some(&b':') {
+                    return Err(invalid("body", "expected `:`", at));
+                }
+                at = ws(b, at + 1);
+                match key {
+                    "messages" => {
+                        let (list, next) = elements(text, at)?;
+                        messages = Some(list);
+                        at = next;
+                    }
+                    _ => {
+                        let (raw, next) = value::<&RawValue>(text, at, key)?;
+                        if key == "system" {
+                            system = Some(raw);
+                        } else {
+                            fields.push((key, raw));
+                        }
+                        at = next;
+                    }
+                }
+                at = ws(b, at);
+                match b.get(at) {
+                    Some(b',') => at = ws(b, at + 1),
+                    Some(b'}') => {
+                        at += 1;
+                        break;
+                    }
+                    _ => return Err(invalid("body", "expected `,` or `}`", at)),
+                }
+            }
+        }
+        if ws(b, at) != b.len() {
+            return Err(invalid("body", "trailing characters", at));
+        }
+        let messages = messages.ok_or_else(|| bad("messages", "missing"))?;
         if messages.is_empty() {
             return Err(bad("messages", "must not be empty"));
         }
-        if let Some(i) = messages.iter().position(|m| !m.get().starts_with('{')) {
-            return Err(bad(&format!("messages[{i}]"), "expected an object"));
-        }
-        Ok(ClientBody { fields: body.fields, system: body.system, messages })
+        Ok(ClientBody { fields, system, messages })
     }
 
     /// `"stream": true`.
@@ -54,64 +102,90 @@ impl<'a> ClientBody<'a> {
     }
 }
 
-struct Parts<'a> {
-    fields: Vec<(&'a str, &'a RawValue)>,
-    system: Option<&'a RawValue>,
-    messages: Option<Vec<&'a RawValue>>,
+/// The index of the first non-whitespace byte at or after `at`.
+fn ws(b: &[u8], mut at: usize) -> usize {
+    while matches!(b.get(at), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+        at += 1;
+    }
+    at
 }
 
-const EXPECTED_MESSAGES: &str = "`messages`: an array of message objects";
+/// One JSON value starting at `at`, read by serde_json; and the index after it.
+fn value<'a, T: serde::Deserialize<'a>>(text: &'a str, at: usize, field: &str) -> Result<(T, usize), BodyError> {
+    let rest = text.get(at..).unwrap_or_default();
+    let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<T>();
+    match stream.next() {
+        Some(Ok(v)) => Ok((v, at + stream.byte_offset())),
+        Some(Err(e)) => Err(bad(field, format!("invalid JSON: {e}"))),
+        None => Err(invalid(field, "unexpected end", at)),
+    }
+}
 
-/// `messages` read straight into its elements: one scan of the body, not two.
-struct Messages<'a>(Vec<&'a RawValue>);
+/// The elements of the `messages` array starting at `at`, each an object's text; and the
+/// index after the array.
+fn elements(text: &str, at: usize) -> Result<(Vec<&str>, usize), BodyError> {
+    let b = text.as_bytes();
+    if b.get(at) != Some(&b'[') {
+        return Err(bad("messages", "expected an array of message objects"));
+    }
+    let mut out = Vec::with_capacity(64);
+    let mut at = ws(b, at + 1);
+    if b.get(at) == Some(&b']') {
+        return Ok((out, at + 1));
+    }
+    loop {
+        if b.get(at) != Some(&b'{') {
+            return Err(bad(&format!("messages[{}]", out.len()), "expected an object"));
+        }
+        let end = object_end(b, at).ok_or_else(|| bad(&format!("messages[{}]", out.len()), "unterminated object"))?;
+        out.push(text.get(at..end).ok_or_else(|| invalid("messages", "split inside a character", at))?);
+        at = ws(b, end);
+        match b.get(at) {
+            Some(b',') => at = ws(b, at + 1),
+            Some(b']') => return Ok((out, at + 1)),
+            _ => return Err(invalid("messages", "expected `,` or `]`", at)),
+        }
+    }
+}
 
-impl<'de> serde::Deserialize<'de> for Messages<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Messages<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(EXPECTED_MESSAGES)
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Messages<'de>, A::Error> {
-                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(64));
-                while let Some(m) = seq.next_element::<&'de RawValue>()? {
-                    out.push(m);
+/// The index after the `}` closing the object that opens at `at` (strings skipped, escapes
+/// honoured); `None` when the text ends first.
+fn object_end(b: &[u8], at: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut i = at;
+    loop {
+        i += memchr::memchr3(b'"', b'{', b'}', b.get(i..)?)?;
+        match b.get(i)? {
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
                 }
-                Ok(Messages(out))
+            }
+            _ => {
+                // A string: to the next unescaped quote.
+                i += 1;
+                loop {
+                    i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+                    if b.get(i)? == &b'"' {
+                        break;
+                    }
+                    i += 2;
+                }
             }
         }
-        d.deserialize_seq(V)
-    }
-}
-
-struct BodyVisitor;
-
-impl<'de> Visitor<'de> for BodyVisitor {
-    type Value = Parts<'de>;
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts<'de>, A::Error> {
-        let mut parts = Parts { fields: Vec::new(), system: None, messages: None };
-        while let Some(key) = map.next_key::<&'de str>()? {
-            match key {
-                "messages" => parts.messages = Some(map.next_value::<Messages<'de>>()?.0),
-                "system" => parts.system = Some(map.next_value()?),
-                _ => parts.fields.push((key, map.next_value()?)),
-            }
-        }
-        Ok(parts)
+        i += 1;
     }
 }
 
 /// The `role` of a raw message, read without parsing the rest.
-pub(crate) fn role_of(raw: &RawValue) -> Option<String> {
+pub(crate) fn role_of(raw: &str) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Role {
         role: String,
     }
-    serde_json::from_str::<Role>(raw.get()).ok().map(|r| r.role)
+    serde_json::from_str::<Role>(raw).ok().map(|r| r.role)
 }
 
 #[cfg(test)]
@@ -124,7 +198,7 @@ mod tests {
         let body = ClientBody::parse(b).unwrap();
         assert_eq!(body.fields.iter().map(|(k, _)| *k).collect::<Vec<_>>(), ["model", "stream"]);
         assert_eq!(body.system.unwrap().get(), r#""be brief""#);
-        assert_eq!(body.messages[0].get(), r#"{"role":"user","content":"hi"}"#);
+        assert_eq!(body.messages[0], r#"{"role":"user","content":"hi"}"#);
         assert!(body.streams());
     }
 
@@ -138,5 +212,36 @@ mod tests {
         assert_eq!(e(br#"{"messages":[{"role":"user"},3]}"#), "messages[1]");
         assert_eq!(e(br#"{"messages":[]} trailing"#), "body");
         assert_eq!(e(b"[1]"), "body");
+        // Around and between the elements: delimited strictly.
+        assert_eq!(e(br#"{"messages":[{"role":"user"} {"role":"user"}]}"#), "messages");
+        assert_eq!(e(br#"{"messages":[{"role":"user"},]}"#), "messages[1]");
+        assert_eq!(e(br#"{"messages":[{"role":"user","content":"}"#), "messages[0]");
+        assert_eq!(e(br#"{"messages":[{"role":"user","content":"x\"}"}]"#), "body");
+        assert_eq!(e(br#"{"messages":[{"role":"user","content":"x\"}]}"#), "messages[0]");
+        assert_eq!(e(br#"{"messages":[{"a":1}]"#), "body");
+        assert_eq!(e(br#"{"messages":[{"a":1}],}"#), "body");
+        assert_eq!(e(br#"{"model" "m","messages":[{"a":1}]}"#), "body");
+        assert_eq!(e(br#"{"model":tru,"messages":[{"a":1}]}"#), "model");
+        assert_eq!(e(br#"{"system":,"messages":[{"a":1}]}"#), "system");
+    }
+
+    #[test]
+    fn elements_end_at_their_own_brace() {
+        // Braces and quotes inside strings, escapes, nesting, whitespace everywhere.
+        let b = br#" { "messages" : [ {"role":"user","content":"a } { \" \\"} , {"role":"assistant","content":[{"type":"text","text":"{[}]"}]} ] , "stream" : true } "#;
+        let body = ClientBody::parse(b).unwrap();
+        assert_eq!(
+            body.messages,
+            [
+                r#"{"role":"user","content":"a } { \" \\"}"#,
+                r#"{"role":"assistant","content":[{"type":"text","text":"{[}]"}]}"#
+            ]
+        );
+        assert!(body.streams());
+        // Each element is exactly what serde reads as one value.
+        for m in &body.messages {
+            let v: serde_json::Value = serde_json::from_str(m).unwrap();
+            assert!(v.is_object());
+        }
     }
 }

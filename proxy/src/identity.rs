@@ -57,7 +57,7 @@ pub(crate) fn session_of(headers: &HeaderMap, format: WireFormat, body: &ClientB
         parts.push(system.get().as_bytes());
     }
     for m in &body.messages {
-        parts.push(m.get().as_bytes());
+        parts.push(m.as_bytes());
         if role_of(m).as_deref() == Some("user") {
             break;
         }
