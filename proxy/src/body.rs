@@ -244,4 +244,64 @@ mod tests {
             assert!(v.is_object());
         }
     }
+
+    mod props {
+        use super::super::ClientBody;
+        use proptest::prelude::*;
+        use serde_json::{json, Value};
+
+        /// JSON values whose strings are rich in what the delimiter must skip.
+        fn value() -> impl Strategy<Value = Value> {
+            let text = proptest::string::string_regex(r#"([{}\[\]"\\:,a é\n\t\u{0}-\u{1f}]|\\u00){0,12}"#).unwrap();
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(|n| json!(n)),
+                text.prop_map(Value::String),
+            ];
+            leaf.prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    prop::collection::btree_map("[a-z{}\"\\\\]{0,4}", inner, 0..6)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn message() -> impl Strategy<Value = Value> {
+            prop::collection::btree_map("[a-z{}\"\\\\]{0,6}", value(), 0..5)
+                .prop_map(|m| Value::Object(m.into_iter().collect()))
+        }
+
+        proptest! {
+            /// Delimiting agrees with serde on every valid body, compact or pretty: the same
+            /// elements, byte for byte.
+            #[test]
+            fn elements_are_what_serde_reads(messages in prop::collection::vec(message(), 1..6), system in value(), pretty: bool) {
+                let body = json!({"model": "m", "system": system, "messages": messages, "stream": true});
+                let text = if pretty { serde_json::to_string_pretty(&body).unwrap() } else { body.to_string() };
+                #[derive(serde::Deserialize)]
+                struct Raw<'a> { #[serde(borrow)] messages: Vec<&'a serde_json::value::RawValue> }
+                let expected: Raw<'_> = serde_json::from_str(&text).unwrap();
+                let parsed = ClientBody::parse(text.as_bytes()).unwrap();
+                let want: Vec<&str> = expected.messages.iter().map(|r| r.get()).collect();
+                prop_assert_eq!(parsed.messages, want);
+            }
+
+            /// Any bytes: an error or a split, never a panic; a split's elements are objects
+            /// whose braces balance.
+            #[test]
+            fn arbitrary_bytes_never_panic(prefix in "[{}\\[\\]\":,a\\\\ ]{0,40}", tail in prop::collection::vec(any::<u8>(), 0..64)) {
+                let mut b = br#"{"messages":["#.to_vec();
+                b.extend_from_slice(prefix.as_bytes());
+                b.extend_from_slice(&tail);
+                if let Ok(body) = ClientBody::parse(&b) {
+                    for m in body.messages {
+                        prop_assert!(m.starts_with('{') && m.ends_with('}'), "an element {m:?}");
+                    }
+                }
+                let _ = ClientBody::parse(&tail);
+            }
+        }
+    }
 }
