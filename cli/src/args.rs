@@ -576,6 +576,10 @@ pub struct ProxyArgs {
     /// through unmodified.
     #[arg(long, default_value_t = 120)]
     pub session_wait: u64,
+    /// Seconds a session may stay idle before it is shrunk to the digests of its history (its
+    /// state leaves memory; the next request reopens it from the store's snapshot).
+    #[arg(long, default_value_t = 60)]
+    pub idle_shrink: u64,
     /// Accept a listen address that is not loopback.
     #[arg(long)]
     pub allow_remote: bool,

@@ -21,6 +21,7 @@ pub fn proxy(a: &ProxyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     cfg.max_body = a.max_body;
     cfg.upstream_timeout = Duration::from_secs(a.upstream_timeout.max(1));
     cfg.session_wait = Duration::from_secs(a.session_wait);
+    cfg.idle_shrink = Duration::from_secs(a.idle_shrink);
     cfg.allow_remote = a.allow_remote;
     // `-v` installs its subscriber on this thread only; the proxy's work (and the engine's, in
     // `spawn_blocking`) runs on the runtime's threads, which would log nothing without it.

@@ -90,8 +90,8 @@ pub use event::Event;
 pub use message::Message;
 pub use request::{CacheTtl, Request, RequestError, RequestOptions};
 pub use session::{
-    Appended, Committed, Plan, Prepared, Produced, Session, SessionError, StaleCause, SummaryAttempt, SummaryFinished,
-    SummaryOutcome,
+    Appended, Committed, PendingAppend, Plan, Prepared, Produced, Session, SessionError, StaleCause, SummaryAttempt,
+    SummaryFinished, SummaryOutcome,
 };
 pub use state::{State, Violation};
 pub use store::{

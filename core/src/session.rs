@@ -274,6 +274,30 @@ pub struct Appended {
     pub inline_fallbacks: Vec<String>,
 }
 
+/// An append applied to its session but not written yet ([`Session::append_pending`]).
+#[derive(Debug)]
+#[must_use = "the session is ahead of its log until the append is written"]
+pub struct PendingAppend {
+    stream: StreamId,
+    expected: Version,
+    records: Vec<Record>,
+}
+
+impl PendingAppend {
+    /// The stream version once written.
+    pub fn version(&self) -> Version {
+        self.expected + self.records.len() as u64
+    }
+
+    /// Writes the batch (atomically, at the version the session had before it). A conflict
+    /// means the log moved under the session: nothing is written, the session must be reopened.
+    pub fn write<S: Store + ?Sized>(self, store: &S) -> Result<Version, SessionError> {
+        let _span =
+            tracing::info_span!("ctxlog.append.write", session = %self.stream, version = self.expected).entered();
+        Ok(store.append(self.stream, ExpectedVersion::Exact(self.expected), &self.records)?)
+    }
+}
+
 /// How a summary was produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Produced {
@@ -580,6 +604,57 @@ impl<S: Store> Session<S> {
     pub fn append(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
         let _span =
             tracing::info_span!("ctxlog.append", session = %self.stream, version = self.state.version()).entered();
+        let (events, mut report) = self.append_events(messages)?;
+        let messages = events.len();
+        report.version = self.persist_then_apply(events)?;
+        for reason in &report.inline_fallbacks {
+            tracing::warn!(%reason, "a media payload stays inline: its blob could not be written");
+        }
+        tracing::debug!(messages, blobs = report.blobs.len(), version = report.version, "appended");
+        Ok(report)
+    }
+
+    /// [`Session::append`], but the batch is applied to the session first and written later
+    /// by [`PendingAppend::write`], which the host may run on another thread while it plans,
+    /// renders and sends the call (a proxy overlaps the store's fsync with the upstream
+    /// request this way). Media payloads still go to the blob area here.
+    ///
+    /// Until the batch is written, every other write of this session fails with a conflict
+    /// (the store is behind the session), so nothing can be committed on top of it. If the
+    /// write fails, the session is ahead of its log: drop it and [`Session::open`] it again.
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let mut session = Session::create(&store, StreamId::random(), WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000))?;
+    /// let (_, pending) = session.append_pending(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?; // plans on the appended message
+    /// assert_eq!(plan.view_messages, 1);
+    /// pending.write(&store)?; // e.g. on another thread, while the request is on its way
+    /// session.commit(plan, Timestamp::from_millis(2_500), None)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn append_pending(&mut self, messages: Vec<Message>) -> Result<(Appended, PendingAppend), SessionError> {
+        let _span = tracing::info_span!("ctxlog.append", session = %self.stream, version = self.state.version(), pending = true)
+            .entered();
+        let (events, mut report) = self.append_events(messages)?;
+        let records =
+            events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
+        let expected = self.state.version();
+        let first = expected + 1;
+        for (i, ev) in events.iter().enumerate() {
+            let stream = self.stream;
+            self.state
+                .apply(first + i as u64, ev)
+                .map_err(|violation| SessionError::Invariant { stream, violation })?;
+        }
+        report.version = self.state.version();
+        Ok((report, PendingAppend { stream: self.stream, expected, records }))
+    }
+
+    /// The `MessageAppended` events of an append, validated against the state.
+    fn append_events(&mut self, messages: Vec<Message>) -> Result<(Vec<Event>, Appended), SessionError> {
         let format = self.format();
         for (index, m) in messages.iter().enumerate() {
             wire::check_format(m, format).map_err(|error| SessionError::Message { index, error })?;
@@ -596,15 +671,10 @@ impl<S: Store> Session<S> {
                 tokens,
             }));
         }
-        // Validate without copying the state (appends are the hot path), persist, then apply.
+        // Validate without copying the state (appends are the hot path); the caller persists
+        // and applies.
         self.state.check_appends(self.state.version() + 1, &events).map_err(|v| self.refused(v))?;
-        let messages = events.len();
-        report.version = self.persist_then_apply(events)?;
-        for reason in &report.inline_fallbacks {
-            tracing::warn!(%reason, "a media payload stays inline: its blob could not be written");
-        }
-        tracing::debug!(messages, blobs = report.blobs.len(), version = report.version, "appended");
-        Ok(report)
+        Ok((events, report))
     }
 
     fn externalize(&self, m: &mut Message, report: &mut Appended) {

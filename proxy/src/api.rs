@@ -1,7 +1,6 @@
 //! `POST /v1/messages` and `POST /v1/chat/completions`: the history is logged, the planned
 //! view forwarded, the answer streamed back and the call committed when it ends.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -45,18 +44,23 @@ pub(crate) async fn call(
             Err(e) => return bad(&e.field, &e.message),
         };
     }
-    let mut items = Vec::with_capacity(body.messages.len() + 1);
-    if let Some(system) = body.system {
-        let raw = system_message(system);
-        items.push(Item { digest: digest(raw.as_bytes()), raw: Cow::Owned(raw), field: "system".into() });
-    }
-    for (i, m) in body.messages.iter().enumerate() {
-        items.push(Item {
-            raw: Cow::Borrowed(m.get()),
-            digest: digest(m.get().as_bytes()),
-            field: format!("messages[{i}]"),
-        });
-    }
+    // The history as spans of the body and their digests: the blocking task below rebuilds
+    // borrowed items from the (refcounted) body instead of copying 600 KB into owned strings.
+    let system = body.system.map(|s| {
+        let raw = system_message(s);
+        let d = digest(raw.as_bytes());
+        (raw, d)
+    });
+    let start = bytes.as_ptr() as usize;
+    let spans: Vec<(std::ops::Range<usize>, u128)> = body
+        .messages
+        .iter()
+        .map(|m| {
+            let raw = m.get().as_bytes();
+            let at = raw.as_ptr() as usize - start;
+            (at..at + raw.len(), digest(raw))
+        })
+        .collect();
     let base = session_of(&parts.headers, format, &body);
     let sse = body.streams();
 
@@ -72,20 +76,24 @@ pub(crate) async fn call(
     };
     let store = Arc::clone(&proxy.store);
     let config = proxy.cfg.engine.clone();
-    let items: Vec<Item<'static>> = items
-        .into_iter()
-        .map(|i| Item { raw: Cow::Owned(i.raw.into_owned()), digest: i.digest, field: i.field })
-        .collect();
+    let raw = bytes.clone();
     let prepared = tokio::task::spawn_blocking(move || {
         let mut guard = guard;
+        let mut items = Vec::with_capacity(spans.len() + 1);
+        if let Some((raw, digest)) = &system {
+            items.push(Item { raw: raw.as_bytes(), digest: *digest, index: None });
+        }
+        for (i, (span, digest)) in spans.iter().enumerate() {
+            items.push(Item { raw: raw.get(span.clone()).unwrap_or_default(), digest: *digest, index: Some(i) });
+        }
         let r = prepare(&mut guard, &store, base, format, &config, &items, &opts, ctxlog_now());
-        (guard, r)
+        (guard, r, opts)
     })
     .await;
-    let (guard, prepared) = match prepared {
-        Ok((g, Ok(p))) => (g, p),
-        Ok((_, Err(PrepareError::Invalid { field, message }))) => return bad(&field, &message),
-        Ok((_, Err(PrepareError::Session(e)))) => {
+    let (guard, mut prepared, opts) = match prepared {
+        Ok((g, Ok(p), o)) => (g, p, o),
+        Ok((_, Err(PrepareError::Invalid { field, message }), _)) => return bad(&field, &message),
+        Ok((_, Err(PrepareError::Session(e)), _)) => {
             tracing::error!(session = %base, error = %e, "the session failed");
             return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", &format!("ctxlog: {e}"));
         }
@@ -101,11 +109,18 @@ pub(crate) async fn call(
         proxy.metrics.diverged.fetch_add(1, Relaxed);
     }
     let stream = prepared.stream;
+    // The new suffix is written while the call is on its way (the store's fsync off the
+    // client's path); the slot is released only once it is written.
+    let write = prepared.pending.take().map(|p| {
+        let store = Arc::clone(&proxy.store);
+        tokio::task::spawn_blocking(move || p.write(&*store))
+    });
     let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
     if let Some(h) = up.headers_mut() {
         *h = crate::headers::request(&parts.headers, true);
     }
     let Ok(up) = up.body(full(prepared.body)) else {
+        release(guard, write);
         return error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: cannot build the upstream request");
     };
     let before = started.elapsed();
@@ -116,10 +131,12 @@ pub(crate) async fn call(
         // The plan is dropped with the guard: nothing but the appended messages stays.
         Ok(Err(e)) => {
             proxy.metrics.aborted.fetch_add(1, Relaxed);
+            release(guard, write);
             return error(shape, StatusCode::BAD_GATEWAY, "api_error", &format!("ctxlog: upstream unreachable: {e}"));
         }
         Err(_) => {
             proxy.metrics.aborted.fetch_add(1, Relaxed);
+            release(guard, write);
             return error(
                 shape,
                 StatusCode::GATEWAY_TIMEOUT,
@@ -147,10 +164,10 @@ pub(crate) async fn call(
         let tee = Tee::new(up_body, Scan::new(format == WireFormat::Anthropic, sse), proxy.cfg.upstream_timeout, tx);
         let plan = prepared.plan;
         let proxy2 = Arc::clone(&proxy);
-        tokio::spawn(async move { settle(proxy2, guard, plan, rx).await });
+        tokio::spawn(async move { settle(proxy2, guard, write, plan, opts, rx).await });
         tee.boxed()
     } else {
-        drop(guard);
+        release(guard, write);
         proxy.metrics.aborted.fetch_add(1, Relaxed);
         up_body.map_err(Into::into).boxed()
     };
@@ -163,12 +180,18 @@ pub(crate) async fn call(
 /// locked until then, so the next call of the session plans after this one's commit.
 async fn settle(
     proxy: Arc<Proxy>,
-    guard: tokio::sync::OwnedMutexGuard<crate::sessions::Slot>,
+    mut guard: Guard,
+    write: Option<Write>,
     plan: ctxlog::Plan,
+    opts: RequestOptions,
     rx: oneshot::Receiver<Outcome>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     let outcome = rx.await.unwrap_or(Outcome::Failed("the answer was dropped".into()));
+    if !written(&mut guard, write).await {
+        proxy.metrics.aborted.fetch_add(1, Relaxed);
+        return;
+    }
     match outcome {
         Outcome::Complete(usage) => {
             if let Some(u) = &usage {
@@ -177,7 +200,7 @@ async fn settle(
             let at = ctxlog_now();
             let done = tokio::task::spawn_blocking(move || {
                 let mut guard = guard;
-                guard.commit(plan, at, usage)
+                guard.commit(plan, &opts, at, usage)
             })
             .await;
             match done {
@@ -195,6 +218,34 @@ async fn settle(
             drop(guard);
         }
     }
+}
+
+type Guard = tokio::sync::OwnedMutexGuard<crate::sessions::Slot>;
+type Write = tokio::task::JoinHandle<Result<ctxlog::Version, ctxlog::SessionError>>;
+
+/// Waits for the pending append's write; when it failed the slot forgets its session (which
+/// is ahead of its log) and the next request reopens it. Returns whether it was written.
+async fn written(guard: &mut Guard, write: Option<Write>) -> bool {
+    let Some(write) = write else { return true };
+    let failed = match write.await {
+        Ok(Ok(_)) => return true,
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => format!("the write task failed: {e}"),
+    };
+    tracing::error!(error = %failed, "the request's new messages could not be written: the call is not committed");
+    guard.reset();
+    false
+}
+
+/// Releases the slot once the pending append is written (the call was not committed).
+fn release(guard: Guard, write: Option<Write>) {
+    if write.is_none() {
+        return drop(guard);
+    }
+    tokio::spawn(async move {
+        let mut guard = guard;
+        written(&mut guard, write).await;
+    });
 }
 
 fn ctxlog_now() -> ctxlog::Timestamp {

@@ -23,6 +23,8 @@ mod reply;
 mod server;
 mod sessions;
 mod tee;
+#[cfg(test)]
+mod tests;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -55,7 +57,12 @@ pub struct ProxyConfig {
     /// Longest wait of a request for another request of the same session to finish; after it
     /// the request is passed through unmodified (and counted in `/metrics`).
     pub session_wait: Duration,
-    /// A session unused this long is dropped from memory (it is reopened from the store).
+    /// A session unused this long is shrunk to the digests of its history (a few bytes per
+    /// message): its state and view cache leave memory, and the next request reopens it from
+    /// the store's snapshot without comparing the history by content (default 60 s).
+    pub idle_shrink: Duration,
+    /// A session unused this long is dropped from memory entirely, digests included (it is
+    /// reopened from the store, and its history compared once by content).
     pub idle_evict: Duration,
     /// Accept a listen address that is not loopback.
     pub allow_remote: bool,
@@ -72,6 +79,7 @@ impl ProxyConfig {
             client_token: None,
             upstream_timeout: Duration::from_secs(600),
             session_wait: Duration::from_secs(120),
+            idle_shrink: Duration::from_secs(60),
             idle_evict: Duration::from_secs(600),
             allow_remote: false,
         }

@@ -73,6 +73,16 @@ impl Metrics {
         self.resident.load(Relaxed)
     }
 
+    /// Calls committed so far.
+    pub fn committed(&self) -> u64 {
+        self.committed.load(Relaxed)
+    }
+
+    /// Calls whose plan compacted the view.
+    pub fn compactions(&self) -> u64 {
+        self.compactions.load(Relaxed)
+    }
+
     /// The text exposition.
     pub fn render(&self) -> String {
         let mut o = String::new();

@@ -107,7 +107,8 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        let mut sweep = tokio::time::interval((proxy.cfg.idle_evict / 4).max(Duration::from_millis(10)));
+        let period = proxy.cfg.idle_shrink.min(proxy.cfg.idle_evict) / 4;
+        let mut sweep = tokio::time::interval(period.max(Duration::from_millis(10)));
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
@@ -124,10 +125,10 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
                     });
                 }
                 _ = sweep.tick() => {
-                    let n = proxy.sessions.evict_idle(proxy.cfg.idle_evict);
+                    let (evicted, shrunk) = proxy.sessions.sweep(proxy.cfg.idle_shrink, proxy.cfg.idle_evict);
                     proxy.metrics.resident.store(proxy.sessions.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    if n > 0 {
-                        tracing::debug!(evicted = n, left = proxy.sessions.len(), "idle sessions dropped from memory");
+                    if evicted + shrunk > 0 {
+                        tracing::debug!(evicted, shrunk, left = proxy.sessions.len(), "idle sessions shrunk or dropped from memory");
                     }
                 }
                 _ = stopped.changed() => break,

@@ -7,7 +7,6 @@
 //! Idle slots are dropped; a session reopened from the store has no digests yet, and its
 //! history is then compared once by parsed content (media compared by blob id).
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,7 +14,8 @@ use std::time::{Duration, Instant};
 use ctxlog::event::GuardKind;
 use ctxlog::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
 use ctxlog::{
-    parse_message, BlobId, Config, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp, WireFormat,
+    parse_message, BlobId, Config, PendingAppend, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp,
+    WireFormat,
 };
 
 use crate::identity::successor_of;
@@ -27,8 +27,11 @@ type Sess = Session<Store>;
 /// One session's place in memory.
 pub(crate) struct Slot {
     session: Option<Sess>,
-    /// Digests of the first `digests.len()` logged messages as the client sent them.
+    /// Digests of the first `digests.len()` logged messages of session `digests_of` as the
+    /// client sent them. They outlive a shrink (the session dropped, the slot kept), so a
+    /// shrunk session is reopened without comparing its history by content.
     digests: Vec<u128>,
+    digests_of: Option<StreamId>,
     last_used: Instant,
 }
 
@@ -43,24 +46,38 @@ impl Sessions {
     pub fn slot(&self, id: StreamId) -> Arc<tokio::sync::Mutex<Slot>> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(map.entry(id).or_insert_with(|| {
-            Arc::new(tokio::sync::Mutex::new(Slot { session: None, digests: Vec::new(), last_used: Instant::now() }))
+            Arc::new(tokio::sync::Mutex::new(Slot {
+                session: None,
+                digests: Vec::new(),
+                digests_of: None,
+                last_used: Instant::now(),
+            }))
         }))
     }
 
-    /// Drops slots unused for `idle` that no request holds or waits for; returns how many.
-    pub fn evict_idle(&self, idle: Duration) -> usize {
+    /// Drops slots unused for `evict` that no request holds or waits for, and shrinks those
+    /// unused for `shrink` to their digests (the session is reopened from the store on the
+    /// next request); returns how many were dropped and how many shrunk.
+    pub fn sweep(&self, shrink: Duration, evict: Duration) -> (usize, usize) {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         let before = map.len();
+        let mut shrunk = 0;
         map.retain(|_, slot| {
             if Arc::strong_count(slot) > 1 {
                 return true;
             }
-            match slot.try_lock() {
-                Ok(s) => s.last_used.elapsed() < idle,
-                Err(_) => true,
+            let Ok(mut s) = slot.try_lock() else { return true };
+            let idle = s.last_used.elapsed();
+            if idle >= evict {
+                return false;
             }
+            if idle >= shrink && s.session.is_some() {
+                s.session = None;
+                shrunk += 1;
+            }
+            true
         });
-        before - map.len()
+        (before - map.len(), shrunk)
     }
 
     /// Slots in memory.
@@ -69,12 +86,30 @@ impl Sessions {
     }
 }
 
-/// One history item of a request: raw JSON and where it came from.
+/// One history item of a request: its raw JSON (a slice of the request body, or the
+/// Anthropic `system` wrapped as a message), its digest, and where it came from.
 pub(crate) struct Item<'a> {
-    pub raw: Cow<'a, str>,
+    pub raw: &'a [u8],
     pub digest: u128,
+    /// `None`: the `system` field; else the index in `messages`.
+    pub index: Option<usize>,
+}
+
+impl Item<'_> {
     /// `system` or `messages[i]`: the field an error names.
-    pub field: String,
+    fn field(&self) -> String {
+        match self.index {
+            None => "system".to_owned(),
+            Some(i) => format!("messages[{i}]"),
+        }
+    }
+
+    /// The raw JSON as text (the whole body was checked to be UTF-8; checked again, cheaply,
+    /// only for the items that are parsed).
+    fn text(&self) -> Result<&str, PrepareError> {
+        std::str::from_utf8(self.raw)
+            .map_err(|e| PrepareError::Invalid { field: self.field(), message: format!("not UTF-8: {e}") })
+    }
 }
 
 /// What could not be prepared.
@@ -95,6 +130,9 @@ pub(crate) struct Prepared {
     pub stream: StreamId,
     pub compaction: bool,
     pub diverged: bool,
+    /// The new suffix, applied to the session but not yet written: the caller writes it while
+    /// the call is on its way, and must not release the slot before it is written.
+    pub pending: Option<PendingAppend>,
 }
 
 /// Brings the slot's session up to the client's history (appending the new suffix, or moving
@@ -113,7 +151,10 @@ pub(crate) fn prepare(
     slot.last_used = Instant::now();
     if slot.session.is_none() {
         let (id, session) = open_chain(store, base)?;
-        slot.digests.clear();
+        if slot.digests_of != Some(id) {
+            slot.digests.clear();
+            slot.digests_of = Some(id);
+        }
         slot.session = match session {
             Some(s) => Some(s),
             None => {
@@ -126,6 +167,7 @@ pub(crate) fn prepare(
         };
     }
     let mut diverged = false;
+    let mut pending = None;
     if let Some(at) = first_difference(slot, items)? {
         let messages = parse_all(items, format)?;
         let Some(old) = slot.session.as_mut() else { return Err(SessionError::NotFound(base).into()) };
@@ -144,6 +186,7 @@ pub(crate) fn prepare(
         let mut s = Session::create(Arc::clone(store), successor, format, config.clone(), now)?;
         s.append(messages)?;
         slot.digests = items.iter().map(|i| i.digest).collect();
+        slot.digests_of = Some(successor);
         slot.session = Some(s);
         diverged = true;
     } else if let Some(s) = slot.session.as_mut() {
@@ -151,7 +194,8 @@ pub(crate) fn prepare(
         let new = items.get(logged..).unwrap_or_default();
         if !new.is_empty() {
             let messages = parse_all(new, format)?;
-            s.append(messages)?;
+            let (_, p) = s.append_pending(messages)?;
+            pending = Some(p);
             slot.digests.extend(new.iter().map(|i| i.digest));
         }
     }
@@ -159,7 +203,7 @@ pub(crate) fn prepare(
     let plan = s.plan(now)?;
     let request = s.request(&plan, opts)?;
     let compaction = !plan.events().is_empty();
-    Ok(Prepared { stream: s.id(), body: request.into_body(), plan, compaction, diverged })
+    Ok(Prepared { stream: s.id(), body: request.into_body(), plan, compaction, diverged, pending })
 }
 
 /// The session a base id resolves to: the end of its chain of successors, opened, or the id
@@ -202,7 +246,8 @@ fn first_difference(slot: &mut Slot, items: &[Item<'_>]) -> Result<Option<u64>, 
     if known < upto {
         let stored = s.messages(known as u64..upto as u64)?;
         for (offset, (logged_msg, item)) in stored.iter().zip(&items[known..upto]).enumerate() {
-            let same = parse_message(&item.raw).is_ok_and(|m| same_message(&m, logged_msg));
+            let same =
+                item.text().ok().and_then(|t| parse_message(t).ok()).is_some_and(|m| same_message(&m, logged_msg));
             if !same {
                 return Ok(Some((known + offset) as u64));
             }
@@ -220,8 +265,8 @@ fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Message>, Pre
     items
         .iter()
         .map(|it| {
-            let m = parse_message(&it.raw).map_err(|e| invalid(&it.field, &e.field, e.message))?;
-            ctxlog::wire::check_format(&m, format).map_err(|e| invalid(&it.field, &e.field, e.message))?;
+            let m = parse_message(it.text()?).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
+            ctxlog::wire::check_format(&m, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
             Ok(m)
         })
         .collect()
@@ -271,12 +316,27 @@ fn as_blob(data: &mut MediaData) {
 }
 
 impl Slot {
-    /// Commits the slot's session's plan.
-    pub fn commit(&mut self, plan: Plan, at: Timestamp, usage: Option<ctxlog::Usage>) -> Result<(), SessionError> {
+    /// Commits the slot's session's plan with the options its request was rendered with, so
+    /// the log records the model, the tools and the cache breakpoints of the call.
+    pub fn commit(
+        &mut self,
+        plan: Plan,
+        opts: &RequestOptions,
+        at: Timestamp,
+        usage: Option<ctxlog::Usage>,
+    ) -> Result<(), SessionError> {
         self.last_used = Instant::now();
         match self.session.as_mut() {
-            Some(s) => s.commit(plan, at, usage).map(|_| ()),
+            Some(s) => s.commit_request(plan, opts, at, usage).map(|_| ()),
             None => Ok(()),
         }
+    }
+
+    /// Forgets the session (its pending append could not be written: it is ahead of its log);
+    /// the next request reopens it from the store and compares its history by content.
+    pub fn reset(&mut self) {
+        self.session = None;
+        self.digests.clear();
+        self.digests_of = None;
     }
 }

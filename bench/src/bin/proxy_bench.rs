@@ -1,0 +1,401 @@
+//! Proxy benchmark (issue 13, "Measure"): an in-process [`ctxlog_fake_upstream::FakeUpstream`]
+//! and [`ctxlog_proxy::serve`] on an embedded SQLite store in a temp dir.
+//!
+//! - **added latency**: one agent session per case (10k / 150k tokens ≈ 4 chars per token,
+//!   streaming or not) that grows by one assistant + user turn per call, the whole history
+//!   resent each time, a budget large enough that nothing is compacted. Each call is sent to
+//!   the fake directly and then through the proxy with the same body; the time is to the last
+//!   byte of the answer. Reported: p50/p99 of each, p50/p99 of the paired differences, the
+//!   ratio of the p50s, and how long the commit took after the last byte (off the client's
+//!   path unless the next call comes sooner).
+//! - **throughput**: 1, 16 and 64 concurrent sessions (10k-token histories, growing), directly
+//!   and through the proxy, requests/s.
+//! - **memory per idle session**: N sessions each make their calls and go idle; the bytes live
+//!   in this process (a counting global allocator; SQLite's own page cache is C malloc and not
+//!   counted) minus a baseline taken before, ÷ N, minus the bytes of the session's view. Once
+//!   with the sessions resident, once after idle shrinking, once after idle eviction.
+//!
+//! `cargo run --release -p ctxlog-bench --bin proxy_bench [-- --calls 200 --sessions 50]`
+
+// A benchmark aborts on a broken fixture; there is nothing to recover.
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser as _;
+use ctxlog_fake_upstream::FakeUpstream;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+
+#[global_allocator]
+static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+#[derive(clap::Parser)]
+struct Args {
+    /// Measured calls per latency case.
+    #[arg(long, default_value_t = 200)]
+    calls: usize,
+    /// Sessions of the memory measurement.
+    #[arg(long, default_value_t = 50)]
+    sessions: usize,
+    /// Calls per session in the throughput runs.
+    #[arg(long, default_value_t = 20)]
+    tp_calls: usize,
+    /// Which parts: latency,reopen,throughput,memory.
+    #[arg(long, default_value = "latency,reopen,throughput,memory")]
+    only: String,
+    /// Latency cases' sizes in tokens.
+    #[arg(long, default_value = "10000,150000")]
+    tokens: String,
+}
+
+/// A budget no case reaches: nothing is compacted.
+const BUDGET: u64 = 2_000_000;
+
+fn main() {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    println!("proxy_bench: {} UTC, {} cores", now_utc(), std::thread::available_parallelism().map_or(0, |n| n.get()));
+    if args.only.contains("latency") {
+        println!("\n## Added latency (time to the last byte; {} calls per case, after 5 warm-up calls)", args.calls);
+        println!(
+            "| tokens | stream | direct p50 | direct p99 | proxy p50 | proxy p99 | added p50 | added p99 | proxy/direct p50 | commit p50 |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for tokens in args.tokens.split(',').map(|t| t.trim().parse::<usize>().unwrap()) {
+            for stream in [false, true] {
+                rt.block_on(latency(tokens, stream, args.calls));
+            }
+        }
+    }
+    if args.only.contains("reopen") {
+        println!("\n## A call after the idle shrink (the session reopened from the store's snapshot), 20 calls");
+        println!("| tokens | direct p50 | proxy p50 | added p50 | added p99 |");
+        println!("|---|---|---|---|---|");
+        for tokens in args.tokens.split(',').map(|t| t.trim().parse::<usize>().unwrap()) {
+            rt.block_on(reopen(tokens));
+        }
+    }
+    if args.only.contains("throughput") {
+        println!("\n## Requests/s, 10k-token sessions growing by a turn per call, {} calls each", args.tp_calls);
+        println!("| sessions | direct req/s | proxy req/s | proxy/direct |");
+        println!("|---|---|---|---|");
+        for n in [1, 16, 64] {
+            rt.block_on(throughput(n, args.tp_calls));
+        }
+    }
+    if args.only.contains("memory") {
+        println!(
+            "\n## Memory per idle session beyond its view ({} sessions, 10 calls each, 10k tokens)",
+            args.sessions
+        );
+        println!("| state | live bytes / session | view bytes | beyond the view |");
+        println!("|---|---|---|---|");
+        for phase in [Phase::Resident, Phase::Shrunk, Phase::Evicted] {
+            rt.block_on(memory(phase, args.sessions));
+        }
+    }
+}
+
+fn now_utc() -> String {
+    let s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let (d, r) = (s / 86_400, s % 86_400);
+    format!("day {d} since 1970, {:02}:{:02}", r / 3600, (r % 3600) / 60)
+}
+
+struct Rig {
+    fake: FakeUpstream,
+    proxy: ctxlog_proxy::ProxyHandle,
+    client: HttpClient,
+    _dir: tempfile::TempDir,
+}
+
+async fn rig(tune: impl FnOnce(&mut ctxlog_proxy::ProxyConfig)) -> Rig {
+    let fake = FakeUpstream::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ctxlog::Store> =
+        Arc::new(ctxlog_store_sqlite::SqliteStore::open(dir.path().join("log.sqlite")).unwrap());
+    let mut cfg = ctxlog_proxy::ProxyConfig::new("127.0.0.1:0".parse().unwrap(), &fake.url());
+    cfg.engine.budget = BUDGET;
+    tune(&mut cfg);
+    let proxy = ctxlog_proxy::serve(cfg, store).await.unwrap();
+    let mut conn = HttpConnector::new();
+    conn.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(128).build(conn);
+    Rig { fake, proxy, client, _dir: dir }
+}
+
+/// Deterministic filler text of `n` chars (words, no escapes needed).
+fn text(seed: usize, n: usize) -> String {
+    const WORDS: [&str; 8] = ["alpha", "bravo", "delta", "kilo", "lima", "oscar", "tango", "zulu"];
+    let mut s = String::with_capacity(n + 8);
+    let mut i = seed;
+    while s.len() < n {
+        s.push_str(WORDS[i % WORDS.len()]);
+        s.push(' ');
+        i = i.wrapping_mul(31).wrapping_add(7);
+    }
+    s.truncate(n);
+    s
+}
+
+/// An agent's history: a system prompt, then user/assistant turns, as an Anthropic body.
+struct History {
+    system: String,
+    messages: Vec<String>,
+}
+
+impl History {
+    /// About `chars` of history in turns of ~2,000 chars.
+    fn new(seed: usize, chars: usize) -> Self {
+        let system = text(seed, 1_000);
+        let mut messages = Vec::new();
+        let mut total = system.len();
+        let mut i = 0;
+        while total < chars || messages.len() % 2 == 0 {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            let t = text(seed + i, 2_000);
+            total += t.len() + 30;
+            messages.push(format!(r#"{{"role":"{role}","content":"{t}"}}"#));
+            i += 1;
+        }
+        History { system, messages }
+    }
+
+    /// One more turn: the assistant's answer to the last call and the next user message.
+    fn turn(&mut self, i: usize) {
+        self.messages.push(format!(r#"{{"role":"assistant","content":"ack {i}: {}"}}"#, text(i, 40)));
+        self.messages.push(format!(r#"{{"role":"user","content":"next {i}: {}"}}"#, text(i + 1, 40)));
+    }
+
+    fn body(&self, stream: bool) -> Bytes {
+        let mut b = String::with_capacity(self.messages.iter().map(|m| m.len() + 1).sum::<usize>() + 2_000);
+        b.push_str(r#"{"model":"claude-bench","max_tokens":1024,"#);
+        if stream {
+            b.push_str(r#""stream":true,"#);
+        }
+        b.push_str(r#""system":""#);
+        b.push_str(&self.system);
+        b.push_str(r#"","messages":["#);
+        for (i, m) in self.messages.iter().enumerate() {
+            if i > 0 {
+                b.push(',');
+            }
+            b.push_str(m);
+        }
+        b.push_str("]}");
+        Bytes::from(b)
+    }
+}
+
+/// POSTs `body` to `base` and reads the answer to its last byte; returns the elapsed time.
+async fn post(client: &HttpClient, base: &str, session: &str, body: Bytes) -> Duration {
+    let req = http::Request::post(format!("{base}/v1/messages"))
+        .header("content-type", "application/json")
+        .header("x-api-key", "bench-key")
+        .header("anthropic-version", "2023-06-01")
+        .header("x-ctxlog-session", session)
+        .body(Full::new(body))
+        .unwrap();
+    let t = Instant::now();
+    let resp = client.request(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let d = t.elapsed();
+    assert!(status.is_success(), "{status}: {}", String::from_utf8_lossy(&bytes));
+    d
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[((s.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(x: f64) -> String {
+    format!("{x:.3} ms")
+}
+
+async fn wait_committed(proxy: &ctxlog_proxy::ProxyHandle, n: u64) {
+    while proxy.metrics().committed() < n {
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn latency(tokens: usize, stream: bool, calls: usize) {
+    let r = rig(|_| {}).await;
+    // Centre the measured calls on the nominal size: each turn adds ~2×60 chars.
+    let growth = (calls + 5) * 2 * 110;
+    let mut h = History::new(tokens, (tokens * 4).saturating_sub(growth / 2));
+    let session = format!("lat-{tokens}-{stream}");
+    let (proxy_url, direct_url) = (format!("http://{}", r.proxy.addr()), r.fake.url());
+    let (mut direct, mut through, mut added, mut commit) = (vec![], vec![], vec![], vec![]);
+    let mut sizes = (usize::MAX, 0);
+    let mut committed = 0;
+    for i in 0..calls + 5 {
+        if i % 10 == 0 {
+            r.fake.reset(); // its record keeps every body
+        }
+        let body = h.body(stream);
+        sizes = (sizes.0.min(body.len()), sizes.1.max(body.len()));
+        let d = post(&r.client, &direct_url, &session, body.clone()).await;
+        let p = post(&r.client, &proxy_url, &session, body).await;
+        let t = Instant::now();
+        committed += 1;
+        wait_committed(&r.proxy, committed).await;
+        let c = t.elapsed();
+        if i >= 5 {
+            let (d, p) = (d.as_secs_f64() * 1e3, p.as_secs_f64() * 1e3);
+            direct.push(d);
+            through.push(p);
+            added.push(p - d);
+            commit.push(c.as_secs_f64() * 1e3);
+        }
+        h.turn(i);
+    }
+    assert_eq!(r.proxy.metrics().compactions(), 0, "the budget is meant to prevent compaction");
+    println!(
+        "| {}k ({}–{} KB) | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} |",
+        tokens / 1000,
+        sizes.0 / 1000,
+        sizes.1 / 1000,
+        if stream { "yes" } else { "no" },
+        ms(pct(&direct, 0.5)),
+        ms(pct(&direct, 0.99)),
+        ms(pct(&through, 0.5)),
+        ms(pct(&through, 0.99)),
+        ms(pct(&added, 0.5)),
+        ms(pct(&added, 0.99)),
+        pct(&through, 0.5) / pct(&direct, 0.5),
+        ms(pct(&commit, 0.5)),
+    );
+    r.proxy.shutdown().await;
+    r.fake.shutdown();
+}
+
+async fn reopen(tokens: usize) {
+    let r = rig(|c| c.idle_shrink = Duration::from_millis(100)).await;
+    let mut h = History::new(tokens + 1, tokens * 4);
+    let session = format!("reopen-{tokens}");
+    let (proxy_url, direct_url) = (format!("http://{}", r.proxy.addr()), r.fake.url());
+    let (mut direct, mut through, mut added) = (vec![], vec![], vec![]);
+    for i in 0..22 {
+        r.fake.reset();
+        let body = h.body(false);
+        let d = post(&r.client, &direct_url, &session, body.clone()).await;
+        let p = post(&r.client, &proxy_url, &session, body).await;
+        wait_committed(&r.proxy, i + 1).await;
+        if i >= 2 {
+            let (d, p) = (d.as_secs_f64() * 1e3, p.as_secs_f64() * 1e3);
+            direct.push(d);
+            through.push(p);
+            added.push(p - d);
+        }
+        h.turn(i as usize);
+        tokio::time::sleep(Duration::from_millis(300)).await; // shrunk by now
+    }
+    println!(
+        "| {}k | {} | {} | {} | {} |",
+        tokens / 1000,
+        ms(pct(&direct, 0.5)),
+        ms(pct(&through, 0.5)),
+        ms(pct(&added, 0.5)),
+        ms(pct(&added, 0.99))
+    );
+    r.proxy.shutdown().await;
+    r.fake.shutdown();
+}
+
+async fn throughput(sessions: usize, calls: usize) {
+    let r = rig(|_| {}).await;
+    let mut rates = Vec::new();
+    for through in [false, true] {
+        let base = if through { format!("http://{}", r.proxy.addr()) } else { r.fake.url() };
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for s in 0..sessions {
+            let (client, base) = (r.client.clone(), base.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut h = History::new(s, 40_000);
+                let session = format!("tp-{sessions}-{s}");
+                for i in 0..calls {
+                    post(&client, &base, &session, h.body(false)).await;
+                    h.turn(i);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        rates.push((sessions * calls) as f64 / t.elapsed().as_secs_f64());
+        r.fake.reset();
+    }
+    println!("| {sessions} | {:.0} | {:.0} | {:.2} |", rates[0], rates[1], rates[1] / rates[0]);
+    r.proxy.shutdown().await;
+    r.fake.shutdown();
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Phase {
+    Resident,
+    Shrunk,
+    Evicted,
+}
+
+async fn memory(phase: Phase, sessions: usize) {
+    let r = rig(|c| match phase {
+        Phase::Resident => {}
+        Phase::Shrunk => c.idle_shrink = Duration::from_millis(400),
+        Phase::Evicted => c.idle_evict = Duration::from_millis(400),
+    })
+    .await;
+    let proxy_url = format!("http://{}", r.proxy.addr());
+    // Warm the connection pool and the runtime before the baseline.
+    let mut warm = History::new(999, 4_000);
+    for i in 0..3 {
+        post(&r.client, &proxy_url, "warm-up", warm.body(false)).await;
+        warm.turn(i);
+    }
+    wait_committed(&r.proxy, 3).await;
+    r.fake.reset();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let baseline = ALLOCATOR.allocated();
+    let mut view = 0;
+    let mut n = 3;
+    for s in 0..sessions {
+        let mut h = History::new(s, 40_000);
+        let session = format!("mem-{s}");
+        for i in 0..10 {
+            let body = h.body(false);
+            view = body.len();
+            post(&r.client, &proxy_url, &session, body).await;
+            h.turn(i);
+        }
+        n += 10;
+        wait_committed(&r.proxy, n).await;
+    }
+    r.fake.reset();
+    if phase != Phase::Resident {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+    }
+    let live = ALLOCATOR.allocated().saturating_sub(baseline) as f64 / sessions as f64;
+    let name = match phase {
+        Phase::Resident => "resident (idle, before any idle rule)",
+        Phase::Shrunk => "shrunk (idle_shrink 0.4 s passed)",
+        Phase::Evicted => "evicted (idle_evict 0.4 s passed)",
+    };
+    let resident = r.proxy.metrics().sessions_in_memory();
+    println!(
+        "| {name}; {resident} slots resident | {:.0} KiB | {:.0} KiB | {:.1} KiB |",
+        live / 1024.0,
+        view as f64 / 1024.0,
+        (live - view as f64) / 1024.0
+    );
+    r.proxy.shutdown().await;
+    r.fake.shutdown();
+}
