@@ -457,3 +457,61 @@ async fn a_failing_model_summarizer_is_recorded_and_calls_go_on() {
     }
     assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
 }
+
+/// Sessions shrunk out of memory between calls (reopened from the store each time) keep their
+/// summaries going: the jobs run on the reopened session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summaries_go_on_across_idle_shrinks() {
+    let budget = 6_000;
+    let r = run_session(
+        |c| {
+            c.engine.budget = budget;
+            c.idle_shrink = Duration::ZERO;
+        },
+        120,
+        120,
+    )
+    .await;
+    check_under_budget(&r, budget);
+    assert!(count(&r.evs, "SummaryPrepared") >= 3);
+    assert!(count(&r.evs, "Flushed") >= 3);
+}
+
+/// A model attempt in flight keeps its slot from being shrunk (the sweep skips a slot someone
+/// holds); once recorded, the session shrinks and reopens as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_model_attempt_outlives_the_idle_sweep() {
+    let up = FakeUpstream::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = TestModel::new(false, true);
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| {
+        c.engine.budget = 6_000;
+        c.idle_shrink = Duration::ZERO;
+        c.summaries = model_summaries(&model);
+    })
+    .await;
+    let (mut agent, mut last, mut step) = (Agent::new(120), Value::Null, 0);
+    let m = Arc::clone(&model);
+    let id =
+        drive_until(&p, &*store, &mut agent, &mut last, &mut step, move |_, _| m.started.load(Ordering::SeqCst) > 0)
+            .await;
+    // Let the sweep run many times while the attempt is held.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    model.release();
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while count(&events(&*store, id), "SummaryPrepared") + count(&events(&*store, id), "SummaryFailed") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the attempt was never recorded");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for _ in 0..20 {
+        agent.step(step, &last);
+        step += 1;
+        let a = post(p.addr(), &agent.body()).await;
+        assert_eq!(a.status, 200);
+        last = a.body;
+    }
+    let evs = committed(&*store, id, step).await;
+    p.shutdown().await;
+    assert!(count(&evs, "SummaryPrepared") >= 1, "the held attempt's summary was lost");
+    assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
+}
