@@ -63,12 +63,17 @@ pub(crate) async fn after_commit(summaries: &Summaries, guard: Guard) {
         Summaries::Extractive => {
             let done = tokio::task::spawn_blocking(move || {
                 let mut guard = guard;
-                extractive(&mut guard)
+                let started = std::time::Instant::now();
+                let r = extractive(&mut guard);
+                (r, started.elapsed())
             })
             .await;
             match done {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::error!(error = %e, "summaries failed"),
+                Ok((Ok(written), took)) if written > 0 => {
+                    tracing::debug!(written, took_us = took.as_micros() as u64, "extractive summaries prepared")
+                }
+                Ok((Ok(_), _)) => {}
+                Ok((Err(e), _)) => tracing::error!(error = %e, "summaries failed"),
                 Err(_) => tracing::error!("summary task failed"),
             }
         }
