@@ -14,6 +14,8 @@ use crate::stores::{open_store, Access};
 pub fn proxy(a: &ProxyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let engine = a.config.resolve(Config::default())?;
     engine.validate()?;
+    // Built before the store opens: a missing API key or a bad spec fails first.
+    let summaries = summaries(a, &engine)?;
     let store: Arc<dyn ctxlog::Store> = Arc::from(open_store(&a.store, Access::Create)?);
     let mut cfg = ctxlog_proxy::ProxyConfig::new(a.listen, &a.upstream);
     cfg.engine = engine;
@@ -23,6 +25,7 @@ pub fn proxy(a: &ProxyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     cfg.session_wait = Duration::from_secs(a.session_wait);
     cfg.idle_shrink = Duration::from_secs(a.idle_shrink);
     cfg.allow_remote = a.allow_remote;
+    cfg.summaries = summaries;
     // `-v` installs its subscriber on this thread only; the proxy's work (and the engine's, in
     // `spawn_blocking`) runs on the runtime's threads, which would log nothing without it.
     let logs = tracing::dispatcher::get_default(Clone::clone);
@@ -48,6 +51,19 @@ pub fn proxy(a: &ProxyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     })
 }
 
+/// Who writes the sessions' summaries: a model when `--summarizer` names one (with its own
+/// key, read from `--summary-key-env`: never the key of a proxied call), none when the
+/// engine's summarizer is off, else the built-in extractive summarizer (the default).
+fn summaries(a: &ProxyArgs, engine: &Config) -> Result<ctxlog_proxy::Summaries, CliError> {
+    if let Some((client, call)) = crate::model_client::from_args(&a.config)? {
+        return Ok(ctxlog_proxy::Summaries::Model { client: Arc::from(client.0), call });
+    }
+    Ok(match engine.summarizer {
+        ctxlog::config::SummarizerKind::None => ctxlog_proxy::Summaries::Off,
+        _ => ctxlog_proxy::Summaries::Extractive,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     fn run(args: &[&str]) -> (i32, String) {
@@ -68,5 +84,29 @@ mod tests {
         assert!(err.contains("upstream URL"), "{err}");
         let (code, err) = run(&["ctxlog", "proxy", "--upstream", "http://x", "--store", "mem:", "--budget", "0"]);
         assert_ne!(code, 0, "{err}");
+    }
+
+    #[test]
+    fn a_model_summarizer_is_checked_before_the_proxy_starts() {
+        let base =
+            ["ctxlog", "proxy", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--store", "mem:"];
+        let with = |extra: &[&'static str]| [&base[..], extra].concat();
+        let (code, err) = run(&with(&[
+            "--summarizer",
+            "anthropic:http://127.0.0.1:1",
+            "--summary-key-env",
+            "CTXLOG_TEST_PROXY_SUMMARY_KEY_UNSET",
+        ]));
+        assert_ne!(code, 0);
+        assert!(err.contains("CTXLOG_TEST_PROXY_SUMMARY_KEY_UNSET"), "{err}");
+        let (code, err) = run(&with(&["--summarizer", "extractive", "--summary-call", "fork"]));
+        assert_ne!(code, 0);
+        assert!(err.contains("--summary-call"), "{err}");
+        let (code, err) = run(&with(&["--summarizer", "nonsense"]));
+        assert_ne!(code, 0);
+        assert!(err.contains("nonsense"), "{err}");
+        let (code, err) = run(&with(&["--summarizer", "command:cat", "--summary-timeout=-1"]));
+        assert_ne!(code, 0);
+        assert!(err.contains("--summary-timeout"), "{err}");
     }
 }

@@ -200,14 +200,17 @@ async fn settle(
             let at = ctxlog_now();
             let done = tokio::task::spawn_blocking(move || {
                 let mut guard = guard;
-                guard.commit(plan, &opts, at, usage)
+                let r = guard.commit(plan, &opts, at, usage);
+                (guard, r)
             })
             .await;
             match done {
-                Ok(Ok(())) => {
+                Ok((guard, Ok(()))) => {
                     proxy.metrics.committed.fetch_add(1, Relaxed);
+                    // The session's summary jobs run before its next call plans.
+                    crate::summaries::after_commit(&proxy.cfg.summaries, guard).await;
                 }
-                Ok(Err(e)) => tracing::error!(error = %e, "commit failed"),
+                Ok((_, Err(e))) => tracing::error!(error = %e, "commit failed"),
                 Err(_) => tracing::error!("commit task failed"),
             }
         }

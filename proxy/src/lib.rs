@@ -22,6 +22,7 @@ mod metrics;
 mod reply;
 mod server;
 mod sessions;
+mod summaries;
 mod tee;
 #[cfg(test)]
 mod tests;
@@ -31,6 +32,7 @@ use std::time::Duration;
 
 pub use metrics::Metrics;
 pub use server::{serve, ProxyHandle};
+pub use summaries::{Summaries, MODEL_ATTEMPTS_BETWEEN_CALLS};
 
 /// Header naming the session explicitly (else it is derived from the key and the history).
 pub const SESSION_HEADER: &str = "x-ctxlog-session";
@@ -66,6 +68,9 @@ pub struct ProxyConfig {
     pub idle_evict: Duration,
     /// Accept a listen address that is not loopback.
     pub allow_remote: bool,
+    /// Who writes the sessions' summaries between calls (default: the built-in extractive
+    /// summarizer); without them a long session's floor outgrows its budget.
+    pub summaries: Summaries,
 }
 
 impl ProxyConfig {
@@ -82,6 +87,7 @@ impl ProxyConfig {
             idle_shrink: Duration::from_secs(60),
             idle_evict: Duration::from_secs(600),
             allow_remote: false,
+            summaries: Summaries::Extractive,
         }
     }
 }

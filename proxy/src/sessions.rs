@@ -345,6 +345,11 @@ impl Slot {
         }
     }
 
+    /// The session in memory, if any (none after a shrink or a reset).
+    pub fn session_mut(&mut self) -> Option<&mut Sess> {
+        self.session.as_mut()
+    }
+
     /// Forgets the session (its pending append could not be written: it is ahead of its log);
     /// the next request reopens it from the store and compares its history by content.
     pub fn reset(&mut self) {

@@ -1,0 +1,148 @@
+//! The session's summary jobs, fulfilled after each committed call (before the next call of the
+//! session plans), so that a long session stays under its budget: summaries prepared now are
+//! what the next call's gate flushes.
+//!
+//! The built-in extractive summarizer is fast and pure: it runs on the blocking pool while the
+//! session's slot is held. A model summarizer is a network call: its attempt is started under
+//! the slot, the slot is released while the client runs, and the slot is taken again to record
+//! the outcome (the engine records a result whose span was edited or flushed meanwhile as a
+//! stale `SummaryFailed`). The next call of the session is served meanwhile.
+
+use std::sync::Arc;
+
+use ctxlog::event::SummaryFailure;
+use ctxlog::session::{SummaryFinished, SummaryOutcome};
+use ctxlog::summary_call::SummaryCall;
+use ctxlog::{Prepared, Produced, StreamId};
+
+use crate::sessions::Slot;
+
+/// At most this many model attempts between two calls of a session (as `ctxlog import`).
+pub const MODEL_ATTEMPTS_BETWEEN_CALLS: usize = 64;
+
+/// Who writes the proxy's summaries.
+#[derive(Clone, Default)]
+pub enum Summaries {
+    /// None: the session's floor grows with it (for comparisons and tests).
+    Off,
+    /// The engine's built-in extractive summarizer (the default).
+    #[default]
+    Extractive,
+    /// A model, asked through a blocking client (`ctxlog-llm`), with `call`'s mode and model.
+    Model {
+        /// The client (its API key is its own: never the client's key of a proxied call).
+        client: Arc<dyn ctxlog_llm::Summarizer>,
+        /// Mode, model and knobs of each attempt.
+        call: SummaryCall,
+    },
+}
+
+impl std::fmt::Debug for Summaries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Summaries::Off => f.write_str("Off"),
+            Summaries::Extractive => f.write_str("Extractive"),
+            Summaries::Model { client, call } => f
+                .debug_struct("Model")
+                .field("model", &client.model())
+                .field("wire_format", &client.wire_format())
+                .field("mode", &call.mode)
+                .finish(),
+        }
+    }
+}
+
+pub(crate) type Guard = tokio::sync::OwnedMutexGuard<Slot>;
+
+/// Runs the session's summary jobs after a committed call; the slot is released when this
+/// returns (extractive) or once the first model attempt is sent (the rest runs in a task that
+/// takes the slot again only to record each outcome).
+pub(crate) async fn after_commit(summaries: &Summaries, guard: Guard) {
+    match summaries {
+        Summaries::Off => drop(guard),
+        Summaries::Extractive => {
+            let done = tokio::task::spawn_blocking(move || {
+                let mut guard = guard;
+                let started = std::time::Instant::now();
+                let r = extractive(&mut guard);
+                (r, started.elapsed())
+            })
+            .await;
+            match done {
+                Ok((Ok(written), took)) if written > 0 => {
+                    tracing::debug!(written, took_us = took.as_micros() as u64, "extractive summaries prepared")
+                }
+                Ok((Ok(_), _)) => {}
+                Ok((Err(e), _)) => tracing::error!(error = %e, "summaries failed"),
+                Err(_) => tracing::error!("summary task failed"),
+            }
+        }
+        Summaries::Model { client, call } => {
+            let client = Arc::clone(client);
+            let call = call.clone();
+            tokio::spawn(async move { model(client, call, guard).await });
+        }
+    }
+}
+
+/// Prepares extractive summaries until no job is left or one is discarded; returns how many
+/// were written.
+pub(crate) fn extractive(slot: &mut Slot) -> Result<usize, ctxlog::SessionError> {
+    let Some(session) = slot.session_mut() else { return Ok(0) };
+    let mut written = 0;
+    while let Some(job) = session.summary_job() {
+        let text = session.summarize(&job)?;
+        match session.prepare(&job, text, Produced::extractive())? {
+            Prepared::Written(_) => written += 1,
+            Prepared::Discarded(_) => break,
+        }
+    }
+    Ok(written)
+}
+
+/// Model attempts, one at a time, until no job is left, one fails, or the bound is reached.
+async fn model(client: Arc<dyn ctxlog_llm::Summarizer>, call: SummaryCall, guard: Guard) {
+    let mut guard = guard;
+    for _ in 0..MODEL_ATTEMPTS_BETWEEN_CALLS {
+        let Some(session) = guard.session_mut() else { return };
+        let Some(job) = session.summary_job() else { return };
+        let stream: StreamId = session.id();
+        let attempt = match session.start_summary(&job, &call) {
+            Ok(a) => a,
+            Err(e) => return tracing::error!(session = %stream, error = %e, "summary attempt not started"),
+        };
+        let slot = Arc::clone(tokio::sync::OwnedMutexGuard::mutex(&guard));
+        drop(guard); // the next call of the session may plan while the model writes
+        let body = attempt.request.body().to_vec();
+        let c = Arc::clone(&client);
+        let outcome = match tokio::task::spawn_blocking(move || c.complete(&body)).await {
+            Ok(Ok(c)) => SummaryOutcome::text(c.text)
+                .usage(c.usage)
+                .latency_ms(u64::try_from(c.latency.as_millis()).unwrap_or(u64::MAX)),
+            Ok(Err(e)) => SummaryOutcome::failed(failure_of(e)),
+            Err(e) => SummaryOutcome::failed(SummaryFailure::Provider(format!("the summary task failed: {e}"))),
+        };
+        guard = slot.lock_owned().await;
+        // The session may have been shrunk, reset or moved to a successor meanwhile: the
+        // attempt then belongs to a session no longer in memory, and nothing is recorded.
+        let Some(session) = guard.session_mut().filter(|s| s.id() == stream) else {
+            return tracing::info!(session = %stream, "summary attempt dropped: the session left memory meanwhile");
+        };
+        match session.finish_summary(attempt, outcome) {
+            Ok(SummaryFinished::Prepared(_)) => {}
+            Ok(SummaryFinished::Failed { failure, .. }) => {
+                return tracing::warn!(session = %stream, reason = failure.as_str(), "summary attempt failed")
+            }
+            Err(e) => return tracing::warn!(session = %stream, error = %e, "summary attempt not recorded"),
+        }
+    }
+}
+
+/// The recorded reason of a client error (its sentence never holds the API key).
+fn failure_of(e: ctxlog_llm::LlmError) -> SummaryFailure {
+    match e {
+        ctxlog_llm::LlmError::Timeout { .. } => SummaryFailure::Timeout,
+        ctxlog_llm::LlmError::Empty { .. } => SummaryFailure::Empty,
+        e => SummaryFailure::Provider(e.to_string()),
+    }
+}
