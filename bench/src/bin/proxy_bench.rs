@@ -7,7 +7,10 @@
 //!   the fake directly and then through the proxy with the same body; the time is to the last
 //!   byte of the answer. Reported: p50/p99 of each, p50/p99 of the paired differences, the
 //!   ratio of the p50s, and how long the commit took after the last byte (off the client's
-//!   path unless the next call comes sooner).
+//!   path unless the next call comes sooner). A third path, a **bare forwarder** (in this
+//!   binary: it reads the body as the proxy does, sends it on with the same kind of client and
+//!   streams the answer back, doing nothing else), measures what any buffering proxy costs: the
+//!   second loopback hop of the body. "ctxlog's own" is the proxy's time minus the bare hop's.
 //! - **throughput**: 1, 16 and 64 concurrent sessions (10k-token histories, growing), directly
 //!   and through the proxy, requests/s.
 //! - **memory per idle session**: N sessions each make their calls and go idle; the bytes live
@@ -67,9 +70,9 @@ fn main() {
     if args.only.contains("latency") {
         println!("\n## Added latency (time to the last byte; {} calls per case, after 5 warm-up calls)", args.calls);
         println!(
-            "| tokens | stream | direct p50 | direct p99 | proxy p50 | proxy p99 | added p50 | added p99 | proxy/direct p50 | commit p50 |"
+            "| tokens | stream | direct p50 | direct p99 | proxy p50 | proxy p99 | added p50 | added p99 | proxy/direct p50 | commit p50 | bare hop p50 | ctxlog's own p50 |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         for tokens in args.tokens.split(',').map(|t| t.trim().parse::<usize>().unwrap()) {
             for stream in [false, true] {
                 rt.block_on(latency(tokens, stream, args.calls));
@@ -112,6 +115,7 @@ fn now_utc() -> String {
 
 struct Rig {
     fake: FakeUpstream,
+    bare: std::net::SocketAddr,
     proxy: ctxlog_proxy::ProxyHandle,
     client: HttpClient,
     _dir: tempfile::TempDir,
@@ -129,7 +133,43 @@ async fn rig(tune: impl FnOnce(&mut ctxlog_proxy::ProxyConfig)) -> Rig {
     let mut conn = HttpConnector::new();
     conn.set_nodelay(true);
     let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(128).build(conn);
-    Rig { fake, proxy, client, _dir: dir }
+    let bare = bare_forwarder(fake.url(), client.clone()).await;
+    Rig { fake, bare, proxy, client, _dir: dir }
+}
+
+/// A proxy that does nothing but forward: the body read whole (as ctxlog's proxy reads it),
+/// sent upstream, the answer streamed back. Its cost over a direct call is the second hop.
+async fn bare_forwarder(upstream: String, client: HttpClient) -> std::net::SocketAddr {
+    use hyper::body::Incoming;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            tcp.set_nodelay(true).unwrap();
+            let (client, upstream) = (client.clone(), upstream.clone());
+            let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+                let (client, upstream) = (client.clone(), upstream.clone());
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let bytes = body.collect().await?.to_bytes();
+                    let mut up = http::Request::post(format!("{upstream}{}", parts.uri.path()));
+                    for (k, v) in &parts.headers {
+                        if k != http::header::HOST && k != http::header::CONTENT_LENGTH {
+                            up = up.header(k, v);
+                        }
+                    }
+                    let resp = client.request(up.body(Full::new(bytes)).unwrap()).await.unwrap();
+                    Ok::<_, hyper::Error>(resp)
+                }
+            });
+            tokio::spawn(async move {
+                let io = hyper_util::rt::TokioIo::new(tcp);
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
+            });
+        }
+    });
+    addr
 }
 
 /// Deterministic filler text of `n` chars (words, no escapes needed).
@@ -237,6 +277,7 @@ async fn latency(tokens: usize, stream: bool, calls: usize) {
     let session = format!("lat-{tokens}-{stream}");
     let (proxy_url, direct_url) = (format!("http://{}", r.proxy.addr()), r.fake.url());
     let (mut direct, mut through, mut added, mut commit) = (vec![], vec![], vec![], vec![]);
+    let (bare_url, mut bare, mut own) = (format!("http://{}", r.bare), vec![], vec![]);
     let mut sizes = (usize::MAX, 0);
     let mut committed = 0;
     for i in 0..calls + 5 {
@@ -246,23 +287,26 @@ async fn latency(tokens: usize, stream: bool, calls: usize) {
         let body = h.body(stream);
         sizes = (sizes.0.min(body.len()), sizes.1.max(body.len()));
         let d = post(&r.client, &direct_url, &session, body.clone()).await;
+        let b = post(&r.client, &bare_url, &session, body.clone()).await;
         let p = post(&r.client, &proxy_url, &session, body).await;
         let t = Instant::now();
         committed += 1;
         wait_committed(&r.proxy, committed).await;
         let c = t.elapsed();
         if i >= 5 {
-            let (d, p) = (d.as_secs_f64() * 1e3, p.as_secs_f64() * 1e3);
+            let (d, b, p) = (d.as_secs_f64() * 1e3, b.as_secs_f64() * 1e3, p.as_secs_f64() * 1e3);
             direct.push(d);
             through.push(p);
             added.push(p - d);
+            bare.push(b - d);
+            own.push(p - b);
             commit.push(c.as_secs_f64() * 1e3);
         }
         h.turn(i);
     }
     assert_eq!(r.proxy.metrics().compactions(), 0, "the budget is meant to prevent compaction");
     println!(
-        "| {}k ({}–{} KB) | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} |",
+        "| {}k ({}–{} KB) | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} |",
         tokens / 1000,
         sizes.0 / 1000,
         sizes.1 / 1000,
@@ -275,6 +319,8 @@ async fn latency(tokens: usize, stream: bool, calls: usize) {
         ms(pct(&added, 0.99)),
         pct(&through, 0.5) / pct(&direct, 0.5),
         ms(pct(&commit, 0.5)),
+        ms(pct(&bare, 0.5)),
+        ms(pct(&own, 0.5)),
     );
     r.proxy.shutdown().await;
     r.fake.shutdown();
