@@ -19,9 +19,7 @@ impl SummaryClient for LlmClient {
                 usage: c.usage,
                 latency_ms: u64::try_from(c.latency.as_millis()).unwrap_or(u64::MAX),
             }),
-            Err(ctxlog_llm::LlmError::Timeout { .. }) => Err(SummaryFailure::Timeout),
-            Err(ctxlog_llm::LlmError::Empty { .. }) => Err(SummaryFailure::Empty),
-            Err(e) => Err(SummaryFailure::Provider(e.to_string())),
+            Err(e) => Err(e.into_failure()),
         }
     }
 }

@@ -72,6 +72,18 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// What a session records for an attempt that ended with this error: a timeout and an
+    /// empty answer as such, anything else as a provider error with this error's sentence
+    /// (which never holds the API key).
+    pub fn into_failure(self) -> ctxlog::event::SummaryFailure {
+        use ctxlog::event::SummaryFailure;
+        match self {
+            LlmError::Timeout { .. } => SummaryFailure::Timeout,
+            LlmError::Empty { .. } => SummaryFailure::Empty,
+            e => SummaryFailure::Provider(e.to_string()),
+        }
+    }
+
     /// The same error with every occurrence of `key` replaced by `[REDACTED]`.
     pub(crate) fn scrubbed(self, key: &ApiKey) -> LlmError {
         match self {

@@ -119,7 +119,7 @@ async fn model(client: Arc<dyn ctxlog_llm::Summarizer>, call: SummaryCall, guard
             Ok(Ok(c)) => SummaryOutcome::text(c.text)
                 .usage(c.usage)
                 .latency_ms(u64::try_from(c.latency.as_millis()).unwrap_or(u64::MAX)),
-            Ok(Err(e)) => SummaryOutcome::failed(failure_of(e)),
+            Ok(Err(e)) => SummaryOutcome::failed(e.into_failure()),
             Err(e) => SummaryOutcome::failed(SummaryFailure::Provider(format!("the summary task failed: {e}"))),
         };
         guard = slot.lock_owned().await;
@@ -135,14 +135,5 @@ async fn model(client: Arc<dyn ctxlog_llm::Summarizer>, call: SummaryCall, guard
             }
             Err(e) => return tracing::warn!(session = %stream, error = %e, "summary attempt not recorded"),
         }
-    }
-}
-
-/// The recorded reason of a client error (its sentence never holds the API key).
-fn failure_of(e: ctxlog_llm::LlmError) -> SummaryFailure {
-    match e {
-        ctxlog_llm::LlmError::Timeout { .. } => SummaryFailure::Timeout,
-        ctxlog_llm::LlmError::Empty { .. } => SummaryFailure::Empty,
-        e => SummaryFailure::Provider(e.to_string()),
     }
 }
