@@ -13,24 +13,17 @@ use bytes::Bytes;
 use ctxlog::event::{SummaryFailure, SummaryMode};
 use ctxlog::{Event, MemoryStore, RequestOptions, Store, StreamId, SummaryCall};
 use ctxlog_fake_upstream::FakeUpstream;
-use ctxlog_proxy::{serve, ProxyConfig, ProxyHandle, Summaries};
+use ctxlog_proxy::{ProxyConfig, ProxyHandle, Summaries};
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
-const KEY: &str = "sk-ant-test-SECRET-KEY-0123456789";
-const ORIGIN: &str = "ORIGIN-TASK-7f3a: port the billing service to the new ledger API";
-/// Generous bound for anything the proxy does after an answer.
-const SETTLE: Duration = Duration::from_secs(60);
+mod support;
+use support::{calls, events, proxy_on, served, KEY, SETTLE};
 
-async fn proxy_on(store: Arc<dyn Store>, upstream: &str, tweak: impl FnOnce(&mut ProxyConfig)) -> ProxyHandle {
-    let mut cfg = ProxyConfig::new("127.0.0.1:0".parse().unwrap(), upstream);
-    cfg.upstream_timeout = Duration::from_secs(30);
-    tweak(&mut cfg);
-    serve(cfg, store).await.unwrap()
-}
+const ORIGIN: &str = "ORIGIN-TASK-7f3a: port the billing service to the new ledger API";
 
 struct Answer {
     status: u16,
@@ -56,34 +49,8 @@ async fn post(addr: std::net::SocketAddr, body: &Value) -> Answer {
     Answer { status, stream, seq, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) }
 }
 
-fn events(store: &dyn Store, id: StreamId) -> Vec<Event> {
-    store
-        .read(id, 1, usize::MAX)
-        .unwrap()
-        .iter()
-        .map(|r| ctxlog::codec::decode(id, r.version, &r.record).unwrap())
-        .collect()
-}
-
-fn served(evs: &[Event]) -> Vec<&ctxlog::event::RequestServed> {
-    evs.iter().filter_map(|e| if let Event::RequestServed(s) = e { Some(s) } else { None }).collect()
-}
-
 fn count(evs: &[Event], kind: &str) -> usize {
     evs.iter().filter(|e| e.name() == kind).count()
-}
-
-/// Waits (bounded) until the session has `n` committed calls.
-async fn committed(store: &dyn Store, id: StreamId, n: usize) -> Vec<Event> {
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    loop {
-        let evs = events(store, id);
-        if served(&evs).len() >= n {
-            return evs;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the session never reached {n} calls");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// A tool result of about `words` words, different in every step.
@@ -160,7 +127,7 @@ async fn run_session(cfg: impl FnOnce(&mut ProxyConfig), steps: usize, words: us
     }
     let id = answers[0].stream;
     assert!(answers.iter().all(|a| a.stream == id), "the session moved");
-    let evs = committed(&*store, id, steps).await;
+    let evs = calls(&*store, id, steps).await;
     p.shutdown().await;
     Run { store, id, evs, up, answers }
 }
@@ -335,7 +302,7 @@ async fn drive_until(
         *last = a.body;
         let sid = a.stream;
         id = Some(sid);
-        let evs = committed(store, sid, *step).await;
+        let evs = calls(store, sid, *step).await;
         if until(&evs, *step) {
             return sid;
         }
@@ -399,7 +366,7 @@ async fn a_slow_model_summary_does_not_hold_the_next_call() {
         assert_eq!(a.status, 200);
         last = a.body;
     }
-    let evs = committed(&*store, id, before + 3).await;
+    let evs = calls(&*store, id, before + 3).await;
     assert_eq!(count(&evs, "SummaryPrepared") + count(&evs, "SummaryFailed"), 0, "the held attempt was recorded");
     assert_eq!(model.started.load(Ordering::SeqCst), 1, "a second attempt started while one was in flight");
     // Released, its outcome lands: prepared, or recorded as stale when a flush or an edit of
@@ -443,7 +410,7 @@ async fn a_failing_model_summarizer_is_recorded_and_calls_go_on() {
         assert_eq!(a.status, 200);
         last = a.body;
     }
-    let evs = committed(&*store, id, step).await;
+    let evs = calls(&*store, id, step).await;
     p.shutdown().await;
     let failed: Vec<_> =
         evs.iter().filter_map(|e| if let Event::SummaryFailed(f) = e { Some(f) } else { None }).collect();
@@ -510,7 +477,7 @@ async fn a_held_model_attempt_outlives_the_idle_sweep() {
         assert_eq!(a.status, 200);
         last = a.body;
     }
-    let evs = committed(&*store, id, step).await;
+    let evs = calls(&*store, id, step).await;
     p.shutdown().await;
     assert!(count(&evs, "SummaryPrepared") >= 1, "the held attempt's summary was lost");
     assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());

@@ -22,22 +22,15 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
-const KEY: &str = "sk-ant-test-SECRET-KEY-0123456789";
+mod support;
+use support::{calls, events, proxy_on, served, KEY, SETTLE};
+
 const OPENAI_KEY: &str = "sk-openai-SECRET-KEY-9876543210";
 const ANTHROPIC: &str = "/v1/messages";
 const OPENAI: &str = "/v1/chat/completions";
-/// Generous bound for anything the proxy does after an answer (a commit, an abort).
-const SETTLE: Duration = Duration::from_secs(30);
 
 fn upstream() -> FakeUpstream {
     FakeUpstream::start().unwrap()
-}
-
-async fn proxy_on(store: Arc<dyn Store>, upstream: &str, tweak: impl FnOnce(&mut ProxyConfig)) -> ProxyHandle {
-    let mut cfg = ProxyConfig::new("127.0.0.1:0".parse().unwrap(), upstream);
-    cfg.upstream_timeout = Duration::from_secs(20);
-    tweak(&mut cfg);
-    serve(cfg, store).await.unwrap()
 }
 
 /// What the client got.
@@ -107,19 +100,6 @@ fn exchange(up: &FakeUpstream, seq: u64) -> Exchange {
     up.requests().into_iter().find(|x| x.seq == seq).unwrap_or_else(|| panic!("no exchange {seq}"))
 }
 
-fn events(store: &dyn Store, id: StreamId) -> Vec<Event> {
-    store
-        .read(id, 1, usize::MAX)
-        .unwrap()
-        .iter()
-        .map(|r| ctxlog::codec::decode(id, r.version, &r.record).unwrap())
-        .collect()
-}
-
-fn served(evs: &[Event]) -> Vec<&ctxlog::event::RequestServed> {
-    evs.iter().filter_map(|e| if let Event::RequestServed(s) = e { Some(s) } else { None }).collect()
-}
-
 fn appended(evs: &[Event]) -> usize {
     evs.iter().filter(|e| matches!(e, Event::MessageAppended(_))).count()
 }
@@ -149,19 +129,6 @@ async fn settled(p: &ProxyHandle, n: u64) {
     let deadline = tokio::time::Instant::now() + SETTLE;
     while counter(p, "ctxlog_proxy_committed_total") + counter(p, "ctxlog_proxy_aborted_total") < n {
         assert!(tokio::time::Instant::now() < deadline, "the proxy never settled {n} calls");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Waits (bounded) until the session has `n` committed calls: commits land after the answer.
-async fn calls(store: &dyn Store, id: StreamId, n: usize) -> Vec<Event> {
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    loop {
-        let evs = events(store, id);
-        if served(&evs).len() >= n {
-            return evs;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "session {id} never reached {n} calls");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
