@@ -3,3 +3,18 @@
 
 pub mod machine;
 pub mod views;
+
+/// The bundled demo session (`ctxlog demo`'s transcript), read as `ctxlog import` reads it.
+///
+/// # Panics
+/// If the bundled transcript does not read: a broken fixture, nothing to recover.
+#[allow(clippy::panic)]
+pub fn demo_transcript() -> ctxlog_cli::transcript::Transcript {
+    let text = ctxlog_workload::demo_transcript();
+    ctxlog_cli::transcript::read(
+        text.as_bytes(),
+        std::path::Path::new("demo"),
+        ctxlog_cli::transcript::FormatArg::Anthropic,
+    )
+    .unwrap_or_else(|e| panic!("the bundled demo transcript: {e}"))
+}

@@ -8,29 +8,12 @@
 // A benchmark aborts on a broken fixture; there is nothing to recover.
 #![allow(clippy::panic)]
 
-use std::io::Write;
-use std::path::Path;
-
 use ctxlog::config::Config;
 use ctxlog::cost::PrefixCache;
 use ctxlog::replay::CallRecord;
 use ctxlog::MemoryStore;
 use ctxlog_bench::views::ViewTracker;
 use ctxlog_cli::import::{import, ImportOptions};
-use ctxlog_cli::transcript::{read, FormatArg};
-
-#[derive(Default)]
-struct Views(Vec<u8>);
-
-impl Write for Views {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 struct Priced {
     calls: usize,
@@ -45,9 +28,8 @@ struct Priced {
 }
 
 fn simulate(budget: u64, cache_aware: bool) -> Priced {
-    let text = ctxlog_workload::demo_transcript();
-    let transcript = read(text.as_bytes(), Path::new("demo"), FormatArg::Anthropic).unwrap_or_else(|e| panic!("{e}"));
-    let mut views = Views::default();
+    let transcript = ctxlog_bench::demo_transcript();
+    let mut views: Vec<u8> = Vec::new(); // the views as `--views` writes them
     let store = MemoryStore::new();
     let config = Config { budget, cache_aware, ..Config::default() };
     let opts = ImportOptions {
@@ -77,7 +59,7 @@ fn simulate(budget: u64, cache_aware: bool) -> Priced {
         lower_bound: 0.0,
         over_budget: 0,
     };
-    for (line, r) in views.0.split(|&b| b == b'\n').zip(&records) {
+    for (line, r) in views.split(|&b| b == b'\n').zip(&records) {
         let diff = tracker.feed(&mut line.to_vec()).unwrap_or_else(|e| panic!("{e}"));
         cache.call(r.at * 1000.0, r.view_tokens, diff.shared_bytes, diff.total_bytes);
         p.reused += usize::from(r.prefix_reused);

@@ -18,8 +18,6 @@
 #![allow(clippy::panic)]
 
 use std::cell::RefCell;
-use std::io::Write;
-use std::path::Path;
 
 use ctxlog::config::{Config, SummarizerKind};
 use ctxlog::cost::{PrefixCache, READ};
@@ -30,20 +28,6 @@ use ctxlog::{MemoryStore, Usage};
 use ctxlog_bench::views::ViewTracker;
 use ctxlog_cli::import::{import, ImportOptions};
 use ctxlog_cli::summarizer::{ModelSummaries, Reply, SummaryClient};
-use ctxlog_cli::transcript::{read, FormatArg};
-
-#[derive(Default)]
-struct Views(Vec<u8>);
-
-impl Write for Views {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// The simulated model: prices each request on the cache, answers a fixed summary.
 #[derive(Default)]
@@ -94,9 +78,8 @@ struct Run {
 }
 
 fn run(name: &'static str, budget: u64, summarizer: SummarizerKind, mode: Option<SummaryMode>) -> Run {
-    let text = ctxlog_workload::demo_transcript();
-    let transcript = read(text.as_bytes(), Path::new("demo"), FormatArg::Anthropic).unwrap_or_else(|e| panic!("{e}"));
-    let mut views = Views::default();
+    let transcript = ctxlog_bench::demo_transcript();
+    let mut views: Vec<u8> = Vec::new(); // the views as `--views` writes them
     let store = MemoryStore::new();
     let model = Model::default();
     let config = Config { budget, summarizer, ..Config::default() };
@@ -117,7 +100,7 @@ fn run(name: &'static str, budget: u64, summarizer: SummarizerKind, mode: Option
     .unwrap_or_else(|e| panic!("{e}"));
     let mut cache = PrefixCache::new();
     let mut tracker = ViewTracker::new();
-    for (line, r) in views.0.split(|&b| b == b'\n').zip(&records) {
+    for (line, r) in views.split(|&b| b == b'\n').zip(&records) {
         let diff = tracker.feed(&mut line.to_vec()).unwrap_or_else(|e| panic!("{e}"));
         cache.call(r.at * 1000.0, r.view_tokens, diff.shared_bytes, diff.total_bytes);
     }
