@@ -95,8 +95,8 @@ pub use session::{
 };
 pub use state::{State, Violation};
 pub use store::{
-    BlobId, ExpectedVersion, IntegrityReport, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord, StreamId,
-    Version,
+    BlobId, ExpectedVersion, IntegrityReport, Lease, MemoryStore, Record, Snapshot, Store, StoreError, StoredRecord,
+    StreamId, Version,
 };
 pub use summary::SummaryJob;
 pub use summary_call::{ForkRefusal, SummaryCall, SummaryRequest};

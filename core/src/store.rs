@@ -391,6 +391,45 @@ pub trait Store: Send + Sync {
     fn check_integrity(&self) -> Result<IntegrityReport, StoreError> {
         Ok(IntegrityReport::default())
     }
+    /// Claims `stream` for one writer across every process sharing this store, until the
+    /// returned [`Lease`] is dropped; `Ok(None)` when another holder has it (try again later).
+    /// A holder that dies (a `kill -9`) loses its leases with its process or connection. The
+    /// lease is what keeps one call in flight per session across a fleet of proxies; the
+    /// version check of `append` stays the safety net. The default is a [`Lease::local`]: right
+    /// for stores that only one process can write (memory, fs, sled), whose hosts serialize a
+    /// stream's calls in memory.
+    fn try_lease(&self, stream: StreamId) -> Result<Option<Lease>, StoreError> {
+        let _ = stream;
+        Ok(Some(Lease::local()))
+    }
+}
+
+/// A claim on one stream, released when dropped (see [`Store::try_lease`]).
+pub struct Lease {
+    _guard: Option<Box<dyn Send + Sync>>,
+}
+
+impl Lease {
+    /// A lease held by `guard`: the backend releases the claim when `guard` is dropped.
+    pub fn new(guard: impl Send + Sync + 'static) -> Lease {
+        Lease { _guard: Some(Box::new(guard)) }
+    }
+
+    /// A lease that excludes nobody outside this process.
+    pub fn local() -> Lease {
+        Lease { _guard: None }
+    }
+
+    /// Whether it excludes other processes.
+    pub fn is_shared(&self) -> bool {
+        self._guard.is_some()
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease").field("shared", &self.is_shared()).finish()
+    }
 }
 
 macro_rules! forward_store {
@@ -422,6 +461,9 @@ macro_rules! forward_store {
             }
             fn check_integrity(&self) -> Result<IntegrityReport, StoreError> {
                 (**self).check_integrity()
+            }
+            fn try_lease(&self, stream: StreamId) -> Result<Option<Lease>, StoreError> {
+                (**self).try_lease(stream)
             }
         }
     )*};
