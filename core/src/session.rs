@@ -440,6 +440,70 @@ impl<S: Store> Session<S> {
         Self::start(store, SessionStarted { session: id.0, format, config, at: now.as_millis(), import: None })
     }
 
+    /// Creates a session holding `messages` from the start: `SessionStarted` and their
+    /// `MessageAppended` events are one atomic batch, validated together before anything is
+    /// written. A host that learns of a session through its first request (a proxy) uses this,
+    /// so a request whose messages are refused (an orphan tool result, say) leaves no empty
+    /// session behind.
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, SessionError, Store, StreamId, WireFormat};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let orphan = parse_message(r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"x"}]}"#)?;
+    /// let id = StreamId::random();
+    /// let refused = Session::create_with(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000), vec![orphan]);
+    /// assert!(matches!(refused, Err(SessionError::Refused { .. })));
+    /// assert_eq!(store.head(id)?, None); // nothing written
+    /// let hi = parse_message(r#"{"role":"user","content":"hi"}"#)?;
+    /// let (session, _) = Session::create_with(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(1_000), vec![hi])?;
+    /// assert_eq!((session.state().message_count(), store.head(id)?), (1, Some(2)));
+    /// # Ok(()) }
+    /// ```
+    pub fn create_with(
+        store: S,
+        id: StreamId,
+        format: WireFormat,
+        config: Config,
+        now: Timestamp,
+        messages: Vec<Message>,
+    ) -> Result<(Self, Appended), SessionError> {
+        config.validate()?;
+        if store.head(id)?.is_some() {
+            return Err(SessionError::Exists(id));
+        }
+        let started =
+            Event::SessionStarted(SessionStarted { session: id.0, format, config, at: now.as_millis(), import: None });
+        let mut s = Session {
+            store,
+            stream: id,
+            state: State::new(),
+            cache: ViewCache::new(),
+            settled: (0, StaleCause::Reopened),
+            in_flight: None,
+            attempts: 0,
+        };
+        s.state.check_event(1, &started).map_err(|v| s.refused(v))?;
+        // The appends are validated against the started state; nothing is durable until the
+        // one batch below is, so on any error the session is simply dropped.
+        s.state.apply(1, &started).map_err(|v| s.refused(v))?;
+        let (events, mut report) = s.append_events(messages)?;
+        let mut batch = Vec::with_capacity(events.len() + 1);
+        batch.push(started);
+        batch.extend(events);
+        let records =
+            batch.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
+        let version = match s.store.append(id, ExpectedVersion::Exact(0), &records) {
+            Err(StoreError::Conflict { .. }) => return Err(SessionError::Exists(id)),
+            other => other?,
+        };
+        for (ev, v) in batch.iter().zip(1..).skip(1) {
+            s.state.apply(v, ev).map_err(|violation| SessionError::Invariant { stream: id, violation })?;
+        }
+        report.version = version;
+        Ok((s, report))
+    }
+
     /// Creates a session that an import of `source` will fill: until [`Session::complete_import`]
     /// writes `ImportCompleted`, readers ([`Session::open`], copy) treat it as absent, so a failed
     /// import leaves no session behind, and a retried import resumes it

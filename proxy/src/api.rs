@@ -1,6 +1,7 @@
 //! `POST /v1/messages` and `POST /v1/chat/completions`: the history is logged, the planned
 //! view forwarded, the answer streamed back and the call committed when it ends.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,8 +16,8 @@ use crate::body::ClientBody;
 use crate::identity::{digest, session_of, system_message};
 use crate::reply::{error, full, Body, Shape};
 use crate::server::Proxy;
-use crate::sessions::{prepare, Item, PrepareError};
-use crate::tee::{Outcome, Scan, Tee};
+use crate::sessions::{prepare, Held, Item, PrepareError};
+use crate::tee::{json_outcome, Outcome, Scan, Tee};
 
 /// Serves one call of `format`. The body is already read (and within the limit).
 pub(crate) async fn call(
@@ -63,80 +64,105 @@ pub(crate) async fn call(
         .collect();
     let base = session_of(&parts.headers, format, &body);
     let sse = body.streams();
+    let unavailable = |why: &str| crate::reply::unavailable(shape, &format!("ctxlog: {why}"), 1);
 
-    // One call in flight per session: wait for the one before, bounded.
+    // One call in flight per session: the slot in this process, the store's lease across a
+    // fleet. Both waits share one bound; past it the client is told to retry (nothing sent).
+    let deadline = tokio::time::Instant::now() + proxy.cfg.session_wait;
     let slot = proxy.sessions.slot(base);
-    let guard = match tokio::time::timeout(proxy.cfg.session_wait, slot.lock_owned()).await {
-        Ok(g) => g,
-        Err(_) => {
-            proxy.metrics.busy_passthrough.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(session = %base, "session busy past the wait: passing the request through unmodified");
-            return crate::server::forward(&proxy, parts, full(bytes), false).await;
+    let mut pending = Some((spans, opts));
+    let mut backoff = std::time::Duration::from_millis(2);
+    let (held, prepared, opts) = loop {
+        let Ok(guard) = tokio::time::timeout_at(deadline, Arc::clone(&slot).lock_owned()).await else {
+            proxy.metrics.busy.fetch_add(1, Relaxed);
+            tracing::warn!(session = %base, "session busy past the wait: the client is told to retry");
+            return unavailable("the session is busy with another call past --session-wait; retry");
+        };
+        let store = Arc::clone(&proxy.store);
+        let config = proxy.cfg.engine.clone();
+        let raw = bytes.clone();
+        let Some((span_list, o)) = pending.take() else {
+            return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: lost the request");
+        };
+        let system = system.clone();
+        let step = tokio::task::spawn_blocking(move || {
+            let mut guard = guard;
+            let lease = match store.try_lease(base) {
+                Ok(Some(lease)) => lease,
+                Ok(None) => return Step::LeaseTaken(span_list, o),
+                Err(e) => return Step::Failed(PrepareError::Unavailable(e.into())),
+            };
+            let mut items = Vec::with_capacity(span_list.len() + 1);
+            if let Some((raw, digest)) = &system {
+                items.push(Item { raw: raw.as_bytes(), digest: *digest, index: None });
+            }
+            for (i, (span, digest)) in span_list.iter().enumerate() {
+                items.push(Item { raw: raw.get(span.clone()).unwrap_or_default(), digest: *digest, index: Some(i) });
+            }
+            match prepare(&mut guard, &store, base, format, &config, &items, &o, ctxlog_now()) {
+                Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p), o),
+                Err(e) => Step::Failed(e),
+            }
+        })
+        .await;
+        match step {
+            Ok(Step::Ready(held, prepared, o)) => break (held, *prepared, o),
+            Ok(Step::LeaseTaken(sp, o)) => {
+                // Another proxy holds the session: wait for it, bounded, without a busy loop.
+                proxy.metrics.lease_waits.fetch_add(1, Relaxed);
+                pending = Some((sp, o));
+                if tokio::time::Instant::now() + backoff >= deadline {
+                    proxy.metrics.busy.fetch_add(1, Relaxed);
+                    return unavailable("another proxy holds the session past --session-wait; retry");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_millis(100));
+            }
+            Ok(Step::Failed(PrepareError::Invalid { field, message })) => return bad(&field, &message),
+            Ok(Step::Failed(PrepareError::Unavailable(e))) => {
+                proxy.metrics.failed_writes.fetch_add(1, Relaxed);
+                tracing::error!(session = %base, error = %e, "the request's messages could not be logged: nothing forwarded");
+                return unavailable(&format!("the call cannot be logged now, nothing was sent upstream: {e}"));
+            }
+            Ok(Step::Failed(PrepareError::Session(e))) => {
+                tracing::error!(session = %base, error = %e, "the session failed");
+                return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", &format!("ctxlog: {e}"));
+            }
+            Err(_) => {
+                return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: the session task failed")
+            }
         }
     };
-    let store = Arc::clone(&proxy.store);
-    let config = proxy.cfg.engine.clone();
-    let raw = bytes.clone();
-    let prepared = tokio::task::spawn_blocking(move || {
-        let mut guard = guard;
-        let mut items = Vec::with_capacity(spans.len() + 1);
-        if let Some((raw, digest)) = &system {
-            items.push(Item { raw: raw.as_bytes(), digest: *digest, index: None });
-        }
-        for (i, (span, digest)) in spans.iter().enumerate() {
-            items.push(Item { raw: raw.get(span.clone()).unwrap_or_default(), digest: *digest, index: Some(i) });
-        }
-        let r = prepare(&mut guard, &store, base, format, &config, &items, &opts, ctxlog_now());
-        (guard, r, opts)
-    })
-    .await;
-    let (guard, mut prepared, opts) = match prepared {
-        Ok((g, Ok(p), o)) => (g, p, o),
-        Ok((_, Err(PrepareError::Invalid { field, message }), _)) => return bad(&field, &message),
-        Ok((_, Err(PrepareError::Session(e)), _)) => {
-            tracing::error!(session = %base, error = %e, "the session failed");
-            return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", &format!("ctxlog: {e}"));
-        }
-        Err(_) => {
-            return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: the session task failed")
-        }
-    };
-    use std::sync::atomic::Ordering::Relaxed;
     if prepared.compaction {
         proxy.metrics.compactions.fetch_add(1, Relaxed);
     }
     if prepared.diverged {
         proxy.metrics.diverged.fetch_add(1, Relaxed);
     }
+    if prepared.caught_up {
+        proxy.metrics.catch_ups.fetch_add(1, Relaxed);
+    }
     let stream = prepared.stream;
-    // The new suffix is written while the call is on its way (the store's fsync off the
-    // client's path); the slot is released only once it is written.
-    let write = prepared.pending.take().map(|p| {
-        let store = Arc::clone(&proxy.store);
-        tokio::task::spawn_blocking(move || p.write(&*store))
-    });
+    let call_no = prepared.plan.call();
     let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
     if let Some(h) = up.headers_mut() {
         *h = crate::headers::request(&parts.headers, true);
     }
     let Ok(up) = up.body(full(prepared.body)) else {
-        release(guard, write);
         return error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: cannot build the upstream request");
     };
     let before = started.elapsed();
     let sent = tokio::time::timeout(proxy.cfg.upstream_timeout, proxy.client.request(up)).await;
     let after = Instant::now();
+    // The plan is dropped with `held` on every early return: only the appended messages stay.
     let resp = match sent {
         Ok(Ok(r)) => r,
-        // The plan is dropped with the guard: nothing but the appended messages stays.
         Ok(Err(e)) => {
             proxy.metrics.aborted.fetch_add(1, Relaxed);
-            release(guard, write);
             return error(shape, StatusCode::BAD_GATEWAY, "api_error", &format!("ctxlog: upstream unreachable: {e}"));
         }
         Err(_) => {
             proxy.metrics.aborted.fetch_add(1, Relaxed);
-            release(guard, write);
             return error(
                 shape,
                 StatusCode::GATEWAY_TIMEOUT,
@@ -146,109 +172,163 @@ pub(crate) async fn call(
         }
     };
     let (up_parts, up_body) = resp.into_parts();
-    let mut out = Response::builder().status(up_parts.status);
-    if let Some(h) = out.headers_mut() {
-        *h = crate::headers::response(&up_parts.headers);
-        if let Ok(v) = stream.to_string().parse() {
-            h.insert(crate::headers::stream_header(), v);
+    let mut headers = crate::headers::response(&up_parts.headers);
+    if let Ok(v) = stream.to_string().parse() {
+        headers.insert(crate::headers::stream_header(), v);
+    }
+    headers.insert(crate::headers::call_header(), http::HeaderValue::from(call_no));
+    let reply = |status, headers, body: Body| {
+        let mut out = Response::builder().status(status);
+        if let Some(h) = out.headers_mut() {
+            *h = headers;
         }
-    }
-    let body: Body = if up_parts.status.is_success() {
-        let sse = sse
-            || up_parts
-                .headers
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.starts_with("text/event-stream"));
-        let (tx, rx) = oneshot::channel();
-        let tee = Tee::new(up_body, Scan::new(format == WireFormat::Anthropic, sse), proxy.cfg.upstream_timeout, tx);
-        let plan = prepared.plan;
-        let proxy2 = Arc::clone(&proxy);
-        tokio::spawn(async move { settle(proxy2, guard, write, plan, opts, rx).await });
-        tee.boxed()
-    } else {
-        release(guard, write);
-        proxy.metrics.aborted.fetch_add(1, Relaxed);
-        up_body.map_err(Into::into).boxed()
+        out.body(body)
+            .unwrap_or_else(|_| error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: bad upstream headers"))
     };
-    proxy.metrics.added(before + after.elapsed());
-    out.body(body)
-        .unwrap_or_else(|_| error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: bad upstream headers"))
-}
-
-/// Commits the call when its answer completed, else drops the plan; the session's slot stays
-/// locked until then, so the next call of the session plans after this one's commit.
-async fn settle(
-    proxy: Arc<Proxy>,
-    mut guard: Guard,
-    write: Option<Write>,
-    plan: ctxlog::Plan,
-    opts: RequestOptions,
-    rx: oneshot::Receiver<Outcome>,
-) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let outcome = rx.await.unwrap_or(Outcome::Failed("the answer was dropped".into()));
-    if !written(&mut guard, write).await {
+    if !up_parts.status.is_success() {
         proxy.metrics.aborted.fetch_add(1, Relaxed);
-        return;
+        drop(held);
+        return reply(up_parts.status, headers, up_body.map_err(Into::into).boxed());
     }
-    match outcome {
-        Outcome::Complete(usage) => {
-            if let Some(u) = &usage {
-                proxy.metrics.usage(u);
-            }
-            let at = ctxlog_now();
-            let done = tokio::task::spawn_blocking(move || {
-                let mut guard = guard;
-                let r = guard.commit(plan, &opts, at, usage);
-                (guard, r)
+    let sse = sse
+        || up_parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+    let anthropic = format == WireFormat::Anthropic;
+    let call = Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts };
+    if sse {
+        let (tx, rx) = oneshot::channel();
+        let (committed_tx, committed_rx) = oneshot::channel();
+        let tee = Tee::new(up_body, Scan::new(anthropic), shape, proxy.cfg.upstream_timeout, tx, committed_rx);
+        tokio::spawn(async move {
+            let outcome = rx.await.unwrap_or(Outcome::Failed("the answer was dropped".into()));
+            call.settle(outcome, |r| {
+                let _ = committed_tx.send(r);
             })
             .await;
-            match done {
-                Ok((guard, Ok(()))) => {
-                    proxy.metrics.committed.fetch_add(1, Relaxed);
-                    // The session's summary jobs run before its next call plans.
-                    crate::summaries::after_commit(&proxy.cfg.summaries, guard).await;
-                }
-                Ok((_, Err(e))) => tracing::error!(error = %e, "commit failed"),
-                Err(_) => tracing::error!("commit task failed"),
-            }
-        }
-        Outcome::Failed(why) => {
+        });
+        proxy.metrics.added(before + after.elapsed());
+        return reply(up_parts.status, headers, tee.boxed());
+    }
+    // A JSON answer is held whole until its call is committed: the status the client gets
+    // says whether the log has it.
+    let body = match read_answer(up_body, proxy.cfg.upstream_timeout).await {
+        Ok(b) => b,
+        Err(why) => {
             proxy.metrics.aborted.fetch_add(1, Relaxed);
             tracing::warn!(%why, "call aborted: only its appended messages stay in the log");
-            drop(plan);
-            drop(guard);
+            let mut r = error(
+                shape,
+                StatusCode::BAD_GATEWAY,
+                "api_error",
+                &format!("ctxlog: the upstream answer was cut, nothing recorded: {why}"),
+            );
+            // The upstream's request id still names the exchange, for the client's report.
+            for (k, v) in headers.iter().filter(|(k, _)| k.as_str().ends_with("request-id")) {
+                r.headers_mut().insert(k.clone(), v.clone());
+            }
+            return r;
+        }
+    };
+    let outcome = json_outcome(anthropic, &body);
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        call.settle(outcome, |r| {
+            let _ = tx.send(r);
+        })
+        .await;
+    });
+    proxy.metrics.added(before + after.elapsed());
+    match rx.await {
+        Ok(Ok(())) => {
+            headers.remove(http::header::CONTENT_LENGTH);
+            reply(up_parts.status, headers, full(body))
+        }
+        Ok(Err(why)) => unavailable(&format!("the answer arrived but the call could not be recorded: {why}")),
+        Err(_) => unavailable("the answer arrived but the commit task ended"),
+    }
+}
+
+/// One prepare attempt's result, carried out of the blocking task.
+enum Step {
+    Ready(Held, Box<crate::sessions::Prepared>, RequestOptions),
+    LeaseTaken(Vec<(std::ops::Range<usize>, u128)>, RequestOptions),
+    Failed(PrepareError),
+}
+
+/// A forwarded call waiting for its answer's outcome.
+struct Call {
+    proxy: Arc<Proxy>,
+    held: Held,
+    plan: ctxlog::Plan,
+    opts: RequestOptions,
+}
+
+impl Call {
+    /// Commits the call when its answer completed (else drops the plan), tells `told` whether
+    /// the log has it — the client's final event or status waits for that — then runs the
+    /// session's summary jobs before releasing the slot and the lease.
+    async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), String>)) {
+        let Call { proxy, held, plan, opts } = self;
+        let usage = match outcome {
+            Outcome::Complete(usage) => usage,
+            Outcome::Failed(why) => {
+                proxy.metrics.aborted.fetch_add(1, Relaxed);
+                tracing::warn!(%why, "call aborted: only its appended messages stay in the log");
+                told(Err(why));
+                return;
+            }
+        };
+        if let Some(u) = &usage {
+            proxy.metrics.usage(u);
+        }
+        let at = ctxlog_now();
+        let done = tokio::task::spawn_blocking(move || {
+            let mut held = held;
+            let r = held.commit(plan, &opts, at, usage);
+            (held, r)
+        })
+        .await;
+        match done {
+            Ok((held, Ok(()))) => {
+                proxy.metrics.committed.fetch_add(1, Relaxed);
+                told(Ok(()));
+                // The session's summary jobs run before its next call plans.
+                crate::summaries::after_commit(&proxy.cfg.summaries, &proxy.store, held).await;
+            }
+            Ok((mut held, Err(e))) => {
+                proxy.metrics.failed_commits.fetch_add(1, Relaxed);
+                tracing::error!(error = %e, "commit failed: the client gets an error instead of the answer's end");
+                // The write may or may not have landed: the next call reopens from the store.
+                held.reset();
+                told(Err(e.to_string()));
+            }
+            Err(_) => {
+                proxy.metrics.failed_commits.fetch_add(1, Relaxed);
+                tracing::error!("commit task failed");
+                told(Err("the commit task failed".into()));
+            }
         }
     }
 }
 
-type Guard = tokio::sync::OwnedMutexGuard<crate::sessions::Slot>;
-type Write = tokio::task::JoinHandle<Result<ctxlog::Version, ctxlog::SessionError>>;
-
-/// Waits for the pending append's write; when it failed the slot forgets its session (which
-/// is ahead of its log) and the next request reopens it. Returns whether it was written.
-async fn written(guard: &mut Guard, write: Option<Write>) -> bool {
-    let Some(write) = write else { return true };
-    let failed = match write.await {
-        Ok(Ok(_)) => return true,
-        Ok(Err(e)) => e.to_string(),
-        Err(e) => format!("the write task failed: {e}"),
-    };
-    tracing::error!(error = %failed, "the request's new messages could not be written: the call is not committed");
-    guard.reset();
-    false
-}
-
-/// Releases the slot once the pending append is written (the call was not committed).
-fn release(guard: Guard, write: Option<Write>) {
-    if write.is_none() {
-        return drop(guard);
+/// Reads a whole JSON answer, each chunk within `idle` of the one before.
+async fn read_answer(mut body: Incoming, idle: std::time::Duration) -> Result<Bytes, String> {
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => return Err("upstream went quiet past the timeout".into()),
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Err(e))) => return Err(format!("upstream body: {e}")),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(d) = frame.into_data() {
+                    buf.extend_from_slice(&d);
+                }
+            }
+        }
     }
-    tokio::spawn(async move {
-        let mut guard = guard;
-        written(&mut guard, write).await;
-    });
 }
 
 fn ctxlog_now() -> ctxlog::Timestamp {

@@ -61,6 +61,11 @@ pub(crate) fn stream_header() -> HeaderName {
     HeaderName::from_static(crate::STREAM_HEADER)
 }
 
+/// `x-ctxlog-call`: the call's number in its stream (`ctxlog request --call N`).
+pub(crate) fn call_header() -> HeaderName {
+    HeaderName::from_static(crate::CALL_HEADER)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

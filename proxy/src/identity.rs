@@ -29,12 +29,38 @@ fn id_of(parts: &[&[u8]]) -> StreamId {
     StreamId(uuid::Builder::from_custom_bytes(b).into_uuid())
 }
 
-/// The tagged hash of the caller's credentials (`x-api-key`, else `Authorization`).
+/// Every header a provider takes a credential in: Anthropic's `x-api-key`, the bearer token of
+/// OpenAI and others, Azure's `api-key`, Google's `x-goog-api-key`.
+const CREDENTIALS: [&str; 4] = ["x-api-key", "authorization", "api-key", "x-goog-api-key"];
+
+/// The tagged hash of the caller's credentials: every credential header present with a
+/// non-empty value (an empty one counts as absent), so two callers that differ in any
+/// credential never share a session. A lone `x-api-key` or `Authorization` hashes as it always
+/// did (sessions of earlier versions are found again); any other set hashes with the headers'
+/// names under another tag.
 fn key_hash(headers: &HeaderMap) -> [u8; 32] {
-    let key = headers.get("x-api-key").or_else(|| headers.get(http::header::AUTHORIZATION));
+    let given: Vec<(&str, &[u8])> = CREDENTIALS
+        .iter()
+        .flat_map(|name| headers.get_all(*name).iter().map(move |v| (*name, v.as_bytes())))
+        .filter(|(_, v)| !v.iter().all(|b| b.is_ascii_whitespace()))
+        .collect();
     let mut h = Sha256::new();
-    h.update(b"ctxlog-proxy api key\0");
-    h.update(key.map(|v| v.as_bytes()).unwrap_or_default());
+    match given.as_slice() {
+        [] => h.update(b"ctxlog-proxy api key\0"),
+        [(name, v)] if *name == "x-api-key" || *name == "authorization" => {
+            h.update(b"ctxlog-proxy api key\0");
+            h.update(v);
+        }
+        all => {
+            h.update(b"ctxlog-proxy credentials\0");
+            for (name, v) in all {
+                h.update((name.len() as u64).to_le_bytes());
+                h.update(name.as_bytes());
+                h.update((v.len() as u64).to_le_bytes());
+                h.update(v);
+            }
+        }
+    }
     h.finalize().into()
 }
 
@@ -100,6 +126,30 @@ mod tests {
         let n2 = session_of(&headers(&[("x-api-key", "k2"), ("x-ctxlog-session", "x")]), WireFormat::Anthropic, &body);
         assert_ne!(n1, n2);
         assert_ne!(n1, a);
+    }
+
+    #[test]
+    fn every_credential_header_separates_tenants() {
+        let b = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        let body = ClientBody::parse(b).unwrap();
+        let id = |h: &[(&'static str, &'static str)]| session_of(&headers(h), WireFormat::OpenAi, &body);
+        let tenants = [
+            id(&[("x-api-key", "k1")]),
+            id(&[("x-api-key", "k2")]),
+            id(&[("authorization", "Bearer k1")]),
+            id(&[("authorization", "Bearer k2")]),
+            id(&[("api-key", "k1")]),
+            id(&[("api-key", "k2")]),
+            id(&[("x-goog-api-key", "k1")]),
+            id(&[("x-goog-api-key", "k2")]),
+            id(&[]),
+        ];
+        let distinct: std::collections::BTreeSet<_> = tenants.iter().collect();
+        assert_eq!(distinct.len(), tenants.len(), "two credentials shared a session");
+        // An empty `x-api-key` beside a bearer token is no credential: the token decides.
+        let empty_beside = |bearer| id(&[("x-api-key", ""), ("authorization", bearer)]);
+        assert_ne!(empty_beside("Bearer k1"), empty_beside("Bearer k2"));
+        assert_eq!(empty_beside("Bearer k1"), id(&[("authorization", "Bearer k1")]));
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub const SESSION_HEADER: &str = "x-ctxlog-session";
 pub const TOKEN_HEADER: &str = "x-ctxlog-token";
 /// Response header telling the client which stream its call was logged in.
 pub const STREAM_HEADER: &str = "x-ctxlog-stream";
+/// Response header telling the client the call's number in that stream.
+pub const CALL_HEADER: &str = "x-ctxlog-call";
 
 /// How the proxy runs.
 #[derive(Debug, Clone)]

@@ -19,7 +19,11 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     pub(crate) compactions: AtomicU64,
     pub(crate) diverged: AtomicU64,
-    pub(crate) busy_passthrough: AtomicU64,
+    pub(crate) busy: AtomicU64,
+    pub(crate) failed_writes: AtomicU64,
+    pub(crate) failed_commits: AtomicU64,
+    pub(crate) catch_ups: AtomicU64,
+    pub(crate) lease_waits: AtomicU64,
     pub(crate) committed: AtomicU64,
     pub(crate) aborted: AtomicU64,
     pub(crate) resident: AtomicU64,
@@ -32,7 +36,7 @@ impl Metrics {
     pub(crate) fn request(&self, path: &str, status: u16) {
         // Paths are labels: only the ones the proxy knows, so a client cannot grow the map.
         let path = match path {
-            "/v1/messages" | "/v1/chat/completions" | "/healthz" | "/metrics" => path,
+            "/v1/messages" | "/v1/chat/completions" | "/healthz" | "/readyz" | "/metrics" => path,
             _ => "other",
         };
         if let Ok(mut m) = self.requests.lock() {
@@ -63,9 +67,29 @@ impl Metrics {
         self.requests.lock().ok().and_then(|m| m.get(&(path.to_owned(), status)).copied()).unwrap_or(0)
     }
 
-    /// Requests passed through unmodified because their session was busy past the wait.
-    pub fn busy_passthroughs(&self) -> u64 {
-        self.busy_passthrough.load(Relaxed)
+    /// Requests answered "retry" because their session stayed busy past the wait.
+    pub fn busy(&self) -> u64 {
+        self.busy.load(Relaxed)
+    }
+
+    /// Requests whose messages could not be logged (nothing was forwarded).
+    pub fn failed_writes(&self) -> u64 {
+        self.failed_writes.load(Relaxed)
+    }
+
+    /// Answers whose call could not be committed (the client got an error in place of the end).
+    pub fn failed_commits(&self) -> u64 {
+        self.failed_commits.load(Relaxed)
+    }
+
+    /// Calls that first folded in records of other writers (a fleet, a restore).
+    pub fn catch_ups(&self) -> u64 {
+        self.catch_ups.load(Relaxed)
+    }
+
+    /// Times a request waited for another process's lease on its session.
+    pub fn lease_waits(&self) -> u64 {
+        self.lease_waits.load(Relaxed)
     }
 
     /// Sessions held in memory at the last idle sweep.
@@ -96,11 +120,15 @@ impl Metrics {
         let counters = [
             ("compactions", "Calls whose plan changed the view (flushes, edits, summaries).", &self.compactions),
             ("diverged", "Requests whose history disagreed with the log (a successor session began).", &self.diverged),
+            ("busy", "Requests told to retry: their session stayed busy past the wait.", &self.busy),
+            ("failed_writes", "Requests whose messages could not be logged (nothing forwarded).", &self.failed_writes),
             (
-                "busy_passthrough",
-                "Requests passed through unmodified: their session stayed busy past the wait.",
-                &self.busy_passthrough,
+                "failed_commits",
+                "Answers whose call could not be committed (the client got an error instead).",
+                &self.failed_commits,
             ),
+            ("catch_ups", "Calls that first folded in other writers' records.", &self.catch_ups),
+            ("lease_waits", "Waits for another process's lease on a session.", &self.lease_waits),
             ("committed", "Calls committed.", &self.committed),
             ("aborted", "Calls aborted (upstream error, timeout, client gone).", &self.aborted),
             ("prompt_tokens", "Prompt tokens the upstream reported.", &self.prompt_tokens),

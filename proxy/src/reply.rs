@@ -50,6 +50,38 @@ pub(crate) fn error(shape: Shape, status: StatusCode, kind: &str, message: &str)
     r
 }
 
+/// The answer when ctxlog cannot keep its promise for this call right now (the store cannot
+/// write, the session stays busy): nothing was forwarded, and the client should retry after
+/// `retry_after` seconds. Anthropic's 529 `overloaded_error`, OpenAI's 503: the status both
+/// official SDKs retry on their own.
+pub(crate) fn unavailable(shape: Shape, message: &str, retry_after: u32) -> Response<Body> {
+    let mut r = match shape {
+        Shape::Anthropic => {
+            let status = StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            error(shape, status, "overloaded_error", message)
+        }
+        Shape::OpenAi => error(shape, StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message),
+    };
+    r.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from(retry_after));
+    r
+}
+
+/// The SSE event that ends a stream whose call could not be recorded, in place of its final
+/// event: the client's SDK raises it as an error instead of returning an answer the log lacks.
+pub(crate) fn stream_error(shape: Shape, message: &str) -> Bytes {
+    let message = serde_json::Value::String(message.to_owned());
+    match shape {
+        Shape::Anthropic => format!(
+            "event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":{message}}}}}\n\n"
+        )
+        .into(),
+        Shape::OpenAi => format!(
+            "data: {{\"error\":{{\"message\":{message},\"type\":\"server_error\",\"code\":\"ctxlog_not_recorded\"}}}}\n\n"
+        )
+        .into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

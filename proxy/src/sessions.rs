@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 use ctxlog::event::GuardKind;
 use ctxlog::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
 use ctxlog::{
-    parse_message, BlobId, Config, PendingAppend, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp,
-    WireFormat,
+    parse_message, BlobId, Config, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp, WireFormat,
 };
 
 use crate::identity::successor_of;
@@ -26,6 +25,8 @@ type Sess = Session<Store>;
 
 /// One session's place in memory.
 pub(crate) struct Slot {
+    /// The id requests resolve to: the key of the store's lease for this slot's calls.
+    base: StreamId,
     session: Option<Sess>,
     /// Digests of the first `digests.len()` logged messages of session `digests_of` as the
     /// client sent them. They outlive a shrink (the session dropped, the slot kept), so a
@@ -47,6 +48,7 @@ impl Sessions {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(map.entry(id).or_insert_with(|| {
             Arc::new(tokio::sync::Mutex::new(Slot {
+                base: id,
                 session: None,
                 digests: Vec::new(),
                 digests_of: None,
@@ -118,9 +120,30 @@ pub(crate) enum PrepareError {
     /// The client's request is wrong (400; nothing written).
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
-    /// The session or the store failed.
+    /// The store could not write or read now (full disk, an outage): nothing was forwarded,
+    /// and the client may retry.
     #[error(transparent)]
-    Session(#[from] SessionError),
+    Unavailable(SessionError),
+    /// The session failed otherwise (its log breaks an invariant, a record does not decode).
+    #[error(transparent)]
+    Session(SessionError),
+}
+
+impl From<SessionError> for PrepareError {
+    /// A refusal is the client's history breaking a rule of the log (an orphan tool result, a
+    /// message not of the format): 400. A store error is an outage: 503/529.
+    fn from(e: SessionError) -> Self {
+        match e {
+            SessionError::Refused { violation, .. } => {
+                PrepareError::Invalid { field: "messages".into(), message: violation.to_string() }
+            }
+            SessionError::Message { index, error } => {
+                PrepareError::Invalid { field: format!("messages[{index}].{}", error.field), message: error.message }
+            }
+            e @ SessionError::Store(_) => PrepareError::Unavailable(e),
+            e => PrepareError::Session(e),
+        }
+    }
 }
 
 /// A planned call, ready to forward.
@@ -130,13 +153,19 @@ pub(crate) struct Prepared {
     pub stream: StreamId,
     pub compaction: bool,
     pub diverged: bool,
-    /// The new suffix, applied to the session but not yet written: the caller writes it while
-    /// the call is on its way, and must not release the slot before it is written.
-    pub pending: Option<PendingAppend>,
+    /// Records of other writers (another proxy of a fleet, a `ctxlog restore`) folded in first.
+    pub caught_up: bool,
 }
 
-/// Brings the slot's session up to the client's history (appending the new suffix, or moving
-/// to a successor session when it diverged), then plans the call and renders its body.
+/// How often a request that lost a race with another writer of its session (a conflict on
+/// append, a session created by another proxy at the same moment) catches up and tries again
+/// before it is answered 503/529.
+const RACES: usize = 3;
+
+/// Brings the slot's session up to the client's history — first catching up with what other
+/// writers logged, then appending the new suffix (durable before this returns), or moving to
+/// a successor session when it diverged — then plans the call and renders its body. Nothing is
+/// forwarded before this returns, so nothing unlogged reaches the provider.
 #[allow(clippy::too_many_arguments)] // one call's inputs, each from a different place
 pub(crate) fn prepare(
     slot: &mut Slot,
@@ -149,6 +178,86 @@ pub(crate) fn prepare(
     now: Timestamp,
 ) -> Result<Prepared, PrepareError> {
     slot.last_used = Instant::now();
+    let mut raced = 0;
+    loop {
+        match bring_up(slot, store, base, format, config, items, now) {
+            Ok((diverged, caught_up)) => {
+                let Some(s) = slot.session.as_mut() else { return Err(SessionError::NotFound(base).into()) };
+                let plan = s.plan(now)?;
+                let request = s.request(&plan, opts)?;
+                let compaction = !plan.events().is_empty();
+                return Ok(Prepared {
+                    stream: s.id(),
+                    body: request.into_body(),
+                    plan,
+                    compaction,
+                    diverged,
+                    caught_up,
+                });
+            }
+            // Another writer got there first: nothing of ours was written; catch up, again.
+            Err(Race) if raced < RACES => {
+                raced += 1;
+                slot.reset();
+            }
+            Err(Race) => {
+                return Err(PrepareError::Unavailable(SessionError::Store(ctxlog::StoreError::backend(
+                    "proxy",
+                    format!("session {base}: lost {RACES} races in a row with other writers"),
+                    "too many concurrent writers",
+                ))))
+            }
+            Err(Failed(e)) => {
+                // A failed write may or may not have reached the store: reopen from it next time.
+                if matches!(e, PrepareError::Unavailable(_)) {
+                    slot.reset();
+                }
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Why bringing a session up failed.
+enum BringUp {
+    /// Lost a race with another writer (a conflict, or a session that appeared meanwhile).
+    Race,
+    Failed(PrepareError),
+}
+use BringUp::{Failed, Race};
+
+impl<E: Into<PrepareError>> From<E> for BringUp {
+    fn from(e: E) -> Self {
+        match e.into() {
+            PrepareError::Unavailable(SessionError::Store(ctxlog::StoreError::Conflict { .. }))
+            | PrepareError::Session(SessionError::Exists(_)) => Race,
+            e => Failed(e),
+        }
+    }
+}
+
+/// One attempt at bringing the slot's session up to `items`; returns whether it diverged and
+/// whether other writers' records were folded in.
+#[allow(clippy::too_many_arguments)]
+fn bring_up(
+    slot: &mut Slot,
+    store: &Store,
+    base: StreamId,
+    format: WireFormat,
+    config: &Config,
+    items: &[Item<'_>],
+    now: Timestamp,
+) -> Result<(bool, bool), BringUp> {
+    let mut caught_up = false;
+    if let Some(s) = slot.session.as_mut() {
+        let before = s.state().version();
+        s.catch_up()?;
+        caught_up = s.state().version() > before;
+        // Another proxy moved the conversation to a successor meanwhile: follow the chain.
+        if successor_in(s).is_some() {
+            slot.reset();
+        }
+    }
     if slot.session.is_none() {
         let (id, session) = open_chain(store, base)?;
         if slot.digests_of != Some(id) {
@@ -159,19 +268,26 @@ pub(crate) fn prepare(
             Some(s) => Some(s),
             None => {
                 let messages = parse_all(items, format)?;
-                let mut s = Session::create(Arc::clone(store), id, format, config.clone(), now)?;
-                s.append(messages)?;
+                let (s, _) = Session::create_with(Arc::clone(store), id, format, config.clone(), now, messages)?;
                 slot.digests = items.iter().map(|i| i.digest).collect();
                 Some(s)
             }
         };
     }
-    let mut diverged = false;
-    let mut pending = None;
     if let Some(at) = first_difference(slot, items)? {
         let messages = parse_all(items, format)?;
-        let Some(old) = slot.session.as_mut() else { return Err(SessionError::NotFound(base).into()) };
+        let Some(old) = slot.session.as_mut() else { return Err(Failed(SessionError::NotFound(base).into())) };
         let successor = successor_of(old.id());
+        // The successor is created first: if its messages are refused, the old session keeps
+        // no guard pointing at a session that does not exist. If it exists already (another
+        // proxy diverged first, or our guard's write failed last time), the guard is written
+        // and the chain followed again.
+        let created = Session::create_with(Arc::clone(store), successor, format, config.clone(), now, messages);
+        let s = match created {
+            Ok((s, _)) => Some(s),
+            Err(SessionError::Exists(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
         let detail = format!(
             "the client's history ({} messages) differs from the log ({} messages) from message {at} on; \
              the conversation continues in session {successor}",
@@ -183,40 +299,22 @@ pub(crate) fn prepare(
             detail,
             "x-ctxlog-session",
         )?;
-        let mut s = Session::create(Arc::clone(store), successor, format, config.clone(), now)?;
-        s.append(messages)?;
+        let Some(s) = s else { return Err(Race) };
         slot.digests = items.iter().map(|i| i.digest).collect();
         slot.digests_of = Some(successor);
         slot.session = Some(s);
-        diverged = true;
-    } else if let Some(s) = slot.session.as_mut() {
+        return Ok((true, caught_up));
+    }
+    if let Some(s) = slot.session.as_mut() {
         let logged = usize::try_from(s.state().message_count()).unwrap_or(usize::MAX);
         let new = items.get(logged..).unwrap_or_default();
         if !new.is_empty() {
             let messages = parse_all(new, format)?;
-            let (_, p) = s.append_pending(messages)?;
-            pending = Some(p);
+            s.append(messages)?;
             slot.digests.extend(new.iter().map(|i| i.digest));
         }
     }
-    let Some(s) = slot.session.as_mut() else { return Err(SessionError::NotFound(base).into()) };
-    let planned = s.plan(now).and_then(|plan| s.request(&plan, opts).map(|r| (plan, r)));
-    let (plan, request) = match planned {
-        Ok(p) => p,
-        Err(e) => {
-            // No call to overlap the write with: write the appended messages now (they stay,
-            // as with any aborted call), or forget a session that is ahead of its log.
-            if let Some(p) = pending {
-                if let Err(w) = p.write(store.as_ref()) {
-                    tracing::error!(error = %w, "the request's new messages could not be written");
-                    slot.reset();
-                }
-            }
-            return Err(e.into());
-        }
-    };
-    let compaction = !plan.events().is_empty();
-    Ok(Prepared { stream: s.id(), body: request.into_body(), plan, compaction, diverged, pending })
+    Ok((false, caught_up))
 }
 
 /// The session a base id resolves to: the end of its chain of successors, opened, or the id
@@ -345,6 +443,11 @@ impl Slot {
         }
     }
 
+    /// The stream whose store lease this slot's calls take.
+    pub fn lease_key(&self) -> StreamId {
+        self.base
+    }
+
     /// The session in memory, if any (none after a shrink or a reset).
     pub fn session_mut(&mut self) -> Option<&mut Sess> {
         self.session.as_mut()
@@ -356,5 +459,37 @@ impl Slot {
         self.session = None;
         self.digests.clear();
         self.digests_of = None;
+    }
+}
+
+/// A session's slot held for one call (plan → upstream → commit → summaries), with the store's
+/// lease on its stream: one call in flight per session in this process (the slot) and across
+/// every process sharing the store (the lease). Dropping it releases both.
+pub(crate) struct Held {
+    guard: tokio::sync::OwnedMutexGuard<Slot>,
+    _lease: ctxlog::Lease,
+}
+
+impl Held {
+    pub fn new(guard: tokio::sync::OwnedMutexGuard<Slot>, lease: ctxlog::Lease) -> Self {
+        Held { guard, _lease: lease }
+    }
+
+    /// The slot's mutex, to take it again after releasing it.
+    pub fn mutex(&self) -> Arc<tokio::sync::Mutex<Slot>> {
+        Arc::clone(tokio::sync::OwnedMutexGuard::mutex(&self.guard))
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = Slot;
+    fn deref(&self) -> &Slot {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut Slot {
+        &mut self.guard
     }
 }

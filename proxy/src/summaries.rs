@@ -15,7 +15,7 @@ use ctxlog::session::{SummaryFinished, SummaryOutcome};
 use ctxlog::summary_call::SummaryCall;
 use ctxlog::{Prepared, Produced, StreamId};
 
-use crate::sessions::Slot;
+use crate::sessions::{Held, Slot, Store};
 
 /// At most this many model attempts between two calls of a session (as `ctxlog import`).
 pub const MODEL_ATTEMPTS_BETWEEN_CALLS: usize = 64;
@@ -52,12 +52,12 @@ impl std::fmt::Debug for Summaries {
     }
 }
 
-pub(crate) type Guard = tokio::sync::OwnedMutexGuard<Slot>;
+pub(crate) type Guard = Held;
 
 /// Runs the session's summary jobs after a committed call; the slot is released when this
 /// returns (extractive) or once the first model attempt is sent (the rest runs in a task that
 /// takes the slot again only to record each outcome).
-pub(crate) async fn after_commit(summaries: &Summaries, guard: Guard) {
+pub(crate) async fn after_commit(summaries: &Summaries, store: &Store, guard: Guard) {
     match summaries {
         Summaries::Off => drop(guard),
         Summaries::Extractive => {
@@ -80,7 +80,8 @@ pub(crate) async fn after_commit(summaries: &Summaries, guard: Guard) {
         Summaries::Model { client, call } => {
             let client = Arc::clone(client);
             let call = call.clone();
-            tokio::spawn(async move { model(client, call, guard).await });
+            let store = Arc::clone(store);
+            tokio::spawn(async move { model(client, call, store, guard).await });
         }
     }
 }
@@ -101,7 +102,7 @@ pub(crate) fn extractive(slot: &mut Slot) -> Result<usize, ctxlog::SessionError>
 }
 
 /// Model attempts, one at a time, until no job is left, one fails, or the bound is reached.
-async fn model(client: Arc<dyn ctxlog_llm::Summarizer>, call: SummaryCall, guard: Guard) {
+async fn model(client: Arc<dyn ctxlog_llm::Summarizer>, call: SummaryCall, store: Store, guard: Guard) {
     let mut guard = guard;
     for _ in 0..MODEL_ATTEMPTS_BETWEEN_CALLS {
         let Some(session) = guard.session_mut() else { return };
@@ -111,7 +112,7 @@ async fn model(client: Arc<dyn ctxlog_llm::Summarizer>, call: SummaryCall, guard
             Ok(a) => a,
             Err(e) => return tracing::error!(session = %stream, error = %e, "summary attempt not started"),
         };
-        let slot = Arc::clone(tokio::sync::OwnedMutexGuard::mutex(&guard));
+        let slot = guard.mutex();
         drop(guard); // the next call of the session may plan while the model writes
         let body = attempt.request.body().to_vec();
         let c = Arc::clone(&client);
@@ -122,12 +123,19 @@ async fn model(client: Arc<dyn ctxlog_llm::Summarizer>, call: SummaryCall, guard
             Ok(Err(e)) => SummaryOutcome::failed(e.into_failure()),
             Err(e) => SummaryOutcome::failed(SummaryFailure::Provider(format!("the summary task failed: {e}"))),
         };
-        guard = slot.lock_owned().await;
+        let Some(held) = retake(&slot, &store, stream).await else {
+            return tracing::warn!(session = %stream, "summary attempt dropped: the session's lease stayed taken");
+        };
+        guard = held;
         // The session may have been shrunk, reset or moved to a successor meanwhile: the
         // attempt then belongs to a session no longer in memory, and nothing is recorded.
         let Some(session) = guard.session_mut().filter(|s| s.id() == stream) else {
             return tracing::info!(session = %stream, "summary attempt dropped: the session left memory meanwhile");
         };
+        // Another proxy of a fleet may have written meanwhile: the outcome is recorded on top.
+        if let Err(e) = session.catch_up() {
+            return tracing::warn!(session = %stream, error = %e, "summary attempt dropped: cannot catch up");
+        }
         match session.finish_summary(attempt, outcome) {
             Ok(SummaryFinished::Prepared(_)) => {}
             Ok(SummaryFinished::Failed { failure, .. }) => {
@@ -136,4 +144,24 @@ async fn model(client: Arc<dyn ctxlog_llm::Summarizer>, call: SummaryCall, guard
             Err(e) => return tracing::warn!(session = %stream, error = %e, "summary attempt not recorded"),
         }
     }
+}
+
+/// Takes a session's slot and its lease again to record a model attempt (bounded: a lease that
+/// stays taken for ~30 s drops the attempt, which the engine offers again later).
+async fn retake(slot: &Arc<tokio::sync::Mutex<Slot>>, store: &Store, stream: StreamId) -> Option<Held> {
+    let _ = stream;
+    for _ in 0..300 {
+        let guard = Arc::clone(slot).lock_owned().await;
+        let lease_of = guard.lease_key();
+        let s = Arc::clone(store);
+        let lease = tokio::task::spawn_blocking(move || s.try_lease(lease_of)).await;
+        match lease {
+            Ok(Ok(Some(lease))) => return Some(Held::new(guard, lease)),
+            _ => {
+                drop(guard);
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+    None
 }

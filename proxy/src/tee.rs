@@ -1,14 +1,16 @@
-//! The upstream response on its way back: every frame goes to the client as it arrives, while
-//! a copy is scanned for the call's usage. When the body ends (or fails, or the client goes
-//! away, or the upstream goes quiet too long) the outcome is sent to the task that commits or
-//! aborts the call.
+//! The upstream stream on its way back: every SSE event goes to the client as it arrives,
+//! while a copy is scanned for the call's usage. The protocol's final event (`message_stop`,
+//! `data: [DONE]`) is held back: the call is complete when it arrives, whenever the upstream's
+//! body ends, so the outcome goes to the task that commits, and the final event reaches the
+//! client only once the commit is durable. If it cannot be, the client gets an error event in
+//! its place: no client holds an answer the log lacks.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ctxlog::Usage;
 use http_body::{Body as HttpBody, Frame};
 use hyper::body::Incoming;
@@ -16,7 +18,7 @@ use memchr::memmem;
 use tokio::sync::oneshot;
 use tokio::time::{sleep, Instant, Sleep};
 
-use crate::reply::BoxError;
+use crate::reply::{BoxError, Shape};
 
 /// How a forwarded call ended.
 #[derive(Debug)]
@@ -27,40 +29,26 @@ pub(crate) enum Outcome {
     Failed(String),
 }
 
-/// Scans an answer for usage: SSE events as they arrive, or a JSON body at its end.
+/// Scans a stream's events for usage, errors and the final event.
 pub(crate) struct Scan {
     anthropic: bool,
-    sse: bool,
-    buf: Vec<u8>,
     usage: Option<Usage>,
     terminal: bool,
     error: Option<String>,
 }
 
-/// The largest JSON answer kept to read usage from (past it, the call commits without usage).
-const MAX_JSON: usize = 64 * 1024 * 1024;
-
 impl Scan {
-    pub fn new(anthropic: bool, sse: bool) -> Self {
-        Scan { anthropic, sse, buf: Vec::new(), usage: None, terminal: false, error: None }
+    pub fn new(anthropic: bool) -> Self {
+        Scan { anthropic, usage: None, terminal: false, error: None }
     }
 
-    pub fn feed(&mut self, chunk: &[u8]) {
-        if !self.sse {
-            if self.buf.len() + chunk.len() <= MAX_JSON {
-                self.buf.extend_from_slice(chunk);
-            }
-            return;
+    /// Scans one whole event (its lines through the blank line); true when it is the
+    /// protocol's final event.
+    pub fn event(&mut self, event: &[u8]) -> bool {
+        for line in event.split(|b| *b == b'\n') {
+            self.line(line);
         }
-        self.buf.extend_from_slice(chunk);
-        let mut start = 0;
-        while let Some(nl) = memchr::memchr(b'\n', &self.buf[start..]) {
-            let end = start + nl;
-            let line = self.buf[start..end].to_vec();
-            self.line(&line);
-            start = end + 1;
-        }
-        self.buf.drain(..start);
+        self.terminal
     }
 
     fn line(&mut self, line: &[u8]) {
@@ -106,36 +94,55 @@ impl Scan {
         }
     }
 
-    /// The outcome of an answer that ended normally.
+    /// The outcome once the final event arrived (or the body ended).
     pub fn finish(&mut self) -> Outcome {
-        if self.sse {
-            if let Some(e) = self.error.take() {
-                return Outcome::Failed(format!("the stream carried an error event: {e}"));
-            }
-            if !self.terminal {
-                return Outcome::Failed("the stream ended before its last event".into());
-            }
-            return Outcome::Complete(self.usage);
+        if let Some(e) = self.error.take() {
+            return Outcome::Failed(format!("the stream carried an error event: {e}"));
         }
-        let usage = serde_json::from_slice::<serde_json::Value>(&self.buf).ok().and_then(|v| {
-            let u = v.get("usage")?;
-            if self.anthropic {
-                Usage::from_anthropic(u).ok()
-            } else {
-                Usage::from_openai_chat(u).ok()
-            }
-        });
-        Outcome::Complete(usage)
+        if !self.terminal {
+            return Outcome::Failed("the stream ended before its last event".into());
+        }
+        Outcome::Complete(self.usage)
     }
 }
 
-/// The upstream body, passed through frame by frame and scanned on the side.
+/// The outcome of a whole JSON answer: complete when it parses, with its usage if any.
+pub(crate) fn json_outcome(anthropic: bool, body: &[u8]) -> Outcome {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Outcome::Failed("the answer is not a whole JSON document".into());
+    };
+    let usage = v.get("usage").and_then(|u| {
+        if anthropic {
+            Usage::from_anthropic(u).ok()
+        } else {
+            Usage::from_openai_chat(u).ok()
+        }
+    });
+    Outcome::Complete(usage)
+}
+
+/// What the client-facing body is doing.
+enum Phase {
+    /// Passing events through.
+    Streaming,
+    /// The final event is held until the commit's result arrives.
+    Committing(Bytes),
+    /// Nothing more to send.
+    Done,
+}
+
+/// The upstream SSE body, passed through event by event and scanned on the side.
 pub(crate) struct Tee {
     inner: Incoming,
     scan: Scan,
+    shape: Shape,
     idle: Duration,
     timer: Pin<Box<Sleep>>,
     done: Option<oneshot::Sender<Outcome>>,
+    committed: oneshot::Receiver<Result<(), String>>,
+    /// Bytes received but not passed on: the start of an event whose end has not arrived.
+    pending: BytesMut,
+    phase: Phase,
     /// An upstream body error held back for one poll: returning it at once makes hyper drop
     /// the connection with frames still in its write buffer, so the client would get less
     /// than the upstream sent. `Pending` first lets hyper flush them.
@@ -143,14 +150,61 @@ pub(crate) struct Tee {
 }
 
 impl Tee {
-    pub fn new(inner: Incoming, scan: Scan, idle: Duration, done: oneshot::Sender<Outcome>) -> Self {
-        Tee { inner, scan, idle, timer: Box::pin(sleep(idle)), done: Some(done), err: None }
+    pub fn new(
+        inner: Incoming,
+        scan: Scan,
+        shape: Shape,
+        idle: Duration,
+        done: oneshot::Sender<Outcome>,
+        committed: oneshot::Receiver<Result<(), String>>,
+    ) -> Self {
+        Tee {
+            inner,
+            scan,
+            shape,
+            idle,
+            timer: Box::pin(sleep(idle)),
+            done: Some(done),
+            committed,
+            pending: BytesMut::new(),
+            phase: Phase::Streaming,
+            err: None,
+        }
     }
 
     fn finish(&mut self, outcome: Outcome) {
         if let Some(tx) = self.done.take() {
             let _ = tx.send(outcome);
         }
+    }
+
+    /// Takes the whole events at the front of `pending`, scanning each; stops before the final
+    /// event, which it moves to the commit phase. Returns the bytes to pass on now.
+    fn take_events(&mut self) -> Option<Bytes> {
+        let mut at = 0;
+        while let Some(end) = event_end(&self.pending[at..]) {
+            let event = &self.pending[at..at + end];
+            if self.scan.event(event) {
+                let ready = self.pending.split_to(at).freeze();
+                let held = std::mem::take(&mut self.pending).freeze();
+                let outcome = self.scan.finish();
+                self.finish(outcome);
+                self.phase = Phase::Committing(held);
+                return (!ready.is_empty()).then_some(ready);
+            }
+            at += end;
+        }
+        (at > 0).then(|| self.pending.split_to(at).freeze())
+    }
+}
+
+/// The length of the first whole SSE event in `buf` (through its blank line), if any.
+fn event_end(buf: &[u8]) -> Option<usize> {
+    let lf = memmem::find(buf, b"\n\n").map(|i| i + 2);
+    let crlf = memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -161,38 +215,75 @@ impl HttpBody for Tee {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         if let Some(e) = this.err.take() {
+            this.phase = Phase::Done;
             return Poll::Ready(Some(Err(e)));
         }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.scan.feed(data);
+        loop {
+            match &mut this.phase {
+                Phase::Done => return Poll::Ready(None),
+                Phase::Committing(held) => {
+                    let result = match Pin::new(&mut this.committed).poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(r) => r.unwrap_or_else(|_| Err("the commit task ended".into())),
+                    };
+                    let held = std::mem::take(held);
+                    this.phase = Phase::Done;
+                    let last = match result {
+                        Ok(()) => held,
+                        Err(why) => {
+                            crate::reply::stream_error(this.shape, &format!("ctxlog: the call was not recorded: {why}"))
+                        }
+                    };
+                    return Poll::Ready(Some(Ok(Frame::data(last))));
                 }
-                let deadline = Instant::now() + this.idle;
-                this.timer.as_mut().reset(deadline);
-                if this.inner.is_end_stream() {
+                Phase::Streaming => {}
+            }
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    let deadline = Instant::now() + this.idle;
+                    this.timer.as_mut().reset(deadline);
+                    let data = match frame.into_data() {
+                        Ok(d) => d,
+                        Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                    };
+                    this.pending.extend_from_slice(&data);
+                    if let Some(ready) = this.take_events() {
+                        return Poll::Ready(Some(Ok(Frame::data(ready))));
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.finish(Outcome::Failed(format!("upstream body: {e}")));
+                    this.err = Some(e.into());
+                    cx.waker().wake_by_ref();
+                    let rest = std::mem::take(&mut this.pending).freeze();
+                    if rest.is_empty() {
+                        return Poll::Pending;
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(rest))));
+                }
+                Poll::Ready(None) => {
+                    // The body ended without the final event: what arrived goes on as it is.
                     let outcome = this.scan.finish();
+                    let outcome = match outcome {
+                        Outcome::Complete(_) => Outcome::Failed("the stream ended before its last event".into()),
+                        failed => failed,
+                    };
                     this.finish(outcome);
+                    this.phase = Phase::Done;
+                    let rest = std::mem::take(&mut this.pending).freeze();
+                    if rest.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(rest))));
                 }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(e))) => {
-                this.finish(Outcome::Failed(format!("upstream body: {e}")));
-                this.err = Some(e.into());
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
-            Poll::Ready(None) => {
-                let outcome = this.scan.finish();
-                this.finish(outcome);
-                Poll::Ready(None)
-            }
-            Poll::Pending => {
-                if this.timer.as_mut().poll(cx).is_ready() {
-                    this.finish(Outcome::Failed("upstream went quiet past the timeout".into()));
-                    return Poll::Ready(Some(Err("upstream went quiet past the timeout".into())));
+                Poll::Pending => {
+                    if this.timer.as_mut().poll(cx).is_ready() {
+                        this.finish(Outcome::Failed("upstream went quiet past the timeout".into()));
+                        this.phase = Phase::Done;
+                        return Poll::Ready(Some(Err("upstream went quiet past the timeout".into())));
+                    }
+                    return Poll::Pending;
                 }
-                Poll::Pending
             }
         }
     }
@@ -208,12 +299,24 @@ impl Drop for Tee {
 mod tests {
     use super::*;
 
-    fn run(anthropic: bool, sse: bool, chunks: &[&str]) -> Outcome {
-        let mut s = Scan::new(anthropic, sse);
+    /// Splits the chunks into events as the tee does and scans them up to the final one.
+    fn run(anthropic: bool, chunks: &[&str]) -> Outcome {
+        let mut s = Scan::new(anthropic);
+        let mut buf: Vec<u8> = Vec::new();
         for c in chunks {
-            s.feed(c.as_bytes());
+            buf.extend_from_slice(c.as_bytes());
+            while let Some(end) = event_end(&buf) {
+                let ev: Vec<u8> = buf.drain(..end).collect();
+                if s.event(&ev) {
+                    return s.finish();
+                }
+            }
         }
         s.finish()
+    }
+
+    fn json(anthropic: bool, chunks: &[&str]) -> Outcome {
+        json_outcome(anthropic, chunks.concat().as_bytes())
     }
 
     #[test]
@@ -224,32 +327,32 @@ event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_toke
 event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
         for cut in [1, 7, 50, 200, stream.len() - 1] {
             let (a, b) = stream.split_at(cut);
-            let Outcome::Complete(Some(u)) = run(true, true, &[a, b]) else { panic!("cut {cut}") };
+            let Outcome::Complete(Some(u)) = run(true, &[a, b]) else { panic!("cut {cut}") };
             assert_eq!(u, Usage { input: 5, cache_read: 100, cache_write: 7, output: 42 });
         }
         let (head, _) = stream.split_at(stream.find("event: message_stop").unwrap());
-        assert!(matches!(run(true, true, &[head]), Outcome::Failed(_)), "a stream cut before message_stop completed");
+        assert!(matches!(run(true, &[head]), Outcome::Failed(_)), "a stream cut before message_stop completed");
         let err = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
-        assert!(matches!(run(true, true, &[err]), Outcome::Failed(_)));
+        assert!(matches!(run(true, &[err]), Outcome::Failed(_)));
     }
 
     #[test]
     fn openai_stream_usage_from_final_chunk() {
         let s = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":null}\r\n\r\n\
 data: {\"choices\":[],\"usage\":{\"prompt_tokens\":90,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":80}}}\r\n\r\ndata: [DONE]\r\n\r\n";
-        let Outcome::Complete(Some(u)) = run(false, true, &[s]) else { panic!() };
+        let Outcome::Complete(Some(u)) = run(false, &[s]) else { panic!() };
         assert_eq!(u, Usage { input: 10, cache_read: 80, cache_write: 0, output: 3 });
-        assert!(matches!(run(false, true, &[&s[..s.len() - 20]]), Outcome::Failed(_)));
+        assert!(matches!(run(false, &[&s[..s.len() - 20]]), Outcome::Failed(_)));
     }
 
     #[test]
     fn json_bodies() {
-        let Outcome::Complete(Some(u)) =
-            run(true, false, &["{\"usage\":{\"input_tokens\":", "3,\"output_tokens\":4}}"])
+        let Outcome::Complete(Some(u)) = json(true, &["{\"usage\":{\"input_tokens\":", "3,\"output_tokens\":4}}"])
         else {
             panic!()
         };
         assert_eq!(u.prompt_total(), 3);
-        assert!(matches!(run(false, false, &["{}"]), Outcome::Complete(None)));
+        assert!(matches!(json(false, &["{}"]), Outcome::Complete(None)));
+        assert!(matches!(json(false, &["{\"usage\":"]), Outcome::Failed(_)), "a cut JSON body completed");
     }
 }

@@ -112,11 +112,13 @@ async fn a_shrunk_session_continues_where_it_was() {
     fake.shutdown();
 }
 
-/// A memory store whose appends of two or more records (a call's new messages) fail on demand.
+/// A memory store whose appends of two or more records (a call's new messages) or of one
+/// record (a commit without compaction) fail on demand.
 #[derive(Default)]
 struct FlakyStore {
     inner: ctxlog::MemoryStore,
     fail: std::sync::atomic::AtomicBool,
+    fail_commits: std::sync::atomic::AtomicBool,
 }
 
 impl Store for FlakyStore {
@@ -127,7 +129,8 @@ impl Store for FlakyStore {
         records: &[ctxlog::Record],
     ) -> Result<ctxlog::Version, ctxlog::StoreError> {
         let appending = records.len() >= 2;
-        if appending && self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+        let failing = if appending { &self.fail } else { &self.fail_commits };
+        if failing.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(ctxlog::StoreError::Unavailable {
                 backend: "flaky",
                 location: "memory".into(),
@@ -164,8 +167,25 @@ impl Store for FlakyStore {
     }
 }
 
+/// POSTs an Anthropic body (`stream`: as SSE); returns the status and the whole answer.
+async fn send(proxy: &ProxyHandle, body: String, stream: bool) -> (http::StatusCode, http::HeaderMap, String) {
+    let body = if stream { body.replacen(r#""max_tokens":256"#, r#""max_tokens":256,"stream":true"#, 1) } else { body };
+    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = http::Request::post(format!("http://{}/v1/messages", proxy.addr()))
+        .header("content-type", "application/json")
+        .header("x-api-key", "test-key")
+        .header(crate::SESSION_HEADER, "recorded")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let (parts, b) = resp.into_parts();
+    let bytes = b.collect().await.unwrap().to_bytes();
+    (parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A call whose new messages cannot be logged is not forwarded: the client is told to retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_whose_new_messages_cannot_be_written_is_not_committed() {
+async fn a_call_whose_new_messages_cannot_be_written_is_not_forwarded() {
     let fake = FakeUpstream::start().unwrap();
     let flaky = Arc::new(FlakyStore::default());
     let store: Arc<dyn Store> = flaky.clone();
@@ -173,17 +193,18 @@ async fn a_call_whose_new_messages_cannot_be_written_is_not_committed() {
     let stream = call(&proxy, body(0)).await;
     committed(&proxy, 1).await;
     let head = store.head(stream).unwrap();
+    let forwarded = fake.requests().len();
 
-    // The new turn's write fails while the call is on its way: the client still gets the
-    // upstream's answer (it was sent), but nothing is committed on top of the missing messages.
     flaky.fail.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(call(&proxy, body(1)).await, stream);
-    let t = Instant::now();
-    while !proxy.metrics().render().contains("ctxlog_proxy_aborted_total 1") {
-        assert!(t.elapsed() < Duration::from_secs(10), "{}", proxy.metrics().render());
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    for sse in [false, true] {
+        let (status, headers, answer) = send(&proxy, body(1), sse).await;
+        assert_eq!(status.as_u16(), 529, "{answer}");
+        assert_eq!(headers.get("retry-after").unwrap(), "1");
+        assert!(answer.contains("overloaded_error") && answer.contains("nothing was sent upstream"), "{answer}");
     }
+    assert_eq!(fake.requests().len(), forwarded, "a call whose messages were not logged went upstream");
     assert_eq!(proxy.metrics().committed(), 1);
+    assert_eq!(proxy.metrics().failed_writes(), 2);
     assert_eq!(store.head(stream).unwrap(), head, "nothing written");
 
     // The disk is back: the session is reopened from the log and the same history appended.
@@ -195,6 +216,42 @@ async fn a_call_whose_new_messages_cannot_be_written_is_not_committed() {
     assert_eq!(session.state().calls(), 2);
     let report = ctxlog::replay::verify(&*store, stream).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
+    proxy.shutdown().await;
+    fake.shutdown();
+}
+
+/// An answer whose call cannot be committed never reaches its client whole: a JSON answer
+/// becomes a 529, a stream ends in an error event in place of `message_stop`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_whose_commit_fails_reaches_the_client_as_an_error() {
+    let fake = FakeUpstream::start().unwrap();
+    let flaky = Arc::new(FlakyStore::default());
+    let store: Arc<dyn Store> = flaky.clone();
+    let proxy = serve(ProxyConfig::new("127.0.0.1:0".parse().unwrap(), &fake.url()), Arc::clone(&store)).await.unwrap();
+    let stream = call(&proxy, body(0)).await;
+    committed(&proxy, 1).await;
+
+    flaky.fail_commits.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (status, _, answer) = send(&proxy, body(1), false).await;
+    assert_eq!(status.as_u16(), 529, "{answer}");
+    assert!(answer.contains("could not be recorded"), "{answer}");
+    let (status, _, answer) = send(&proxy, body(2), true).await;
+    assert_eq!(status.as_u16(), 200, "a stream's status is sent before its end");
+    assert!(answer.contains("content_block_delta"), "the stream's events before its end were held: {answer}");
+    assert!(!answer.contains("message_stop"), "the final event reached the client: {answer}");
+    assert!(answer.trim_end().ends_with('}') && answer.contains("event: error"), "{answer}");
+    assert_eq!(proxy.metrics().committed(), 1);
+    assert_eq!(proxy.metrics().failed_commits(), 2);
+
+    // Once commits land again, so do the answers' ends.
+    flaky.fail_commits.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (status, _, answer) = send(&proxy, body(3), true).await;
+    assert_eq!(status.as_u16(), 200);
+    assert!(answer.contains("event: message_stop"), "{answer}");
+    assert_eq!(proxy.metrics().committed(), 2, "the final event was sent before the commit");
+    let report = ctxlog::replay::verify(&*store, stream).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(report.calls, 2);
     proxy.shutdown().await;
     fake.shutdown();
 }

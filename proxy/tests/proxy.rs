@@ -421,8 +421,16 @@ async fn disconnect_mid_answer_commits_nothing() {
         for stream in [true, false] {
             let (a, _, x) = one_fault(path, Fault::Disconnect { after_events: 3 }, stream).await;
             let x = x.unwrap();
-            assert_eq!(a.status, 200);
             assert!(!x.response.complete);
+            if !stream {
+                // A JSON answer is held whole until its commit: a cut one is an error, never a
+                // truncated 200.
+                assert_eq!(a.status, 502, "{path}");
+                let v: Value = serde_json::from_slice(&a.body).unwrap();
+                assert!(v["error"]["message"].as_str().unwrap().contains("cut"), "{path}: {v}");
+                continue;
+            }
+            assert_eq!(a.status, 200);
             assert!(!a.complete, "{path} stream={stream}: the client was not told the answer was cut");
             // Every byte that arrived before the cut reaches the client (see `Tee::err`).
             let sent = x.response.body();
@@ -707,11 +715,11 @@ async fn received(up: &FakeUpstream, n: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_session_waits_then_passes_through() {
+async fn a_busy_session_waits_then_is_told_to_retry() {
     let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.session_wait = Duration::from_millis(100)).await;
-    // The first call is held upstream until the second has passed through.
+    // The first call is held upstream while the second waits past the bound.
     up.script(Fault::Hold, 1);
     let body = anthropic_body(&[("user", "hi")], false);
     let addr = p.addr();
@@ -719,18 +727,15 @@ async fn a_busy_session_waits_then_passes_through() {
     let slow = tokio::spawn(async move { post(addr, ANTHROPIC, &[("x-api-key", KEY)], &b).await });
     received(&up, 1).await;
     let a = post(addr, ANTHROPIC, &[("x-api-key", KEY)], &body).await;
-    assert_eq!(a.status, 200);
-    assert!(a.headers.get("x-ctxlog-stream").is_none(), "the busy request was not passed through");
-    let passed = exchange(&up, a.seq());
-    assert_eq!(passed.in_flight_on_arrival, 1, "the pass-through did not overlap the busy call");
-    // The forwarded view puts `system` after the other fields: only the pass-through has the
-    // client's bytes.
-    assert_eq!(passed.request.body, body.as_bytes(), "a passed-through request was modified");
-    assert_eq!(passed.request.header("x-api-key"), Some(KEY));
-    assert_eq!(a.body, passed.response.body());
-    assert_eq!(p.metrics().busy_passthroughs(), 1);
+    // Nothing unlogged reaches the provider: the client is told to retry, as on overload.
+    assert_eq!(a.status, 529, "{}", String::from_utf8_lossy(&a.body));
+    assert_eq!(a.headers.get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
+    let err: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+    assert_eq!(err["error"]["type"], "overloaded_error");
+    assert_eq!(up.requests().len(), 1, "the busy request went upstream");
+    assert_eq!(p.metrics().busy(), 1);
     let (_, metrics) = get(addr, "/metrics", &[]).await;
-    assert!(metrics.contains("ctxlog_proxy_busy_passthrough_total 1"), "{metrics}");
+    assert!(metrics.contains("ctxlog_proxy_busy_total 1"), "{metrics}");
     assert!(!slow.is_finished(), "the held call ended before its release");
     up.release();
     let slow = slow.await.unwrap();
@@ -741,8 +746,8 @@ async fn a_busy_session_waits_then_passes_through() {
     assert_eq!(slow.stream(), id);
     settled(&p, 1).await;
     let evs = events(&*store, id);
-    assert_eq!(served(&evs).len(), 1, "the passed-through request was logged");
-    assert_eq!(appended(&evs), 2);
+    assert_eq!(served(&evs).len(), 1);
+    assert_eq!(appended(&evs), 2, "the refused request appended something (system, user)");
     // Waiting (within the bound) serializes the calls of one session instead: the second
     // reaches the upstream only after the first's answer ended.
     let p2 = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
@@ -768,7 +773,7 @@ async fn a_busy_session_waits_then_passes_through() {
     assert_eq!(up.requests().len(), 2);
     let evs = calls(&*store, id, 3).await;
     assert_eq!(served(&evs).len(), 3);
-    assert_eq!(p2.metrics().busy_passthroughs(), 0);
+    assert_eq!(p2.metrics().busy(), 0);
     p.shutdown().await;
     p2.shutdown().await;
 }
