@@ -572,8 +572,8 @@ pub struct ProxyArgs {
     /// Seconds to wait for the upstream's headers, and between two chunks of its answer.
     #[arg(long, default_value_t = 600)]
     pub upstream_timeout: u64,
-    /// Seconds a request waits for the call in flight on its session before it is passed
-    /// through unmodified.
+    /// Seconds a request waits for the call in flight on its session (in this proxy or
+    /// another of a fleet) before it is answered 529/503 with `retry-after` (nothing sent).
     #[arg(long, default_value_t = 120)]
     pub session_wait: u64,
     /// Seconds a session may stay idle before it is shrunk to the digests of its history (its
@@ -583,4 +583,16 @@ pub struct ProxyArgs {
     /// Accept a listen address that is not loopback.
     #[arg(long)]
     pub allow_remote: bool,
+    /// Connections served at once; past it the proxy waits for one to close.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Seconds a client may take to send a request's headers (idle keep-alive included).
+    #[arg(long, default_value_t = 30)]
+    pub header_timeout: u64,
+    /// Seconds a client may take to send a request's body.
+    #[arg(long, default_value_t = 60)]
+    pub body_timeout: u64,
+    /// On Ctrl-C or SIGTERM: seconds the calls in flight may take to end and commit.
+    #[arg(long, default_value_t = 30)]
+    pub drain_timeout: u64,
 }

@@ -26,6 +26,10 @@ pub fn proxy(a: &ProxyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     cfg.idle_shrink = Duration::from_secs(a.idle_shrink);
     cfg.allow_remote = a.allow_remote;
     cfg.summaries = summaries;
+    cfg.max_connections = a.max_connections.min(connection_room());
+    cfg.header_timeout = Duration::from_secs(a.header_timeout.max(1));
+    cfg.body_timeout = Duration::from_secs(a.body_timeout.max(1));
+    cfg.drain_timeout = Duration::from_secs(a.drain_timeout);
     // `-v` installs its subscriber on this thread only; the proxy's work (and the engine's, in
     // `spawn_blocking`) runs on the runtime's threads, which would log nothing without it.
     let logs = tracing::dispatcher::get_default(Clone::clone);
@@ -45,10 +49,41 @@ pub fn proxy(a: &ProxyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             a.upstream,
             a.store
         ))?;
-        let _ = tokio::signal::ctrl_c().await;
+        stop_signal().await;
+        tracing::info!("stopping: no new connections; draining the calls in flight");
         handle.shutdown().await;
         Ok(())
     })
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM (what `kill`, systemd and container runtimes send).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// How many connections the process can hold open: the soft limit on open files, raised to
+/// the hard one first (many systems start processes at 1,024), less room for the store's files
+/// and the upstream connections.
+fn connection_room() -> usize {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+    let open = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    usize::try_from(open.saturating_sub(128) / 2).unwrap_or(usize::MAX).max(16)
 }
 
 /// Who writes the sessions' summaries: a model when `--summarizer` names one (with its own

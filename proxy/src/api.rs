@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use crate::body::ClientBody;
 use crate::identity::{digest, session_of, system_message};
 use crate::reply::{error, full, Body, Shape};
-use crate::server::Proxy;
+use crate::server::{Proxy, Ticket};
 use crate::sessions::{prepare, Held, Item, PrepareError};
 use crate::tee::{json_outcome, Outcome, Scan, Tee};
 
@@ -64,6 +64,8 @@ pub(crate) async fn call(
         .collect();
     let base = session_of(&parts.headers, format, &body);
     let sse = body.streams();
+    // Shutdown waits for this call, through its commit and summaries.
+    let ticket = Ticket::new(&proxy);
     let unavailable = |why: &str| crate::reply::unavailable(shape, &format!("ctxlog: {why}"), 1);
 
     // One call in flight per session: the slot in this process, the store's lease across a
@@ -197,7 +199,7 @@ pub(crate) async fn call(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
     let anthropic = format == WireFormat::Anthropic;
-    let call = Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts };
+    let call = Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts, _ticket: ticket };
     if sse {
         let (tx, rx) = oneshot::channel();
         let (committed_tx, committed_rx) = oneshot::channel();
@@ -264,6 +266,7 @@ struct Call {
     held: Held,
     plan: ctxlog::Plan,
     opts: RequestOptions,
+    _ticket: Ticket,
 }
 
 impl Call {
@@ -271,7 +274,7 @@ impl Call {
     /// the log has it — the client's final event or status waits for that — then runs the
     /// session's summary jobs before releasing the slot and the lease.
     async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), String>)) {
-        let Call { proxy, held, plan, opts } = self;
+        let Call { proxy, held, plan, opts, _ticket } = self;
         let usage = match outcome {
             Outcome::Complete(usage) => usage,
             Outcome::Failed(why) => {

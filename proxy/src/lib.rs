@@ -73,6 +73,17 @@ pub struct ProxyConfig {
     /// Who writes the sessions' summaries between calls (default: the built-in extractive
     /// summarizer); without them a long session's floor outgrows its budget.
     pub summaries: Summaries,
+    /// Connections served at once (default 1024); past it the listener waits for one to close
+    /// instead of accepting (no busy loop), so a flood of idle connections cannot starve it.
+    pub max_connections: usize,
+    /// Longest wait for a request's headers, from its connection's accept or the end of the
+    /// previous request on it (default 30 s): a client that sends them byte by byte, or
+    /// holds an idle connection open, is disconnected after it.
+    pub header_timeout: Duration,
+    /// Longest wait for a request's whole body once its headers arrived (default 60 s).
+    pub body_timeout: Duration,
+    /// On shutdown, how long calls in flight may take to end and commit (default 30 s).
+    pub drain_timeout: Duration,
 }
 
 impl ProxyConfig {
@@ -90,6 +101,10 @@ impl ProxyConfig {
             idle_evict: Duration::from_secs(600),
             allow_remote: false,
             summaries: Summaries::Extractive,
+            max_connections: 1024,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            drain_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -30,7 +30,48 @@ pub(crate) struct Proxy {
     pub client: HttpClient,
     pub sessions: Sessions,
     pub metrics: Arc<Metrics>,
+    /// Calls between their forward and the end of their commit and summaries: shutdown waits
+    /// for them to drain.
+    pub in_flight: InFlight,
     upstream: (http::uri::Scheme, http::uri::Authority, String),
+}
+
+/// A count of calls in flight that shutdown can wait on.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// One call in flight; dropping it ends it.
+pub(crate) struct Ticket(Arc<Proxy>);
+
+impl InFlight {
+    /// Waits until no call is in flight.
+    async fn drained(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.count.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+impl Ticket {
+    pub fn new(proxy: &Arc<Proxy>) -> Ticket {
+        proxy.in_flight.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ticket(Arc::clone(proxy))
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.0.in_flight.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            self.0.in_flight.idle.notify_waiters();
+        }
+    }
 }
 
 impl Proxy {
@@ -67,7 +108,8 @@ impl ProxyHandle {
         &self.metrics
     }
 
-    /// Stops accepting, lets open connections finish (at most 10 s), and returns.
+    /// Stops accepting, lets the calls in flight end and commit (at most the config's
+    /// `drain_timeout`), closes idle connections, and returns.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
@@ -102,26 +144,50 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         TcpListener::bind(cfg.listen).await.map_err(|source| ProxyError::Bind { addr: cfg.listen, source })?;
     let addr = listener.local_addr().map_err(|source| ProxyError::Bind { addr: cfg.listen, source })?;
     let metrics = Arc::new(Metrics::default());
-    let proxy =
-        Arc::new(Proxy { cfg, store, client, sessions: Sessions::default(), metrics: Arc::clone(&metrics), upstream });
+    let proxy = Arc::new(Proxy {
+        cfg,
+        store,
+        client,
+        sessions: Sessions::default(),
+        metrics: Arc::clone(&metrics),
+        in_flight: InFlight::default(),
+        upstream,
+    });
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         let period = proxy.cfg.idle_shrink.min(proxy.cfg.idle_evict) / 4;
         let mut sweep = tokio::time::interval(period.max(Duration::from_millis(10)));
+        let limit = Arc::new(tokio::sync::Semaphore::new(proxy.cfg.max_connections.max(1)));
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(proxy.cfg.header_timeout);
         loop {
             tokio::select! {
-                accepted = listener.accept() => {
-                    let Ok((tcp, _)) = accepted else { continue };
+                // At the limit this waits for a connection to end: it never spins on accept.
+                permit = Arc::clone(&limit).acquire_owned() => {
+                    let Ok(permit) = permit else { break };
+                    let accepted = tokio::select! {
+                        a = listener.accept() => a,
+                        _ = stopped.changed() => break,
+                    };
+                    let tcp = match accepted {
+                        Ok((tcp, _)) => tcp,
+                        Err(e) => {
+                            // Out of file descriptors, say: back off instead of spinning.
+                            tracing::warn!(error = %e, "accept failed; retrying in 50 ms");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
                     let _ = tcp.set_nodelay(true);
                     let p = Arc::clone(&proxy);
                     let svc = service_fn(move |req| handle(Arc::clone(&p), req));
-                    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tcp), svc);
-                    let conn = graceful.watch(conn);
+                    let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), svc));
                     tokio::spawn(async move {
                         if let Err(e) = conn.await {
                             tracing::debug!(error = %e, "connection ended");
                         }
+                        drop(permit);
                     });
                 }
                 _ = sweep.tick() => {
@@ -134,7 +200,19 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
                 _ = stopped.changed() => break,
             }
         }
-        let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
+        drop(listener);
+        // Calls in flight end and commit (their connections stay open until their answer is
+        // whole); idle keep-alive connections are closed.
+        let drain = async {
+            graceful.shutdown().await;
+            proxy.in_flight.drained().await;
+        };
+        if tokio::time::timeout(proxy.cfg.drain_timeout, drain).await.is_err() {
+            tracing::warn!(
+                in_flight = proxy.in_flight.count.load(std::sync::atomic::Ordering::SeqCst),
+                "shutdown: calls still in flight after the drain timeout"
+            );
+        }
     });
     Ok(ProxyHandle { addr, stop, task, metrics })
 }
@@ -149,8 +227,10 @@ async fn handle(proxy: Arc<Proxy>, req: Request<Incoming>) -> Result<Response<Bo
 
 async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant) -> Response<Body> {
     let shape = Shape::of_path(req.uri().path());
-    if req.uri().path() == "/healthz" {
-        return Response::new(full("ok\n"));
+    match req.uri().path() {
+        "/healthz" => return Response::new(full("ok\n")),
+        "/readyz" => return ready(proxy).await,
+        _ => {}
     }
     if let Some(token) = &proxy.cfg.client_token {
         let given = req.headers().get(crate::TOKEN_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
@@ -191,10 +271,19 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant) -> 
         return too_large();
     }
     let (parts, body) = req.into_parts();
-    let bytes: Bytes = match crate::api::read_limited(body, proxy.cfg.max_body).await {
-        Ok(Some(b)) => b,
-        Ok(None) => return too_large(),
-        Err(e) => return error(shape, StatusCode::BAD_REQUEST, "invalid_request_error", &format!("body: {e}")),
+    let read = tokio::time::timeout(proxy.cfg.body_timeout, crate::api::read_limited(body, proxy.cfg.max_body));
+    let bytes: Bytes = match read.await {
+        Ok(Ok(Some(b))) => b,
+        Ok(Ok(None)) => return too_large(),
+        Ok(Err(e)) => return error(shape, StatusCode::BAD_REQUEST, "invalid_request_error", &format!("body: {e}")),
+        Err(_) => {
+            return error(
+                shape,
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                &format!("ctxlog: the request body did not arrive within {:?}", proxy.cfg.body_timeout),
+            )
+        }
     };
     crate::api::call(Arc::clone(proxy), parts, bytes, format, started).await
 }
@@ -223,6 +312,22 @@ pub(crate) async fn forward(proxy: &Proxy, parts: http::request::Parts, body: Bo
             error(shape, StatusCode::GATEWAY_TIMEOUT, "timeout_error", "ctxlog: the upstream did not answer in time")
         }
     }
+}
+
+/// `/readyz`: 200 when the store answers within 2 s, else 503 (the proxy itself is alive:
+/// that is `/healthz`).
+async fn ready(proxy: &Arc<Proxy>) -> Response<Body> {
+    let store = Arc::clone(&proxy.store);
+    let probe = tokio::task::spawn_blocking(move || store.head(ctxlog::StreamId(uuid::Uuid::nil())));
+    let why = match tokio::time::timeout(Duration::from_secs(2), probe).await {
+        Ok(Ok(Ok(_))) => return Response::new(full("ready\n")),
+        Ok(Ok(Err(e))) => e.to_string(),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "the store did not answer within 2 s".to_owned(),
+    };
+    let mut r = Response::new(full(format!("not ready: {why}\n")));
+    *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    r
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
