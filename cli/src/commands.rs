@@ -380,7 +380,8 @@ pub fn export(args: &ExportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Writes each message of `id` up to version `head` as one JSONL line, media inlined.
+/// Writes each message of `id` up to version `head` as one JSONL line, media inlined, then
+/// the answer to its last call when the client never sent it back.
 fn export_messages(
     store: &dyn Store,
     id: StreamId,
@@ -391,19 +392,33 @@ fn export_messages(
     let source = |b: &ctxlog::BlobId| store.get_blob(b).ok().flatten();
     let opts = RenderOpts { meta: true, media: Media::Inline(&source) };
     let mut from = 1;
+    let mut line = |m: &ctxlog::Message| {
+        let (mut json, miss) = ctxlog::wire::to_json(m, opts);
+        missing.extend(miss);
+        json.push('\n');
+        write(json.as_bytes())
+    };
+    // A relayed conversation's last answer is recorded with its call (`AnswerReceived`), not
+    // appended: the client never sent it back. It ends the transcript.
+    let mut last_answer = None;
     while from <= head {
         let batch = store.read(id, from, ctxlog::session::READ_CHUNK)?;
         let Some(last) = batch.last().map(|r| r.version) else { break };
         for rec in batch.into_iter().take_while(|r| r.version <= head) {
             let ev = ctxlog::codec::decode(id, rec.version, &rec.record).map_err(ctxlog::SessionError::from)?;
-            if let Event::MessageAppended(e) = ev {
-                let (mut json, miss) = ctxlog::wire::to_json(&e.message, opts);
-                missing.extend(miss);
-                json.push('\n');
-                write(json.as_bytes())?;
+            match ev {
+                Event::MessageAppended(e) => {
+                    last_answer = None;
+                    line(&e.message)?;
+                }
+                Event::AnswerReceived(e) => last_answer = Some(e.message),
+                _ => {}
             }
         }
         from = last + 1;
+    }
+    if let Some(m) = last_answer {
+        line(&m)?;
     }
     Ok(())
 }

@@ -39,6 +39,9 @@ pub enum Event {
     /// A summary attempt failed, went stale or was not smaller than its span: recorded with its
     /// reason, it changes nothing else.
     SummaryFailed(SummaryFailed),
+    /// The assistant message a served call was answered with, as the host that relayed it saw
+    /// it; it changes nothing else (see [`AnswerReceived`]).
+    AnswerReceived(AnswerReceived),
 }
 
 impl Event {
@@ -56,6 +59,7 @@ impl Event {
             Event::GuardRaised(_) => "GuardRaised",
             Event::ImportCompleted(_) => "ImportCompleted",
             Event::SummaryFailed(_) => "SummaryFailed",
+            Event::AnswerReceived(_) => "AnswerReceived",
         }
     }
 }
@@ -89,6 +93,20 @@ pub struct ImportSource {
     pub messages: u64,
     /// Simulated time between calls for lines without a timestamp.
     pub call_interval_ms: u64,
+}
+
+/// `AnswerReceived`: what the provider answered a served call with, assembled by a host that
+/// relayed the answer (the proxy: from the JSON body or the stream's events). It is a record of
+/// the call, not a message of the conversation: the client's next request carries its own copy
+/// of the answer, which is appended as usual, so a retried or regenerated call is no
+/// divergence. It lets the log hold a conversation's last answer (`export` ends with it) and
+/// what each call returned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnswerReceived {
+    /// The call it answered (its `RequestServed` comes first).
+    pub call: u64,
+    /// The assistant message, in the session's wire format.
+    pub message: Message,
 }
 
 /// `ImportCompleted`: the last record an import writes; before it, the session is an unfinished

@@ -13,8 +13,8 @@ use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
 use crate::event::{
-    Event, GuardKind, ImportCompleted, ImportSource, MessageAppended, RequestRecord, RequestServed, Restored,
-    SessionStarted, SummaryFailed, SummaryFailure, SummaryMode, SummaryPrepared, ToolsRecord,
+    AnswerReceived, Event, GuardKind, ImportCompleted, ImportSource, MessageAppended, RequestRecord, RequestServed,
+    Restored, SessionStarted, SummaryFailed, SummaryFailure, SummaryMode, SummaryPrepared, ToolsRecord,
 };
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
@@ -187,7 +187,7 @@ impl StaleCause {
     /// (an append, or the import's completion marker: neither is part of a served view).
     fn of(ev: &Event) -> Option<StaleCause> {
         match ev {
-            Event::MessageAppended(_) | Event::ImportCompleted(_) => None,
+            Event::MessageAppended(_) | Event::ImportCompleted(_) | Event::AnswerReceived(_) => None,
             // A failed summary attempt and the summarizer's guards change no view.
             Event::SummaryFailed(_) => None,
             Event::GuardRaised(g) if matches!(g.kind, GuardKind::ForkRefused { .. } | GuardKind::SummarizerPaused) => {
@@ -948,7 +948,7 @@ impl<S: Store> Session<S> {
     /// # Ok(()) }
     /// ```
     pub fn commit(&mut self, plan: Plan, at: Timestamp, usage: Option<Usage>) -> Result<Committed, SessionError> {
-        self.commit_with(plan, at, usage, None)
+        self.commit_with(plan, at, usage, None, None)
     }
 
     /// [`Session::commit`], recording what the request carried besides its messages: `opts`
@@ -982,7 +982,33 @@ impl<S: Store> Session<S> {
         usage: Option<Usage>,
     ) -> Result<Committed, SessionError> {
         self.check_fresh(&plan)?;
-        let tools = match opts.tools_json() {
+        let tools = self.tools_record(opts)?;
+        let record = RequestRecord { model: opts.model_name(), tools, breakpoints: opts.breakpoints() };
+        self.commit_with(plan, at, usage, Some(record), None)
+    }
+
+    /// [`Session::commit_request`] with the assistant message the provider answered, recorded
+    /// in the same atomic batch as an [`AnswerReceived`] event (a record of the call, not a
+    /// message of the conversation: the client's next request brings its own copy). A host
+    /// that relays answers (a proxy) uses it so that the log holds every answer, the last one
+    /// of a conversation included. An answer not valid in the session's format is refused.
+    pub fn commit_answered(
+        &mut self,
+        plan: Plan,
+        opts: &RequestOptions,
+        at: Timestamp,
+        usage: Option<Usage>,
+        answer: Message,
+    ) -> Result<Committed, SessionError> {
+        wire::check_format(&answer, self.format()).map_err(|error| SessionError::Message { index: 0, error })?;
+        let tools = self.tools_record(opts)?;
+        let record = RequestRecord { model: opts.model_name(), tools, breakpoints: opts.breakpoints() };
+        self.commit_with(plan, at, usage, Some(record), Some(answer))
+    }
+
+    /// The tools a request carried, stored once per distinct value in the blob area.
+    fn tools_record(&self, opts: &RequestOptions) -> Result<ToolsRecord, SessionError> {
+        Ok(match opts.tools_json() {
             None => ToolsRecord::None,
             Some(json) => {
                 let id = summary_call::tools_id(json);
@@ -993,9 +1019,7 @@ impl<S: Store> Session<S> {
                 }
                 ToolsRecord::Blob { id, bytes: json.len() as u64 }
             }
-        };
-        let record = RequestRecord { model: opts.model_name(), tools, breakpoints: opts.breakpoints() };
-        self.commit_with(plan, at, usage, Some(record))
+        })
     }
 
     fn commit_with(
@@ -1004,6 +1028,7 @@ impl<S: Store> Session<S> {
         at: Timestamp,
         usage: Option<Usage>,
         request: Option<RequestRecord>,
+        answer: Option<Message>,
     ) -> Result<Committed, SessionError> {
         let at = at.as_millis();
         let _span = self.call_span(plan.call).entered();
@@ -1063,12 +1088,21 @@ impl<S: Store> Session<S> {
             Some(mut next) => {
                 next.apply(first + events.len() as u64, &served).map_err(|v| self.refused(v))?;
                 events.push(served);
+                if let Some(message) = answer {
+                    let ev = Event::AnswerReceived(AnswerReceived { call, message });
+                    next.apply(first + events.len() as u64, &ev).map_err(|v| self.refused(v))?;
+                    events.push(ev);
+                }
                 self.persist(events.clone(), next)?
             }
-            // Only `RequestServed`: validate in place, no copy of the state.
+            // Only `RequestServed` (and the answer): validate in place, no copy of the state.
             None => {
                 self.state.check_event(first, &served).map_err(|v| self.refused(v))?;
                 events.push(served);
+                // The answer's only rule is that its call is served: checked against the count.
+                if let Some(message) = answer {
+                    events.push(Event::AnswerReceived(AnswerReceived { call, message }));
+                }
                 self.persist_then_apply(events.clone())?
             }
         };

@@ -654,6 +654,12 @@ impl State {
         }
         match ev {
             Event::SessionStarted(_) | Event::GuardRaised(_) | Event::SummaryFailed(_) => Ok(()),
+            // An answer follows the call it answers.
+            Event::AnswerReceived(e) if e.call >= self.calls => fail(
+                Invariant::CallSequence,
+                format!("an answer to call {} after {} calls were served", e.call, self.calls),
+            ),
+            Event::AnswerReceived(_) => Ok(()),
             Event::MessageAppended(e) => self.check_append(version, ev, e, self.count(), &|_| false, &|_| false),
             Event::SummaryPrepared(e) if e.is_condensed() => self
                 .summaries
@@ -987,6 +993,8 @@ impl State {
                     *self.fork_refusals.entry(r.clone()).or_default() += 1;
                 }
             }
+            // A record of the call: the conversation and its view do not change.
+            Event::AnswerReceived(_) => {}
             Event::SummaryFailed(e) => {
                 self.summary_failures = self.summary_failures.saturating_add(1);
                 if let Some(r) = &e.refusal {

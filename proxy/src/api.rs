@@ -275,8 +275,8 @@ impl Call {
     /// session's summary jobs before releasing the slot and the lease.
     async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), String>)) {
         let Call { proxy, held, plan, opts, _ticket } = self;
-        let usage = match outcome {
-            Outcome::Complete(usage) => usage,
+        let (usage, answer) = match outcome {
+            Outcome::Complete(usage, answer) => (usage, answer),
             Outcome::Failed(why) => {
                 proxy.metrics.aborted.fetch_add(1, Relaxed);
                 tracing::warn!(%why, "call aborted: only its appended messages stay in the log");
@@ -290,7 +290,7 @@ impl Call {
         let at = ctxlog_now();
         let done = tokio::task::spawn_blocking(move || {
             let mut held = held;
-            let r = held.commit(plan, &opts, at, usage);
+            let r = held.commit(plan, &opts, at, usage, answer.as_deref());
             (held, r)
         })
         .await;

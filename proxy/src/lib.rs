@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+mod answer;
 mod api;
 mod body;
 mod headers;

@@ -161,20 +161,29 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         let limit = Arc::new(tokio::sync::Semaphore::new(proxy.cfg.max_connections.max(1)));
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(proxy.cfg.header_timeout);
+        // A connection is accepted only with a permit in hand: at the limit the loop waits for
+        // one to end (never spinning on accept), while the sweep and the stop still run.
+        let mut permit = None;
         loop {
+            let Some(held) = permit.take() else {
+                tokio::select! {
+                    p = Arc::clone(&limit).acquire_owned() => match p {
+                        Ok(p) => permit = Some(p),
+                        Err(_) => break,
+                    },
+                    _ = sweep.tick() => sweep_idle(&proxy),
+                    _ = stopped.changed() => break,
+                }
+                continue;
+            };
             tokio::select! {
-                // At the limit this waits for a connection to end: it never spins on accept.
-                permit = Arc::clone(&limit).acquire_owned() => {
-                    let Ok(permit) = permit else { break };
-                    let accepted = tokio::select! {
-                        a = listener.accept() => a,
-                        _ = stopped.changed() => break,
-                    };
+                accepted = listener.accept() => {
                     let tcp = match accepted {
                         Ok((tcp, _)) => tcp,
                         Err(e) => {
                             // Out of file descriptors, say: back off instead of spinning.
                             tracing::warn!(error = %e, "accept failed; retrying in 50 ms");
+                            permit = Some(held);
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
                         }
@@ -187,15 +196,12 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
                         if let Err(e) = conn.await {
                             tracing::debug!(error = %e, "connection ended");
                         }
-                        drop(permit);
+                        drop(held);
                     });
                 }
                 _ = sweep.tick() => {
-                    let (evicted, shrunk) = proxy.sessions.sweep(proxy.cfg.idle_shrink, proxy.cfg.idle_evict);
-                    proxy.metrics.resident.store(proxy.sessions.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    if evicted + shrunk > 0 {
-                        tracing::debug!(evicted, shrunk, left = proxy.sessions.len(), "idle sessions shrunk or dropped from memory");
-                    }
+                    permit = Some(held);
+                    sweep_idle(&proxy);
                 }
                 _ = stopped.changed() => break,
             }
@@ -215,6 +221,15 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         }
     });
     Ok(ProxyHandle { addr, stop, task, metrics })
+}
+
+/// Shrinks or drops the sessions idle past the configured times.
+fn sweep_idle(proxy: &Proxy) {
+    let (evicted, shrunk) = proxy.sessions.sweep(proxy.cfg.idle_shrink, proxy.cfg.idle_evict);
+    proxy.metrics.resident.store(proxy.sessions.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    if evicted + shrunk > 0 {
+        tracing::debug!(evicted, shrunk, left = proxy.sessions.len(), "idle sessions shrunk or dropped from memory");
+    }
 }
 
 async fn handle(proxy: Arc<Proxy>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {

@@ -428,18 +428,29 @@ fn as_blob(data: &mut MediaData) {
 
 impl Slot {
     /// Commits the slot's session's plan with the options its request was rendered with, so
-    /// the log records the model, the tools and the cache breakpoints of the call.
+    /// the log records the model, the tools and the cache breakpoints of the call, and the
+    /// answer's assistant message in the same batch (an answer that does not parse as a
+    /// message of the session's format is left out, with a warning: the call still counts).
     pub fn commit(
         &mut self,
         plan: Plan,
         opts: &RequestOptions,
         at: Timestamp,
         usage: Option<ctxlog::Usage>,
+        answer: Option<&str>,
     ) -> Result<(), SessionError> {
         self.last_used = Instant::now();
-        match self.session.as_mut() {
-            Some(s) => s.commit_request(plan, opts, at, usage).map(|_| ()),
-            None => Ok(()),
+        let Some(s) = self.session.as_mut() else { return Ok(()) };
+        let message = answer.and_then(|a| match parse_message(a) {
+            Ok(m) if ctxlog::wire::check_format(&m, s.format()).is_ok() => Some(m),
+            Ok(_) | Err(_) => {
+                tracing::warn!(session = %s.id(), "the answer is not a message of the session's format: not recorded");
+                None
+            }
+        });
+        match message {
+            Some(m) => s.commit_answered(plan, opts, at, usage, m).map(|_| ()),
+            None => s.commit_request(plan, opts, at, usage).map(|_| ()),
         }
     }
 

@@ -18,13 +18,14 @@ use memchr::memmem;
 use tokio::sync::oneshot;
 use tokio::time::{sleep, Instant, Sleep};
 
+use crate::answer::Answer;
 use crate::reply::{BoxError, Shape};
 
 /// How a forwarded call ended.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// The whole answer reached the client; usage if the answer carried it.
-    Complete(Option<Usage>),
+    /// The answer is whole: its usage if it carried any, and its assistant message.
+    Complete(Option<Usage>, Option<String>),
     /// The answer did not complete (the reason, for the log line).
     Failed(String),
 }
@@ -32,6 +33,7 @@ pub(crate) enum Outcome {
 /// Scans a stream's events for usage, errors and the final event.
 pub(crate) struct Scan {
     anthropic: bool,
+    answer: Answer,
     usage: Option<Usage>,
     terminal: bool,
     error: Option<String>,
@@ -39,7 +41,7 @@ pub(crate) struct Scan {
 
 impl Scan {
     pub fn new(anthropic: bool) -> Self {
-        Scan { anthropic, usage: None, terminal: false, error: None }
+        Scan { anthropic, answer: Answer::default(), usage: None, terminal: false, error: None }
     }
 
     /// Scans one whole event (its lines through the blank line); true when it is the
@@ -55,25 +57,22 @@ impl Scan {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(data) = line.strip_prefix(b"data:") else { return };
         let data = data.strip_prefix(b" ").unwrap_or(data);
-        if !self.anthropic {
-            if data == b"[DONE]" {
-                self.terminal = true;
-            } else if memmem::find(data, b"\"usage\"").is_some() {
-                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
-                    if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-                        self.usage = Usage::from_openai_chat(u).ok().or(self.usage);
-                    }
-                }
-            }
+        if !self.anthropic && data == b"[DONE]" {
+            self.terminal = true;
             return;
         }
-        // Text deltas are most of a stream: only events that can matter are parsed.
-        let relevant =
-            ["\"usage\"", "message_stop", "\"error\""].iter().any(|k| memmem::find(data, k.as_bytes()).is_some());
-        if !relevant {
-            return;
-        }
+        // Every event is parsed: its deltas make the answer the call records.
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else { return };
+        if !self.anthropic {
+            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+                self.usage = Usage::from_openai_chat(u).ok().or(self.usage);
+            }
+            if let Some(e) = v.get("error") {
+                self.error = Some(e.to_string());
+            }
+            self.answer.openai(&v);
+            return;
+        }
         match v.get("type").and_then(|t| t.as_str()) {
             Some("message_start") => {
                 if let Some(u) = v.get("message").and_then(|m| m.get("usage")) {
@@ -90,7 +89,7 @@ impl Scan {
             }
             Some("message_stop") => self.terminal = true,
             Some("error") => self.error = Some(v.get("error").map(|e| e.to_string()).unwrap_or_default()),
-            _ => {}
+            _ => self.answer.anthropic(&v),
         }
     }
 
@@ -102,7 +101,7 @@ impl Scan {
         if !self.terminal {
             return Outcome::Failed("the stream ended before its last event".into());
         }
-        Outcome::Complete(self.usage)
+        Outcome::Complete(self.usage, std::mem::take(&mut self.answer).finish(self.anthropic))
     }
 }
 
@@ -118,7 +117,7 @@ pub(crate) fn json_outcome(anthropic: bool, body: &[u8]) -> Outcome {
             Usage::from_openai_chat(u).ok()
         }
     });
-    Outcome::Complete(usage)
+    Outcome::Complete(usage, crate::answer::of_json(anthropic, &v))
 }
 
 /// What the client-facing body is doing.
@@ -265,7 +264,7 @@ impl HttpBody for Tee {
                     // The body ended without the final event: what arrived goes on as it is.
                     let outcome = this.scan.finish();
                     let outcome = match outcome {
-                        Outcome::Complete(_) => Outcome::Failed("the stream ended before its last event".into()),
+                        Outcome::Complete(..) => Outcome::Failed("the stream ended before its last event".into()),
                         failed => failed,
                     };
                     this.finish(outcome);
@@ -327,7 +326,7 @@ event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_toke
 event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
         for cut in [1, 7, 50, 200, stream.len() - 1] {
             let (a, b) = stream.split_at(cut);
-            let Outcome::Complete(Some(u)) = run(true, &[a, b]) else { panic!("cut {cut}") };
+            let Outcome::Complete(Some(u), _) = run(true, &[a, b]) else { panic!("cut {cut}") };
             assert_eq!(u, Usage { input: 5, cache_read: 100, cache_write: 7, output: 42 });
         }
         let (head, _) = stream.split_at(stream.find("event: message_stop").unwrap());
@@ -340,19 +339,19 @@ event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
     fn openai_stream_usage_from_final_chunk() {
         let s = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":null}\r\n\r\n\
 data: {\"choices\":[],\"usage\":{\"prompt_tokens\":90,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":80}}}\r\n\r\ndata: [DONE]\r\n\r\n";
-        let Outcome::Complete(Some(u)) = run(false, &[s]) else { panic!() };
+        let Outcome::Complete(Some(u), _) = run(false, &[s]) else { panic!() };
         assert_eq!(u, Usage { input: 10, cache_read: 80, cache_write: 0, output: 3 });
         assert!(matches!(run(false, &[&s[..s.len() - 20]]), Outcome::Failed(_)));
     }
 
     #[test]
     fn json_bodies() {
-        let Outcome::Complete(Some(u)) = json(true, &["{\"usage\":{\"input_tokens\":", "3,\"output_tokens\":4}}"])
+        let Outcome::Complete(Some(u), _) = json(true, &["{\"usage\":{\"input_tokens\":", "3,\"output_tokens\":4}}"])
         else {
             panic!()
         };
         assert_eq!(u.prompt_total(), 3);
-        assert!(matches!(json(false, &["{}"]), Outcome::Complete(None)));
+        assert!(matches!(json(false, &["{}"]), Outcome::Complete(None, _)));
         assert!(matches!(json(false, &["{\"usage\":"]), Outcome::Failed(_)), "a cut JSON body completed");
     }
 }

@@ -112,8 +112,8 @@ async fn a_shrunk_session_continues_where_it_was() {
     fake.shutdown();
 }
 
-/// A memory store whose appends of two or more records (a call's new messages) or of one
-/// record (a commit without compaction) fail on demand.
+/// A memory store whose appends of a call's new messages (two or more records) or of a
+/// commit (a batch with a `RequestServed`) fail on demand.
 #[derive(Default)]
 struct FlakyStore {
     inner: ctxlog::MemoryStore,
@@ -128,9 +128,11 @@ impl Store for FlakyStore {
         expected: ctxlog::ExpectedVersion,
         records: &[ctxlog::Record],
     ) -> Result<ctxlog::Version, ctxlog::StoreError> {
-        let appending = records.len() >= 2;
-        let failing = if appending { &self.fail } else { &self.fail_commits };
-        if failing.load(std::sync::atomic::Ordering::SeqCst) {
+        let commit = records.iter().any(|r| r.body().get(1) == Some(&ctxlog::codec::kind::REQUEST_SERVED));
+        let appending = records.len() >= 2 && !commit;
+        let failing = (commit && self.fail_commits.load(std::sync::atomic::Ordering::SeqCst))
+            || (appending && self.fail.load(std::sync::atomic::Ordering::SeqCst));
+        if failing {
             return Err(ctxlog::StoreError::Unavailable {
                 backend: "flaky",
                 location: "memory".into(),

@@ -297,3 +297,57 @@ async fn idle_and_partial_connections_do_not_starve_the_proxy() {
     assert_eq!(raw_call(p.addr(), ANTHROPIC, &call, "\"usage\"").await.0, 200);
     p.shutdown().await;
 }
+
+/// Every committed call records the assistant message it was answered with (from the JSON
+/// body or assembled from the stream), in the same batch: the log holds the conversation's
+/// last answer though the client never sends it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_records_its_answer() {
+    let up = FakeUpstream::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    for path in [ANTHROPIC, OPENAI] {
+        let mut id = None;
+        for turn in 0..4 {
+            let stream = turn % 2 == 1;
+            let until = if !stream {
+                "\"usage\""
+            } else if path == OPENAI {
+                "data: [DONE]"
+            } else {
+                "message_stop"
+            };
+            let (status, answer) = raw_call(p.addr(), path, &body(path, &history(turn), stream), until).await;
+            assert_eq!(status, 200, "{answer}");
+            id = Some(stream_of(&answer));
+            if !stream {
+                // The recorded message is the JSON answer's own.
+                let json: Value = serde_json::from_str(answer[answer.find("\r\n\r\n").unwrap() + 4..].trim()).unwrap();
+                let evs = events(&*store, id.unwrap());
+                let Some(ctxlog::Event::AnswerReceived(a)) = evs.last() else { panic!("{path}: no answer recorded") };
+                let recorded = ctxlog::wire::to_json(
+                    &a.message,
+                    ctxlog::wire::RenderOpts { meta: false, media: ctxlog::wire::Media::Refs },
+                )
+                .0;
+                let recorded: Value = serde_json::from_str(&recorded).unwrap();
+                let sent = if path == OPENAI { &json["choices"][0]["message"]["content"] } else { &json["content"] };
+                assert_eq!(&recorded["content"], sent, "{path} turn {turn}");
+            }
+        }
+        let evs = events(&*store, id.unwrap());
+        let mut answered = Vec::new();
+        for pair in evs.windows(2) {
+            if let [ctxlog::Event::RequestServed(s), next] = pair {
+                let ctxlog::Event::AnswerReceived(a) = next else { panic!("{path}: call {} has no answer", s.call) };
+                assert_eq!(a.call, s.call);
+                assert_eq!(a.message.role, ctxlog::message::Role::Assistant);
+                answered.push(a.call);
+            }
+        }
+        assert_eq!(answered, vec![0, 1, 2, 3], "{path}");
+        let report = ctxlog::replay::verify(&*store, id.unwrap()).unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+    }
+    p.shutdown().await;
+}

@@ -551,7 +551,8 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
         | Event::RequestServed(_)
         | Event::SummaryRetired(_)
         | Event::ImportCompleted(_)
-        | Event::SummaryFailed(_) => return None,
+        | Event::SummaryFailed(_)
+        | Event::AnswerReceived(_) => return None,
         other => super::encode(other),
     })
 }
