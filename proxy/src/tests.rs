@@ -119,6 +119,8 @@ struct FlakyStore {
     inner: ctxlog::MemoryStore,
     fail: std::sync::atomic::AtomicBool,
     fail_commits: std::sync::atomic::AtomicBool,
+    /// Every read fails: the database is down.
+    down: std::sync::atomic::AtomicBool,
 }
 
 impl Store for FlakyStore {
@@ -150,6 +152,13 @@ impl Store for FlakyStore {
         self.inner.read(stream, from, max)
     }
     fn head(&self, stream: StreamId) -> Result<Option<ctxlog::Version>, ctxlog::StoreError> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ctxlog::StoreError::Unavailable {
+                backend: "flaky",
+                location: "memory".into(),
+                detail: "connection refused".into(),
+            });
+        }
         self.inner.head(stream)
     }
     fn streams(&self) -> Result<Vec<StreamId>, ctxlog::StoreError> {
@@ -254,6 +263,34 @@ async fn an_answer_whose_commit_fails_reaches_the_client_as_an_error() {
     let report = ctxlog::replay::verify(&*store, stream).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert_eq!(report.calls, 2);
+    proxy.shutdown().await;
+    fake.shutdown();
+}
+
+/// `/healthz` says the process lives; `/readyz` whether its store answers; a request during an
+/// outage is a 529 with `retry-after`, never a 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_store_and_an_outage_is_a_retry() {
+    let fake = FakeUpstream::start().unwrap();
+    let flaky = Arc::new(FlakyStore::default());
+    let store: Arc<dyn Store> = flaky.clone();
+    let proxy = serve(ProxyConfig::new("127.0.0.1:0".parse().unwrap(), &fake.url()), Arc::clone(&store)).await.unwrap();
+    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let get = |path: &'static str| {
+        let req = http::Request::get(format!("http://{}{path}", proxy.addr())).body(Full::new(Bytes::new())).unwrap();
+        let c = client.clone();
+        async move { c.request(req).await.unwrap().status().as_u16() }
+    };
+    assert_eq!((get("/healthz").await, get("/readyz").await), (200, 200));
+    flaky.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!((get("/healthz").await, get("/readyz").await), (200, 503));
+    let (status, headers, answer) = send(&proxy, body(0), false).await;
+    assert_eq!(status.as_u16(), 529, "{answer}");
+    assert!(headers.contains_key("retry-after"));
+    assert!(fake.requests().is_empty(), "a call went upstream during the outage");
+    flaky.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(get("/readyz").await, 200);
+    assert_eq!(send(&proxy, body(0), false).await.0.as_u16(), 200);
     proxy.shutdown().await;
     fake.shutdown();
 }
