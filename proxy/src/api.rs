@@ -45,6 +45,15 @@ pub(crate) async fn call(
             Err(e) => return bad(&e.field, &e.message),
         };
     }
+    // Every call's usage is recorded: an OpenAI stream is asked for its usage chunk, which is
+    // kept from a client that did not ask for it (LangChain's and the Agents SDK's default).
+    let strip_usage = format == WireFormat::OpenAi && body.streams() && !asks_usage(&body);
+    if strip_usage {
+        opts = match opts.field("stream_options", &with_usage(&body)) {
+            Ok(o) => o,
+            Err(e) => return bad(&e.field, &e.message),
+        };
+    }
     // The history as spans of the body and their digests: the blocking task below rebuilds
     // borrowed items from the (refcounted) body instead of copying 600 KB into owned strings.
     let system = body.system.map(|s| {
@@ -203,7 +212,10 @@ pub(crate) async fn call(
     if sse {
         let (tx, rx) = oneshot::channel();
         let (committed_tx, committed_rx) = oneshot::channel();
-        let tee = Tee::new(up_body, Scan::new(anthropic), shape, proxy.cfg.upstream_timeout, tx, committed_rx);
+        let mut tee = Tee::new(up_body, Scan::new(anthropic), shape, proxy.cfg.upstream_timeout, tx, committed_rx);
+        if strip_usage {
+            tee = tee.without_usage_chunk();
+        }
         tokio::spawn(async move {
             let outcome = rx.await.unwrap_or(Outcome::Failed("the answer was dropped".into()));
             call.settle(outcome, |r| {
@@ -251,6 +263,23 @@ pub(crate) async fn call(
         Ok(Err(why)) => unavailable(&format!("the answer arrived but the call could not be recorded: {why}")),
         Err(_) => unavailable("the answer arrived but the commit task ended"),
     }
+}
+
+/// Whether an OpenAI request asks for its stream's usage (`stream_options.include_usage`).
+fn asks_usage(body: &ClientBody<'_>) -> bool {
+    stream_options(body).and_then(|o| o.get("include_usage").and_then(serde_json::Value::as_bool)).unwrap_or(false)
+}
+
+fn stream_options(body: &ClientBody<'_>) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let (_, raw) = body.fields.iter().find(|(k, _)| *k == "stream_options")?;
+    serde_json::from_str::<serde_json::Value>(raw.get()).ok()?.as_object().cloned()
+}
+
+/// The client's `stream_options` with `include_usage` on.
+fn with_usage(body: &ClientBody<'_>) -> String {
+    let mut o = stream_options(body).unwrap_or_default();
+    o.insert("include_usage".into(), true.into());
+    serde_json::Value::Object(o).to_string()
 }
 
 /// One prepare attempt's result, carried out of the blocking task.

@@ -142,6 +142,8 @@ pub(crate) struct Tee {
     /// Bytes received but not passed on: the start of an event whose end has not arrived.
     pending: BytesMut,
     phase: Phase,
+    /// Drop the OpenAI usage chunk (`choices: []`): ctxlog asked for it, the client did not.
+    strip_usage: bool,
     /// An upstream body error held back for one poll: returning it at once makes hyper drop
     /// the connection with frames still in its write buffer, so the client would get less
     /// than the upstream sent. `Pending` first lets hyper flush them.
@@ -167,8 +169,15 @@ impl Tee {
             committed,
             pending: BytesMut::new(),
             phase: Phase::Streaming,
+            strip_usage: false,
             err: None,
         }
+    }
+
+    /// Keeps the stream's usage chunk from the client (it is still scanned).
+    pub fn without_usage_chunk(mut self) -> Self {
+        self.strip_usage = true;
+        self
     }
 
     fn finish(&mut self, outcome: Outcome) {
@@ -181,20 +190,47 @@ impl Tee {
     /// event, which it moves to the commit phase. Returns the bytes to pass on now.
     fn take_events(&mut self) -> Option<Bytes> {
         let mut at = 0;
+        let mut out = BytesMut::new();
         while let Some(end) = event_end(&self.pending[at..]) {
             let event = &self.pending[at..at + end];
             if self.scan.event(event) {
-                let ready = self.pending.split_to(at).freeze();
-                let held = std::mem::take(&mut self.pending).freeze();
+                out.extend_from_slice(&self.pending[..at]);
+                let held = self.pending.split_off(at).freeze();
+                self.pending.clear();
                 let outcome = self.scan.finish();
                 self.finish(outcome);
                 self.phase = Phase::Committing(held);
-                return (!ready.is_empty()).then_some(ready);
+                return (!out.is_empty()).then(|| out.freeze());
+            }
+            if self.strip_usage && is_usage_chunk(event) {
+                // Everything before it goes on; the chunk itself does not.
+                out.extend_from_slice(&self.pending[..at]);
+                let _ = self.pending.split_to(at + end);
+                at = 0;
+                continue;
             }
             at += end;
         }
-        (at > 0).then(|| self.pending.split_to(at).freeze())
+        if out.is_empty() {
+            // The common case: the whole events go on as they came, without a copy.
+            return (at > 0).then(|| self.pending.split_to(at).freeze());
+        }
+        out.extend_from_slice(&self.pending.split_to(at));
+        Some(out.freeze())
     }
+}
+
+/// An OpenAI chunk that carries only the usage (`"choices":[]`), as `include_usage` adds.
+fn is_usage_chunk(event: &[u8]) -> bool {
+    memmem::find(event, b"\"usage\"").is_some()
+        && event.split(|b| *b == b'\n').any(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(data) = line.strip_prefix(b"data:") else { return false };
+            serde_json::from_slice::<serde_json::Value>(data.trim_ascii_start()).is_ok_and(|v| {
+                v.get("choices").and_then(|c| c.as_array()).is_some_and(|c| c.is_empty())
+                    && v.get("usage").is_some_and(|u| u.is_object())
+            })
+        })
 }
 
 /// The length of the first whole SSE event in `buf` (through its blank line), if any.

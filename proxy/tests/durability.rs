@@ -351,3 +351,40 @@ async fn every_call_records_its_answer() {
     }
     p.shutdown().await;
 }
+
+/// An OpenAI stream whose client did not ask for usage (LangChain's and the Agents SDK's
+/// default) is asked for it anyway: the call is committed with the provider's usage, and the
+/// client gets no usage chunk it did not ask for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_streams_are_committed_with_usage_the_client_did_not_ask_for() {
+    let up = FakeUpstream::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let mut id = None;
+    for turn in 0..3 {
+        let req = format!(r#"{{"model":"gpt-x","stream":true,"messages":[{}]}}"#, history(turn).join(","));
+        let (status, answer) = raw_call(p.addr(), OPENAI, &req, "data: [DONE]").await;
+        assert_eq!(status, 200, "{answer}");
+        assert!(!answer.contains("\"choices\":[]"), "the client got a usage chunk it did not ask for: {answer}");
+        assert!(answer.contains("data: [DONE]"));
+        id = Some(stream_of(&answer));
+        let forwarded = up.requests().last().unwrap().request.body.clone();
+        let v: Value = serde_json::from_slice(&forwarded).unwrap();
+        assert_eq!(v["stream_options"]["include_usage"], true, "the upstream was not asked for usage");
+    }
+    let evs = events(&*store, id.unwrap());
+    let served = served(&evs);
+    assert_eq!(served.len(), 3);
+    assert!(
+        served.iter().all(|s| s.usage.is_some() && s.reported_tokens.is_some()),
+        "a call was committed without usage"
+    );
+    // A client that asks keeps its chunk.
+    let req = format!(
+        r#"{{"model":"gpt-x","stream":true,"stream_options":{{"include_usage":true}},"messages":[{}]}}"#,
+        history(3).join(",")
+    );
+    let (_, answer) = raw_call(p.addr(), OPENAI, &req, "data: [DONE]").await;
+    assert!(answer.contains("\"choices\":[]"), "the client's own usage chunk was dropped: {answer}");
+    p.shutdown().await;
+}
