@@ -388,3 +388,68 @@ async fn openai_streams_are_committed_with_usage_the_client_did_not_ask_for() {
     assert!(answer.contains("\"choices\":[]"), "the client's own usage chunk was dropped: {answer}");
     p.shutdown().await;
 }
+
+/// Three proxies, each with its own handle on one SQLite file (as three processes would), four
+/// conversations at once, every call sent to a random proxy: every answered call is in the
+/// log exactly once, each conversation one session, `verify` ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_one_sqlite_file_logs_every_answered_call_once() {
+    let up = FakeUpstream::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let mut proxies = Vec::new();
+    for _ in 0..3 {
+        let store: Arc<dyn Store> = Arc::new(ctxlog_store_sqlite::SqliteStore::open(&path).unwrap());
+        proxies.push(proxy_on(store, &up.url(), |c| c.engine.budget = 4_000).await);
+    }
+    let addrs: Arc<Vec<SocketAddr>> = Arc::new(proxies.iter().map(|p| p.addr()).collect());
+    let mut tasks = Vec::new();
+    for conv in 0..4u32 {
+        let addrs = Arc::clone(&addrs);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = 0x2545_f491_u32.wrapping_mul(conv + 1);
+            let mut answered = 0;
+            let mut ids = std::collections::BTreeSet::new();
+            let mut turn = 0;
+            let mut tries = 0;
+            while turn < 10 && tries < 60 {
+                tries += 1;
+                rng ^= rng << 13;
+                rng ^= rng >> 17;
+                rng ^= rng << 5;
+                let addr = addrs[(rng % 3) as usize];
+                let mut h = history(turn);
+                h[0] = format!(r#"{{"role":"user","content":"conversation {conv}: port the parser"}}"#);
+                let stream = rng % 2 == 0;
+                let until = if stream { "event: message_stop" } else { "\"usage\"" };
+                let (status, answer) = raw_call(addr, ANTHROPIC, &body(ANTHROPIC, &h, stream), until).await;
+                match status {
+                    // A stream's status comes first: only its final event makes it an answer.
+                    200 if answer.contains(until) => {
+                        answered += 1;
+                        turn += 1;
+                        ids.insert(stream_of(&answer));
+                    }
+                    529 => tokio::time::sleep(Duration::from_millis(20)).await, // retry, as an SDK does
+                    other => panic!("conversation {conv}: {other}: {answer}"),
+                }
+            }
+            (answered, ids)
+        }));
+    }
+    let store = ctxlog_store_sqlite::SqliteStore::open(&path).unwrap();
+    for t in tasks {
+        let (answered, ids) = t.await.unwrap();
+        assert_eq!(answered, 10, "a conversation did not finish");
+        assert_eq!(ids.len(), 1, "a conversation was split: {ids:?}");
+        let id = *ids.first().unwrap();
+        let evs = calls(&store, id, answered).await;
+        let served = served(&evs);
+        assert_eq!(served.len(), answered, "answered calls missing or doubled");
+        let report = ctxlog::replay::verify(&store, id).unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+    }
+    for p in proxies {
+        p.shutdown().await;
+    }
+}
