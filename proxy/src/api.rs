@@ -155,6 +155,7 @@ pub(crate) async fn call(
     }
     let stream = prepared.stream;
     let call_no = prepared.plan.call();
+    let told = crate::headers::what_was_done(&prepared.plan);
     let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
     if let Some(h) = up.headers_mut() {
         *h = crate::headers::request(&parts.headers, true);
@@ -188,6 +189,7 @@ pub(crate) async fn call(
         headers.insert(crate::headers::stream_header(), v);
     }
     headers.insert(crate::headers::call_header(), http::HeaderValue::from(call_no));
+    headers.extend(told);
     let reply = |status, headers, body: Body| {
         let mut out = Response::builder().status(status);
         if let Some(h) = out.headers_mut() {

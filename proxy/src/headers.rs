@@ -66,6 +66,24 @@ pub(crate) fn call_header() -> HeaderName {
     HeaderName::from_static(crate::CALL_HEADER)
 }
 
+/// What ctxlog did to a call's request, for its client: `x-ctxlog-view-messages` and
+/// `x-ctxlog-view-tokens` (what was sent), `x-ctxlog-edits` (ladder edits made by this call) and
+/// `x-ctxlog-flushed` (1 when this call switched the view to prepared summaries).
+pub(crate) fn what_was_done(plan: &ctxlog::Plan) -> HeaderMap {
+    let edits = plan.events().iter().filter(|e| matches!(e, ctxlog::Event::Edited(_))).count();
+    let flushed = plan.events().iter().any(|e| matches!(e, ctxlog::Event::Flushed(_)));
+    let mut h = HeaderMap::new();
+    for (name, v) in [
+        ("x-ctxlog-view-messages", plan.view_messages),
+        ("x-ctxlog-view-tokens", plan.view_tokens),
+        ("x-ctxlog-edits", edits as u64),
+        ("x-ctxlog-flushed", u64::from(flushed)),
+    ] {
+        h.insert(HeaderName::from_static(name), header::HeaderValue::from(v));
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -122,11 +122,12 @@ async fn a_client_closing_at_the_final_event_finds_its_call_logged() {
 async fn a_fleet_with_random_routing_logs_every_call_once() {
     let up = FakeUpstream::start().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let a = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 3_000).await;
-    let b = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 3_000).await;
+    let a = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 400).await;
+    let b = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 400).await;
     let proxies = [a.addr(), b.addr()];
     let mut rng = 0x9e37_79b9_u32;
     let mut ids = std::collections::BTreeSet::new();
+    let mut compacted = false;
     let turns = 24;
     for turn in 0..turns {
         rng ^= rng << 13;
@@ -139,7 +140,15 @@ async fn a_fleet_with_random_routing_logs_every_call_once() {
         let (status, answer) = raw_call(addr, path, &body(path, &history(turn), stream), until).await;
         assert_eq!(status, 200, "turn {turn}: {answer}");
         ids.insert(stream_of(&answer));
+        let header = |name: &str| {
+            answer.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix(name).map(|v| v.trim().to_owned()))
+        };
+        let view: u64 = header("x-ctxlog-view-messages:").expect("no view header").parse().unwrap();
+        assert!(view <= history(turn).len() as u64);
+        compacted |=
+            header("x-ctxlog-flushed:").as_deref() == Some("1") || header("x-ctxlog-edits:").is_some_and(|e| e != "0");
     }
+    assert!(compacted, "no answer told its client of a compaction");
     assert_eq!(ids.len(), 1, "the fleet split the conversation: {ids:?}");
     let id = *ids.first().unwrap();
     let evs = calls(&*store, id, turns).await;
