@@ -418,7 +418,9 @@ impl FsStore {
     }
 
     fn scan_streams(&mut self, accept_loss: bool) -> Result<(), StoreError> {
-        let mut map = HashMap::new();
+        // Every stream is judged before anything is repaired, so a writer's open that refuses
+        // a cut log changes no file at all.
+        let mut scanned = Vec::new();
         for (stream, has_log) in self.stream_files()? {
             let path = self.stream_path(stream);
             let (mut log, torn) = match has_log {
@@ -433,6 +435,24 @@ impl FsStore {
             let snap_path = self.snapshot_path(stream);
             let snap = snapshot_version(&snap_path)?;
             let verdict = cut::judge(stream, &log, &found, &anchor_path, snap.map(|v| (v, snap_path.as_path())))?;
+            let short = |detail: &str| DamagedStream {
+                stream,
+                path: path.clone(),
+                offset: log.len,
+                version: log.head + 1,
+                detail: detail.to_owned(),
+                acceptable: true,
+            };
+            if let (Verdict::Short { detail, .. }, Some(_), false, None) =
+                (&verdict, &self.writer, accept_loss, &log.damaged)
+            {
+                // Never cut what was acknowledged: the open fails, naming the loss.
+                return Err(damaged_error(&short(detail)));
+            }
+            scanned.push(Scanned { stream, has_log, path, log, torn, found, snap, verdict });
+        }
+        let mut map = HashMap::new();
+        for Scanned { stream, has_log, path, mut log, torn, found, snap, verdict } in scanned {
             match verdict {
                 Verdict::Short { acknowledged, detail } if log.damaged.is_none() => {
                     let d = DamagedStream {
@@ -443,11 +463,10 @@ impl FsStore {
                         detail,
                         acceptable: true,
                     };
-                    match (self.writer.is_some(), accept_loss) {
-                        (false, _) => log.damaged = Some(d),
-                        // Never cut what was acknowledged: the open fails, naming the loss.
-                        (true, false) => return Err(damaged_error(&d)),
-                        (true, true) => self.accept_loss(&mut log, torn.as_ref(), &d, acknowledged, snap)?,
+                    // A writer here was told to accept the loss (it refused above otherwise).
+                    match self.writer.is_some() {
+                        false => log.damaged = Some(d),
+                        true => self.accept_loss(&mut log, torn.as_ref(), &d, acknowledged, snap)?,
                     }
                 }
                 Verdict::Short { detail, .. } => {
@@ -465,7 +484,7 @@ impl FsStore {
                     if let Some(torn) = torn {
                         self.torn_tail(stream, &path, &torn)?;
                     }
-                    if has_log && found == Found::Missing {
+                    if has_log && found == Found::Missing && log.damaged.is_none() {
                         // A stream written before anchors: a writer anchors it where it ends now.
                         match self.writer.is_some() {
                             true => self.write_anchor(stream, &mut log)?,
@@ -671,6 +690,18 @@ impl FsStore {
         out.sort();
         Ok(out)
     }
+}
+
+/// One stream as the open found it, before any repair.
+struct Scanned {
+    stream: StreamId,
+    has_log: bool,
+    path: PathBuf,
+    log: StreamLog,
+    torn: Option<Torn>,
+    found: Found,
+    snap: Option<Version>,
+    verdict: Verdict,
 }
 
 /// Creates the first free `<log>.torn-<offset>[.<n>]` (an earlier repair at the same offset

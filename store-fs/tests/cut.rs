@@ -361,3 +361,25 @@ fn a_store_written_before_anchors_opens_and_its_first_writer_anchors_it() {
     cut(&log_path(dir.path(), fx.stream), fx.batches[4].0 + 3);
     assert!(matches!(FsStore::open(dir.path()), Err(StoreError::Corrupt { .. })));
 }
+
+#[test]
+fn a_refused_writers_open_repairs_nothing_in_any_stream() {
+    // Two streams: one with a torn tail beyond its anchor (a repair a writer would make), one
+    // cut below its anchor. The open refuses before it touches either.
+    let fx = build();
+    let dir = copy(fx.dir.path());
+    // Sorts before any random stream id, so an open that repaired as it went would reach it first.
+    let other: StreamId = "00000000-0000-4000-8000-000000000001".parse().unwrap();
+    {
+        let store = FsStore::open(dir.path()).unwrap();
+        store.append(other, ExpectedVersion::Exact(0), &[Record::seal(b"other".to_vec())]).unwrap();
+    }
+    let other_log = log_path(dir.path(), other);
+    let mut bytes = std::fs::read(&other_log).unwrap();
+    bytes.extend_from_slice(&[1, 2, 3]);
+    std::fs::write(&other_log, &bytes).unwrap();
+    cut(&log_path(dir.path(), fx.stream), fx.batches[4].0 + 2);
+    let before = files(dir.path());
+    assert!(matches!(FsStore::open(dir.path()), Err(StoreError::Corrupt { stream, .. }) if stream == fx.stream));
+    assert_eq!(files(dir.path()), before, "the refused open repaired something");
+}
