@@ -441,3 +441,34 @@ impl Store for AheadSnapshot {
         self.0.get_blob(id)
     }
 }
+
+/// The same rule on PostgreSQL (skipped, with a message, where PostgreSQL cannot run).
+#[test]
+fn a_snapshot_beyond_the_head_is_damage_on_postgres() {
+    let Some(db) = ctxlog_tests::postgres::database("snapshot_beyond_head") else { return };
+    let id: ctxlog::StreamId = sf::SESSION.parse().unwrap();
+    let head = {
+        let store = ctxlog_store_postgres::PgStore::open(db.url()).unwrap();
+        let store: &dyn Store = &store;
+        let config = ctxlog::Config { budget: 3_000, ..ctxlog::Config::default() };
+        let mut session = ctxlog::Session::create(
+            store,
+            id,
+            ctxlog::WireFormat::Anthropic,
+            config,
+            ctxlog::Timestamp::from_millis(1_000),
+        )
+        .unwrap();
+        for i in 0..3 {
+            sf::engine_call(&mut session, i);
+        }
+        session.snapshot().unwrap();
+        store.head(id).unwrap().unwrap()
+    };
+    let ahead = head + 5;
+    let rows = db.connect().unwrap().execute("UPDATE ctxlog_snapshots SET version = $1", &[&(ahead as i64)]).unwrap();
+    assert_eq!(rows, 1);
+    let (code, out, err) = cli(&["verify", "--store", db.url()]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(format!("{out}{err}").contains(&format!("versions {}..={ahead}", head + 1)), "{out}{err}");
+}
