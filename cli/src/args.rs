@@ -21,6 +21,12 @@ pub struct Cli {
     /// and conflicts; -vv every call, edit and append; -vvv everything.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Let a writing command (`import`, `demo`, `restore`, `copy --to`, `proxy`) open an fs
+    /// store whose log is shorter than what it acknowledged: the loss is recorded in
+    /// `<log>.lost-<version>` (which `verify` reports) and the session goes on from where its log
+    /// ends. Without it such an open fails (exit 4). Read-only commands never repair.
+    #[arg(long, global = true)]
+    pub accept_loss: bool,
 }
 
 /// The subcommands.

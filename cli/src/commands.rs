@@ -14,7 +14,7 @@ use crate::analysis::{analyze, unfinished, Decision, Keep, Until, What};
 use crate::args::{CopyArgs, ExportArgs, InspectArgs, ReplayArgs, RestoreArgs, SessionArgs, StoreArgs, VerifyArgs};
 use crate::error::{is_damage, output, CliError};
 use crate::output::{print_timeline, Out};
-use crate::stores::{open_store, Access};
+use crate::stores::{open_store, open_store_with, Access};
 use crate::table::{Align, Columns};
 
 /// Resolves `--session`, or the only session of the store.
@@ -43,7 +43,15 @@ pub fn parse_session(s: &str) -> Result<StreamId, CliError> {
 }
 
 fn open_selected(args: &SessionArgs, access: Access) -> Result<(Box<dyn Store>, StreamId), CliError> {
-    let store = open_store(&args.store.store, access)?;
+    open_selected_with(args, access, false)
+}
+
+fn open_selected_with(
+    args: &SessionArgs,
+    access: Access,
+    accept_loss: bool,
+) -> Result<(Box<dyn Store>, StreamId), CliError> {
+    let store = open_store_with(&args.store.store, access, accept_loss)?;
     let id = pick_session(store.as_ref(), args.session.as_deref())?;
     Ok((store, id))
 }
@@ -52,11 +60,19 @@ fn open_selected(args: &SessionArgs, access: Access) -> Result<(Box<dyn Store>, 
 pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let store = open_store(&args.store, Access::ReadOnly)?;
     let mut rows = Vec::new();
+    let mut damaged = Vec::new();
     for id in store.streams()? {
         // An unfinished import is not a session yet: say so aside, not in the list.
         let session = match Session::open(store.as_ref(), id) {
             Err(e @ ctxlog::SessionError::Unfinished { .. }) => {
                 out.err(&format!("note: {e}"))?;
+                continue;
+            }
+            // One damaged session does not hide the others: it is reported, and the command
+            // exits 4 once the list is out.
+            Err(e) if is_log_damage(&e) => {
+                out.err(&format!("damaged: session {id}: {e}"))?;
+                damaged.push(id);
                 continue;
             }
             other => other?,
@@ -83,7 +99,23 @@ pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             out.line(&table.line(r))?;
         }
     }
-    Ok(())
+    match damaged.as_slice() {
+        [] => Ok(()),
+        ids => Err(CliError::InvalidLog(format!(
+            "{} session(s) damaged and not listed: {}",
+            ids.len(),
+            ids.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Whether opening a session failed because its log is damaged or invalid (exit 4).
+fn is_log_damage(e: &ctxlog::SessionError) -> bool {
+    match e {
+        ctxlog::SessionError::Store(e) => is_damage(e),
+        ctxlog::SessionError::Decode(_) | ctxlog::SessionError::Invariant { .. } => true,
+        _ => false,
+    }
 }
 
 /// `replay`
@@ -299,7 +331,7 @@ pub fn verify(args: &VerifyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             Ok(report) => report,
             // A stream the store cannot read at all (its head is damaged) is a finding like any
             // other: report it and go on with the next session.
-            Err(ctxlog::SessionError::Store(e)) if is_damage(&e) => {
+            Err(e) if is_log_damage(&e) => {
                 ctxlog::replay::VerifyReport { problems: vec![e.to_string()], ..Default::default() }
             }
             Err(e) => return Err(e.into()),
@@ -424,8 +456,8 @@ fn export_messages(
 }
 
 /// `restore`
-pub fn restore(args: &RestoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
-    let (store, id) = open_selected(&args.session, Access::ReadWrite)?;
+pub fn restore(args: &RestoreArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
+    let (store, id) = open_selected_with(&args.session, Access::ReadWrite, accept_loss)?;
     let mut session = Session::open(store.as_ref(), id)?;
     // A restore the invariants refuse (nothing to restore, no such seq) is a bad `--seq`, not a
     // bad log: exit 2 like any other input error.
@@ -444,9 +476,9 @@ pub fn restore(args: &RestoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
 }
 
 /// `copy`
-pub fn copy(args: &CopyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+pub fn copy(args: &CopyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
     let from = open_store(&args.from, Access::ReadOnly)?;
-    let to = open_store(&args.to, Access::Create)?;
+    let to = open_store_with(&args.to, Access::Create, accept_loss)?;
     let ids = match &args.session {
         Some(s) => vec![parse_session(s)?],
         None => from.streams()?,

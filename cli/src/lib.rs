@@ -34,7 +34,7 @@ use crate::import::{import, ImportOptions};
 use crate::logs::with_logs;
 pub use crate::logs::Logs;
 use crate::output::{details, json_line, summary, Out, TimelineTable};
-use crate::stores::{open_store, Access};
+use crate::stores::{open_store_with, Access};
 use crate::transcript::{FormatArg, Source};
 
 /// Budget the demo runs with unless `--budget` says otherwise: small enough that the bundled
@@ -75,7 +75,7 @@ pub fn run_with_progress(
         }
     };
     let mut out = Out { stdout, stderr, progress };
-    let (result, captured) = with_logs(cli.verbose, logs, || dispatch(cli.command, &mut out));
+    let (result, captured) = with_logs(cli.verbose, logs, || dispatch(cli.command, cli.accept_loss, &mut out));
     let _ = out.stderr.write_all(&captured);
     match result {
         Ok(()) => 0,
@@ -92,23 +92,23 @@ pub fn run_with_progress(
     }
 }
 
-fn dispatch(command: Command, out: &mut Out<'_>) -> Result<(), CliError> {
+fn dispatch(command: Command, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
     match command {
-        Command::Demo(a) => demo(a, out),
-        Command::Import(a) => import_cmd(a, out),
+        Command::Demo(a) => demo(a, accept_loss, out),
+        Command::Import(a) => import_cmd(a, accept_loss, out),
         Command::Sessions(a) => commands::sessions(&a, out),
         Command::Replay(a) => commands::replay(&a, out),
         Command::Inspect(a) => commands::inspect(&a, out),
         Command::Verify(a) => commands::verify(&a, out),
         Command::Export(a) => commands::export(&a, out),
-        Command::Restore(a) => commands::restore(&a, out),
-        Command::Copy(a) => commands::copy(&a, out),
+        Command::Restore(a) => commands::restore(&a, accept_loss, out),
+        Command::Copy(a) => commands::copy(&a, accept_loss, out),
         Command::Tail(a) => tail::tail(&a, out),
         Command::Report(a) => report::report(&a, out),
         Command::Why(a) => why::why(&a, out),
         Command::Rerun(a) => rerun::rerun(&a, out),
         Command::Diff(a) => diff::diff(&a, out),
-        Command::Proxy(a) => proxy::proxy(&a, out),
+        Command::Proxy(a) => proxy::proxy(&a, accept_loss, out),
         Command::Request(a) => request::request(&a, out),
     }
 }
@@ -120,7 +120,7 @@ fn config_of(args: &ConfigArgs, base: Config) -> Result<(Config, Option<ctxlog::
     Ok((config, session))
 }
 
-fn demo(a: DemoArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+fn demo(a: DemoArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
     let transcript = match a.messages {
         None => {
             let text = ctxlog_workload::demo_transcript();
@@ -134,16 +134,17 @@ fn demo(a: DemoArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         }
     };
     let base = Config { budget: DEMO_BUDGET, ..Config::default() };
-    run_import(&transcript, &a.store, &a.config, base, 30_000, a.views.as_deref(), false, out)
+    run_import(&transcript, &a.store, &a.config, base, 30_000, a.views.as_deref(), false, accept_loss, out)
 }
 
-fn import_cmd(a: ImportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+fn import_cmd(a: ImportArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
     if !(a.call_interval.is_finite() && a.call_interval >= 0.0) {
         return Err(CliError::Usage(format!("--call-interval {} is not a number of seconds", a.call_interval)));
     }
     let transcript = transcript::check_file(&a.file, a.format)?;
     let interval = (a.call_interval * 1000.0).round() as u64;
-    run_import(&transcript, &a.store, &a.config, Config::default(), interval, a.views.as_deref(), a.inline_media, out)
+    let views = a.views.as_deref();
+    run_import(&transcript, &a.store, &a.config, Config::default(), interval, views, a.inline_media, accept_loss, out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -155,6 +156,7 @@ fn run_import(
     interval_ms: u64,
     views: Option<&std::path::Path>,
     inline_media: bool,
+    accept_loss: bool,
     out: &mut Out<'_>,
 ) -> Result<(), CliError> {
     let (config, session) = config_of(config_args, base)?;
@@ -162,7 +164,7 @@ fn run_import(
     let model = model_client::from_args(config_args)?;
     // The id is chosen here so a failed import can name the session it leaves unfinished.
     let id = session.unwrap_or_else(ctxlog::session::new_session_id);
-    let store = open_store(&store_args.store, Access::Create)?;
+    let store = open_store_with(&store_args.store, Access::Create, accept_loss)?;
     // The views go to `<path>.partial` and are renamed only once the session is stored, so a
     // failed import leaves no views file that describes a session that does not exist.
     let partial = views.map(|p| {

@@ -8,15 +8,15 @@ use ctxlog::Config;
 use crate::args::ProxyArgs;
 use crate::error::CliError;
 use crate::output::Out;
-use crate::stores::{open_store, Access};
+use crate::stores::{open_store_with, Access};
 
 /// Runs the proxy in the foreground.
-pub fn proxy(a: &ProxyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
+pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
     let engine = a.config.resolve(Config::default())?;
     engine.validate()?;
     // Built before the store opens: a missing API key or a bad spec fails first.
     let summaries = summaries(a, &engine)?;
-    let store: Arc<dyn ctxlog::Store> = Arc::from(open_store(&a.store, Access::Create)?);
+    let store: Arc<dyn ctxlog::Store> = Arc::from(open_store_with(&a.store, Access::Create, accept_loss)?);
     let mut cfg = ctxlog_proxy::ProxyConfig::new(a.listen, &a.upstream);
     cfg.engine = engine;
     cfg.client_token = a.client_token.clone();

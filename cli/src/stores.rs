@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use ctxlog::{MemoryStore, Store, StoreError};
-use ctxlog_store_fs::FsStore;
+use ctxlog_store_fs::{FsOptions, FsStore};
 use ctxlog_store_postgres::PgStore;
 use ctxlog_store_sled::SledStore;
 use ctxlog_store_sqlite::SqliteStore;
@@ -25,6 +25,13 @@ pub enum Access {
 /// Opens the store a URL names. A store that does not exist is [`StoreError::Missing`] unless
 /// `access` is [`Access::Create`].
 pub fn open_store(url: &str, access: Access) -> Result<Box<dyn Store>, CliError> {
+    open_store_with(url, access, false)
+}
+
+/// [`open_store`]; a writer's open of an fs store that lost acknowledged versions accepts the
+/// loss when `accept_loss` is set (`--accept-loss`, [`FsOptions::accept_loss`]) instead of
+/// failing.
+pub fn open_store_with(url: &str, access: Access, accept_loss: bool) -> Result<Box<dyn Store>, CliError> {
     let (scheme, rest) = url.split_once(':').ok_or_else(|| bad(url))?;
     let missing = |backend: &'static str, exists: bool| match (exists, access) {
         (false, Access::ReadWrite) => Err(StoreError::Missing { backend, location: rest.to_owned() }),
@@ -45,7 +52,11 @@ pub fn open_store(url: &str, access: Access) -> Result<Box<dyn Store>, CliError>
         ("fs", path, Access::ReadOnly) if !path.is_empty() => Box::new(FsStore::open_read_only(path)?),
         ("fs", path, _) if !path.is_empty() => {
             missing("fs", Path::new(path).join("FORMAT").is_file())?;
-            Box::new(FsStore::open(path)?)
+            let store = FsStore::open_with(path, FsOptions { accept_loss, ..FsOptions::default() })?;
+            for loss in store.accepted_losses() {
+                tracing::warn!(stream = %loss.stream, record = %loss.record.display(), "accepted a loss (--accept-loss)");
+            }
+            Box::new(store)
         }
         ("postgres" | "postgresql", rest, Access::ReadOnly) if rest.starts_with("//") => {
             Box::new(PgStore::open_read_only(url)?)

@@ -33,6 +33,8 @@
 // the workspace lint table no longer lists it).
 #![warn(clippy::indexing_slicing)]
 
+mod anchor;
+mod cut;
 mod frame;
 mod lock;
 mod read;
@@ -54,6 +56,8 @@ use ctxlog::store::{
 pub use frame::MAX_PAYLOAD;
 pub use sync::{SyncEvent, SyncKind, SyncObserver};
 
+use crate::anchor::{Anchor, Found};
+use crate::cut::Verdict;
 use crate::lock::WriterLock;
 use crate::scan::{FrameMeta, StreamLog, Torn};
 use crate::sync::Syncer;
@@ -108,6 +112,27 @@ pub struct DamagedStream {
     pub version: Version,
     /// What is wrong.
     pub detail: String,
+    /// Whether this is a loss a writer's open can be told to accept ([`FsOptions::accept_loss`]):
+    /// the log is shorter than what was acknowledged (or its anchor cannot say how far that
+    /// was). A writer's open refuses such a store; other damage only refuses appends.
+    pub acceptable: bool,
+}
+
+/// A loss a writer's open accepted ([`FsOptions::accept_loss`]): the log was cut short, and it
+/// now goes on from where it ends. Recorded in a file that every later
+/// [`Store::check_integrity`] reports until a person removes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedLoss {
+    /// The stream.
+    pub stream: StreamId,
+    /// The stream file.
+    pub path: PathBuf,
+    /// The first lost version (the log's head + 1 at the open).
+    pub from: Version,
+    /// The last acknowledged version, when known (`None`: the anchor was damaged).
+    pub to: Option<Version>,
+    /// The file recording the loss (`<log>.lost-<from>`).
+    pub record: PathBuf,
 }
 
 /// How [`FsStore::open_with`] opens a store.
@@ -118,6 +143,12 @@ pub struct FsOptions {
     /// Called after every fsync the store makes (tests use it to check that each acknowledged
     /// write is made durable; a `kill -9` cannot tell).
     pub on_sync: Option<SyncObserver>,
+    /// A writer's open of a store where a log is shorter than what was acknowledged (see
+    /// [`DamagedStream::acceptable`]) refuses with [`StoreError::Corrupt`]; with this set it
+    /// accepts the loss instead: the bytes after the last whole frame go to a quarantine file,
+    /// a snapshot beyond the log to `<snap>.lost-<version>`, the loss is recorded in
+    /// `<log>.lost-<from>` and the stream goes on from its last whole frame.
+    pub accept_loss: bool,
 }
 
 impl std::fmt::Debug for FsOptions {
@@ -125,6 +156,7 @@ impl std::fmt::Debug for FsOptions {
         f.debug_struct("FsOptions")
             .field("read_only", &self.read_only)
             .field("on_sync", &self.on_sync.as_ref().map(|_| "observer"))
+            .field("accept_loss", &self.accept_loss)
             .finish()
     }
 }
@@ -140,6 +172,9 @@ pub struct FsStore {
     recovered: Vec<TruncatedTail>,
     damaged: Vec<DamagedStream>,
     torn: Vec<TornTail>,
+    accepted: Vec<AcceptedLoss>,
+    /// Streams a read-only open found without an anchor file (written before anchors).
+    unanchored: Vec<StreamId>,
     tmp_counter: AtomicU64,
     sync: Syncer,
 }
@@ -198,6 +233,8 @@ impl FsStore {
             recovered: Vec::new(),
             damaged: Vec::new(),
             torn: Vec::new(),
+            accepted: Vec::new(),
+            unanchored: Vec::new(),
             tmp_counter: AtomicU64::new(0),
             sync,
         };
@@ -206,7 +243,7 @@ impl FsStore {
         } else {
             store.prepare_writer()?;
         }
-        store.scan_streams()?;
+        store.scan_streams(options.accept_loss)?;
         Ok(store)
     }
 
@@ -230,9 +267,15 @@ impl FsStore {
         &self.torn
     }
 
-    /// Streams found damaged by this open (a bad frame that is not a torn write; not repaired).
+    /// Streams found damaged by this open (a bad frame that is not a torn write, a log shorter
+    /// than what was acknowledged; not repaired).
     pub fn damaged(&self) -> &[DamagedStream] {
         &self.damaged
+    }
+
+    /// Losses this (writer's) open accepted ([`FsOptions::accept_loss`]).
+    pub fn accepted_losses(&self) -> &[AcceptedLoss] {
+        &self.accepted
     }
 
     /// Creates the layout if needed, takes the lock, checks the format, clears `tmp/`.
@@ -332,6 +375,10 @@ impl FsStore {
         self.root.join("streams").join(format!("{stream}.log"))
     }
 
+    fn anchor_path(&self, stream: StreamId) -> PathBuf {
+        self.root.join("streams").join(format!("{stream}.anchor"))
+    }
+
     fn snapshot_path(&self, stream: StreamId) -> PathBuf {
         self.root.join("snapshots").join(format!("{stream}.snap"))
     }
@@ -344,8 +391,9 @@ impl FsStore {
         (dir, file)
     }
 
-    /// The `<uuid>.log` files of `streams/` (anything else there is not a stream log).
-    fn stream_files(&self) -> Result<Vec<(StreamId, PathBuf)>, StoreError> {
+    /// The streams that have a `<uuid>.log` or a `<uuid>.anchor` in `streams/` (anything else
+    /// there is neither), and whether the log exists.
+    fn stream_files(&self) -> Result<Vec<(StreamId, bool)>, StoreError> {
         let dir = self.root.join("streams");
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
@@ -353,37 +401,96 @@ impl FsStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound && self.writer.is_none() => return Ok(Vec::new()),
             Err(e) => return Err(io_err(&dir, "list", e)),
         };
-        let mut out = Vec::new();
+        let mut out = std::collections::BTreeMap::new();
         for entry in entries {
             let entry = entry.map_err(|e| io_err(&dir, "list", e))?;
             let name = entry.file_name();
-            let Some(stream) = name.to_str().and_then(|n| n.strip_suffix(".log")).and_then(|n| n.parse().ok()) else {
-                continue;
+            let Some(name) = name.to_str() else { continue };
+            let (id, is_log) = match (name.strip_suffix(".log"), name.strip_suffix(".anchor")) {
+                (Some(id), _) => (id, true),
+                (None, Some(id)) => (id, false),
+                (None, None) => continue,
             };
-            out.push((stream, entry.path()));
+            let Ok(stream) = id.parse::<StreamId>() else { continue };
+            *out.entry(stream).or_insert(false) |= is_log;
         }
-        Ok(out)
+        Ok(out.into_iter().collect())
     }
 
-    fn scan_streams(&mut self) -> Result<(), StoreError> {
+    fn scan_streams(&mut self, accept_loss: bool) -> Result<(), StoreError> {
+        // Every stream is judged before anything is repaired, so a writer's open that refuses
+        // a cut log changes no file at all.
+        let mut scanned = Vec::new();
+        for (stream, has_log) in self.stream_files()? {
+            let path = self.stream_path(stream);
+            let (mut log, torn) = match has_log {
+                true => scan::scan_stream(stream, &path)?,
+                false => (StreamLog::new(path.clone(), false), None),
+            };
+            let anchor_path = self.anchor_path(stream);
+            let found = anchor::read(&anchor_path, stream).map_err(|e| io_err(&anchor_path, "read anchor", e))?;
+            if let Found::Current { slot, .. } = found {
+                log.anchor_slot = Some(slot);
+            }
+            let snap_path = self.snapshot_path(stream);
+            let snap = snapshot_version(&snap_path)?;
+            let verdict = cut::judge(stream, &log, &found, &anchor_path, snap.map(|v| (v, snap_path.as_path())))?;
+            let short = |detail: &str| DamagedStream {
+                stream,
+                path: path.clone(),
+                offset: log.len,
+                version: log.head + 1,
+                detail: detail.to_owned(),
+                acceptable: true,
+            };
+            if let (Verdict::Short { detail, .. }, Some(_), false, None) =
+                (&verdict, &self.writer, accept_loss, &log.damaged)
+            {
+                // Never cut what was acknowledged: the open fails, naming the loss.
+                return Err(damaged_error(&short(detail)));
+            }
+            scanned.push(Scanned { stream, has_log, path, log, torn, found, snap, verdict });
+        }
         let mut map = HashMap::new();
-        for (stream, path) in self.stream_files()? {
-            let (log, torn) = scan::scan_stream(stream, &path)?;
-            if let Some(torn) = torn {
-                if self.writer.is_some() {
-                    let repaired = self.quarantine(stream, &path, &torn)?;
-                    tracing::warn!(
-                        stream = %stream, path = %path.display(), offset = repaired.offset,
-                        bytes_dropped = repaired.bytes_dropped, quarantine = %repaired.quarantine.display(),
-                        "torn tail cut into a quarantine file (an append that was never acknowledged)"
-                    );
-                    self.recovered.push(repaired);
-                } else {
-                    tracing::info!(
-                        stream = %stream, path = %path.display(), offset = torn.offset, bytes = torn.bytes,
-                        "torn tail left in place (read-only open)"
-                    );
-                    self.torn.push(TornTail { stream, path: path.clone(), offset: torn.offset, bytes: torn.bytes });
+        for Scanned { stream, has_log, path, mut log, torn, found, snap, verdict } in scanned {
+            match verdict {
+                Verdict::Short { acknowledged, detail } if log.damaged.is_none() => {
+                    let d = DamagedStream {
+                        stream,
+                        path: path.clone(),
+                        offset: log.len,
+                        version: log.head + 1,
+                        detail,
+                        acceptable: true,
+                    };
+                    // A writer here was told to accept the loss (it refused above otherwise).
+                    match self.writer.is_some() {
+                        false => log.damaged = Some(d),
+                        true => self.accept_loss(&mut log, torn.as_ref(), &d, acknowledged, snap)?,
+                    }
+                }
+                Verdict::Short { detail, .. } => {
+                    if let Some(d) = &mut log.damaged {
+                        d.detail.push_str(&format!("; besides, {detail}"));
+                    }
+                }
+                Verdict::Rewritten { version, offset, detail } => {
+                    if log.damaged.is_none() {
+                        let path = path.clone();
+                        log.damaged = Some(DamagedStream { stream, path, offset, version, detail, acceptable: false });
+                    }
+                }
+                Verdict::Whole => {
+                    if let Some(torn) = torn {
+                        self.torn_tail(stream, &path, &torn)?;
+                    }
+                    if has_log && found == Found::Missing && log.damaged.is_none() {
+                        // A stream written before anchors: a writer anchors it where it ends now.
+                        match self.writer.is_some() {
+                            true => self.write_anchor(stream, &mut log)?,
+                            false => self.unanchored.push(stream),
+                        }
+                    }
                 }
             }
             if let Some(d) = &log.damaged {
@@ -396,6 +503,78 @@ impl FsStore {
             map.insert(stream, Arc::new(Mutex::new(log)));
         }
         self.streams = Mutex::new(map);
+        Ok(())
+    }
+
+    /// A torn tail beyond every acknowledged version: a writer moves it to a quarantine file, a
+    /// reader notes it and leaves it in place.
+    fn torn_tail(&mut self, stream: StreamId, path: &Path, torn: &Torn) -> Result<(), StoreError> {
+        if self.writer.is_some() {
+            let repaired = self.quarantine(stream, path, torn)?;
+            tracing::warn!(
+                stream = %stream, path = %path.display(), offset = repaired.offset,
+                bytes_dropped = repaired.bytes_dropped, quarantine = %repaired.quarantine.display(),
+                "torn tail cut into a quarantine file (an append that was never acknowledged)"
+            );
+            self.recovered.push(repaired);
+        } else {
+            tracing::info!(
+                stream = %stream, path = %path.display(), offset = torn.offset, bytes = torn.bytes,
+                "torn tail left in place (read-only open)"
+            );
+            self.torn.push(TornTail { stream, path: path.to_path_buf(), offset: torn.offset, bytes: torn.bytes });
+        }
+        Ok(())
+    }
+
+    /// Writes a fresh anchor file for `log` as it stands (both slots alike), atomically.
+    fn write_anchor(&self, stream: StreamId, log: &mut StreamLog) -> Result<(), StoreError> {
+        let a = cut::anchor_of(stream, log)?;
+        self.write_atomically(&self.anchor_path(stream), &[&anchor::encode_file(stream, &a)])?;
+        log.anchor_slot = Some(0);
+        Ok(())
+    }
+
+    /// Accepts the loss `d` (a writer's open with [`FsOptions::accept_loss`]): the torn bytes go
+    /// to a quarantine file, a snapshot beyond the log is moved aside, the loss is recorded in
+    /// `<log>.lost-<from>` (durable before anything else changes), then the anchor is rewritten
+    /// at the log's head.
+    fn accept_loss(
+        &mut self,
+        log: &mut StreamLog,
+        torn: Option<&Torn>,
+        d: &DamagedStream,
+        acknowledged: Option<Version>,
+        snapshot: Option<Version>,
+    ) -> Result<(), StoreError> {
+        let stream = d.stream;
+        let snap = self.snapshot_path(stream);
+        let moved = snapshot.filter(|v| *v > log.head).map(|v| {
+            let mut name = snap.as_os_str().to_owned();
+            name.push(format!(".lost-{v}"));
+            PathBuf::from(name)
+        });
+        let mut text = format!("stream {stream}: a writer's open accepted a loss: {}\n", d.detail);
+        if let Some(m) = &moved {
+            text.push_str(&format!("its snapshot, beyond the log, was moved to {}\n", m.display()));
+        }
+        let (record, mut out) = create_numbered(&log.path, &format!(".lost-{}", d.version))?;
+        out.write_all(text.as_bytes())
+            .and_then(|()| self.sync.all(&out, &record))
+            .map_err(|e| io_err(&record, "write loss record", e))?;
+        self.sync_dir(&self.root.join("streams"))?;
+        if let Some(t) = torn {
+            let repaired = self.quarantine(stream, &log.path, t)?;
+            self.recovered.push(repaired);
+        }
+        if let Some(m) = &moved {
+            fs::rename(&snap, m).map_err(|e| io_err(&snap, "move the snapshot beyond the log aside", e))?;
+            self.sync_dir(&self.root.join("snapshots"))?;
+        }
+        self.write_anchor(stream, log)?;
+        tracing::warn!(stream = %stream, record = %record.display(), "accepted the loss of acknowledged versions");
+        let (path, from, to) = (log.path.clone(), d.version, acknowledged);
+        self.accepted.push(AcceptedLoss { stream, path, from, to, record });
         Ok(())
     }
 
@@ -486,7 +665,17 @@ impl FsStore {
         let mut out = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| io_err(&dir, "list", e))?;
-            let Some((stream, offset)) = entry.file_name().to_str().and_then(scan::parse_quarantine_name) else {
+            let name = entry.file_name();
+            if let Some((stream, from)) = name.to_str().and_then(scan::parse_loss_name) {
+                out.push(format!(
+                    "stream {stream}: a writer's open accepted the loss of versions {from}.. of {} (it was cut short) \
+                     and recorded it in {}; delete that file once you have looked at it, or pass --accept-repairs",
+                    self.stream_path(stream).display(),
+                    entry.path().display()
+                ));
+                continue;
+            }
+            let Some((stream, offset)) = name.to_str().and_then(scan::parse_quarantine_name) else {
                 continue;
             };
             let bytes = entry.metadata().map(|m| m.len()).unwrap_or(0);
@@ -503,6 +692,18 @@ impl FsStore {
     }
 }
 
+/// One stream as the open found it, before any repair.
+struct Scanned {
+    stream: StreamId,
+    has_log: bool,
+    path: PathBuf,
+    log: StreamLog,
+    torn: Option<Torn>,
+    found: Found,
+    snap: Option<Version>,
+    verdict: Verdict,
+}
+
 /// Creates the first free `<log>.torn-<offset>[.<n>]` (an earlier repair at the same offset
 /// keeps its file).
 fn create_quarantine_file(log: &Path, offset: u64) -> Result<(PathBuf, File), StoreError> {
@@ -517,6 +718,24 @@ fn create_quarantine_file(log: &Path, offset: u64) -> Result<(PathBuf, File), St
     }
 }
 
+/// Creates the first free `<base><suffix>[.<n>]` (create-new: an earlier file keeps its name).
+fn create_numbered(base: &Path, suffix: &str) -> Result<(PathBuf, File), StoreError> {
+    let mut n = 0u32;
+    loop {
+        let mut name = base.as_os_str().to_owned();
+        name.push(suffix);
+        if n > 0 {
+            name.push(format!(".{n}"));
+        }
+        let path = PathBuf::from(name);
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < u32::MAX => n += 1,
+            Err(e) => return Err(io_err(&path, "create", e)),
+        }
+    }
+}
+
 fn clear_tmp(tmp: &Path) -> Result<(), StoreError> {
     for entry in fs::read_dir(tmp).map_err(|e| io_err(tmp, "list", e))? {
         let entry = entry.map_err(|e| io_err(tmp, "list", e))?;
@@ -527,11 +746,15 @@ fn clear_tmp(tmp: &Path) -> Result<(), StoreError> {
 }
 
 fn damaged_error(d: &DamagedStream) -> StoreError {
-    StoreError::Corrupt {
-        stream: d.stream,
-        version: d.version,
-        detail: format!("{}: bad frame at offset {}: {}", d.path.display(), d.offset, d.detail),
-    }
+    let detail = match d.acceptable {
+        true => format!(
+            "{}; no open repairs this: a writer's open refuses the store until the loss is accepted \
+             (`--accept-loss`, `FsOptions::accept_loss`)",
+            d.detail
+        ),
+        false => format!("{}: bad frame at offset {}: {}", d.path.display(), d.offset, d.detail),
+    };
+    StoreError::Corrupt { stream: d.stream, version: d.version, detail }
 }
 
 impl Store for FsStore {
@@ -560,11 +783,27 @@ impl Store for FsStore {
         let path = log.path.clone();
         let offset = log.len;
         let created = !log.exists;
+        let anchor_path = self.anchor_path(stream);
+        let current_slot = match log.anchor_slot {
+            Some(slot) => slot,
+            None => {
+                // A new stream: its anchor exists (at version 0) before its log, so a log
+                // without an anchor is always one written before anchors.
+                self.write_atomically(&anchor_path, &[&anchor::encode_file(stream, &Anchor::EMPTY)])?;
+                log.anchor_slot = Some(0);
+                0
+            }
+        };
         let result = (|| -> io::Result<()> {
             let mut f = OpenOptions::new().write(true).create(true).truncate(false).open(&path)?;
             f.seek(SeekFrom::Start(offset))?;
-            f.write_all(&bytes)?;
-            self.sync.data(&f, &path)
+            if let Err(e) = f.write_all(&bytes).and_then(|()| self.sync.data(&f, &path)) {
+                // A full disk: take the partial frame back, so the next open finds no torn
+                // tail to repair (if this fails too, the tail lies beyond the anchor: torn).
+                let _ = f.set_len(offset).and_then(|()| self.sync.data(&f, &path));
+                return Err(e);
+            }
+            Ok(())
         })();
         if let Err(e) = result {
             log.poisoned = Some(e.to_string());
@@ -580,9 +819,21 @@ impl Store for FsStore {
             log.exists = true;
         }
         let total = bytes.len() as u64;
+        // Acknowledged only once the anchor says so: the slot not holding the current anchor
+        // is rewritten and fdatasynced (a crash in the middle leaves the current one whole).
+        let head = log.head + records.len() as u64;
+        let hash = records.last().map_or([0; 16], |r| anchor::record_hash(r.as_bytes()));
+        let slot = 1 - current_slot.min(1);
+        let anchored = anchor::write_slot(&anchor_path, stream, slot, &Anchor { head, end: offset + total, hash })
+            .and_then(|f| self.sync.data(&f, &anchor_path));
+        if let Err(e) = anchored {
+            log.poisoned = Some(e.to_string());
+            return Err(io_err(&anchor_path, &format!("stream {stream}: anchor version {head}"), e));
+        }
+        log.anchor_slot = Some(slot);
         log.frames.push(FrameMeta { first, offset, len: total });
         log.len = offset + total;
-        log.head += records.len() as u64;
+        log.head = head;
         Ok(log.head)
     }
 
@@ -692,8 +943,37 @@ impl Store for FsStore {
                 )
             })
             .collect();
+        let mut notes: Vec<String> = notes;
+        notes.extend(self.unanchored.iter().map(|s| {
+            format!(
+                "stream {s}: {} has no anchor (written before anchors): a cut of its end cannot be told from a torn \
+                 write until a writer's open anchors it",
+                self.stream_path(*s).display()
+            )
+        }));
         Ok(IntegrityReport { problems: Vec::new(), repairs: self.quarantined()?, notes })
     }
+}
+
+/// The version in a snapshot file's header, reading the header alone (`None`: no snapshot, or
+/// a header that fails its check, which reads as no snapshot).
+fn snapshot_version(path: &Path) -> Result<Option<Version>, StoreError> {
+    let mut header = Vec::with_capacity(SNAP_HEADER_LEN);
+    match File::open(path) {
+        Ok(f) => {
+            f.take(SNAP_HEADER_LEN as u64).read_to_end(&mut header).map_err(|e| io_err(path, "read snapshot", e))?
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(path, "read snapshot", e)),
+    };
+    Ok(snapshot_header(&header))
+}
+
+/// The version of a snapshot header that checks out.
+fn snapshot_header(bytes: &[u8]) -> Option<Version> {
+    let ok = bytes.get(..8) == Some(SNAP_MAGIC.as_slice())
+        && bytes.get(16..20).zip(bytes.get(..16)).is_some_and(|(crc, h)| crc == crc32c::crc32c(h).to_le_bytes());
+    bytes.get(8..16).and_then(|v| v.try_into().ok()).map(u64::from_le_bytes).filter(|_| ok)
 }
 
 fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StoreError> {
@@ -702,11 +982,8 @@ fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StoreError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err(path, "read snapshot", e)),
     };
-    let header_ok = bytes.get(..8) == Some(SNAP_MAGIC.as_slice())
-        && bytes.get(16..20).zip(bytes.get(..16)).is_some_and(|(crc, h)| crc == crc32c::crc32c(h).to_le_bytes());
-    let version = bytes.get(8..16).and_then(|v| v.try_into().ok()).map(u64::from_le_bytes);
-    match (header_ok, version) {
-        (true, Some(version)) => {
+    match snapshot_header(&bytes) {
+        Some(version) => {
             Ok(Some(Snapshot { version, bytes: bytes.get(SNAP_HEADER_LEN..).unwrap_or_default().to_vec() }))
         }
         // Snapshots are a cache and the log is the truth: an unreadable header means "no

@@ -35,11 +35,23 @@ pub(crate) struct StreamLog {
     /// Set after a failed write or fsync: the page cache no longer tells us what is on disk
     /// (fsyncgate), so the stream refuses appends until the store is reopened and rescanned.
     pub(crate) poisoned: Option<String>,
+    /// The slot of `<uuid>.anchor` that holds the current anchor; `None` while there is no
+    /// anchor file (a new stream's first append creates it).
+    pub(crate) anchor_slot: Option<usize>,
 }
 
 impl StreamLog {
     pub(crate) fn new(path: PathBuf, exists: bool) -> StreamLog {
-        StreamLog { path, exists, len: 0, head: 0, frames: Vec::new(), damaged: None, poisoned: None }
+        StreamLog {
+            path,
+            exists,
+            len: 0,
+            head: 0,
+            frames: Vec::new(),
+            damaged: None,
+            poisoned: None,
+            anchor_slot: None,
+        }
     }
 }
 
@@ -110,7 +122,8 @@ pub(crate) fn scan_stream(stream: StreamId, path: &Path) -> Result<(StreamLog, O
         return Ok((log, Some(Torn { offset: pos, bytes: file_len - pos, why })));
     }
     let version = log.head + 1;
-    log.damaged = Some(DamagedStream { stream, path: path.to_path_buf(), offset: pos, version, detail: why });
+    log.damaged =
+        Some(DamagedStream { stream, path: path.to_path_buf(), offset: pos, version, detail: why, acceptable: false });
     Ok((log, None))
 }
 
@@ -137,4 +150,12 @@ pub(crate) fn parse_quarantine_name(name: &str) -> Option<(StreamId, u64)> {
     let (stream, rest) = name.split_once(".log.torn-")?;
     let offset = rest.split('.').next()?.parse().ok()?;
     Some((stream.parse().ok()?, offset))
+}
+
+/// Parses `<uuid>.log.lost-<from>[.<n>]`: the stream and the first version a writer's open
+/// accepted as lost.
+pub(crate) fn parse_loss_name(name: &str) -> Option<(StreamId, Version)> {
+    let (stream, rest) = name.split_once(".log.lost-")?;
+    let from = rest.split('.').next()?.parse().ok()?;
+    Some((stream.parse().ok()?, from))
 }

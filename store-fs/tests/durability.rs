@@ -78,13 +78,24 @@ fn every_acknowledged_append_is_fdatasynced_and_a_new_stream_file_is_made_durabl
     let first = syncs_of(&seen, dir.path(), || {
         store.append(s, ExpectedVersion::Exact(0), &[Record::seal(b"a".to_vec())]).unwrap();
     });
-    assert_eq!(first, [ev(SyncKind::Data, &log), ev(SyncKind::Dir, "streams")], "a new stream: data, then its name");
+    let anchor = format!("streams/{s}.anchor");
+    assert_eq!(
+        first,
+        [
+            ev(SyncKind::All, "tmp/*"),
+            ev(SyncKind::Dir, "streams"),
+            ev(SyncKind::Data, &log),
+            ev(SyncKind::Dir, "streams"),
+            ev(SyncKind::Data, &anchor)
+        ],
+        "a new stream: its anchor at version 0 (renamed into place), the data, its name, then the anchor"
+    );
     let next = syncs_of(&seen, dir.path(), || {
         store
             .append(s, ExpectedVersion::Exact(1), &[Record::seal(b"b".to_vec()), Record::seal(b"c".to_vec())])
             .unwrap();
     });
-    assert_eq!(next, [ev(SyncKind::Data, &log)]);
+    assert_eq!(next, [ev(SyncKind::Data, &log), ev(SyncKind::Data, &anchor)], "the data, then the anchor");
     let nothing = syncs_of(&seen, dir.path(), || {
         store.append(s, ExpectedVersion::Exact(3), &[]).unwrap();
     });

@@ -133,6 +133,21 @@ const WAL_READS: usize = 3;
 /// still is judged.
 fn check_wal(db: &Path) -> Result<Option<wal::WalScan>, StoreError> {
     let path = sibling(db, "-wal");
+    // A database cut below SQLite's 100-byte header (or emptied beside a -wal) reads as a new,
+    // empty one, and SQLite then discards its -wal: damage, before SQLite sees it.
+    let db_len = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
+    let wal_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if (1..100).contains(&db_len) || (db_len == 0 && wal_len > 0) {
+        return Err(StoreError::Damaged {
+            backend: BACKEND,
+            location: db.display().to_string(),
+            detail: format!(
+                "the database file is {db_len} bytes, shorter than SQLite's 100-byte header{}: it was cut short; \
+                 restore it from a backup",
+                if wal_len > 0 { format!(", beside a {wal_len}-byte -wal") } else { String::new() }
+            ),
+        });
+    }
     let stamp = || std::fs::metadata(&path).map(|m| (m.len(), m.modified().ok()));
     let mut scan = None;
     for _ in 0..WAL_READS {
@@ -141,12 +156,14 @@ fn check_wal(db: &Path) -> Result<Option<wal::WalScan>, StoreError> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(StoreError::backend(BACKEND, format!("{}: stat", path.display()), e)),
         };
+        // The index first: it never claims frames the -wal does not hold yet.
+        let shm = std::fs::read(sibling(db, "-shm")).ok();
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(StoreError::backend(BACKEND, format!("{}: read", path.display()), e)),
         };
-        let read = wal::scan(&bytes, &path);
+        let read = wal::scan(&bytes, &path, shm.as_deref());
         if stamp().ok() == Some(before) {
             scan = Some(read);
             break;

@@ -184,8 +184,52 @@ fn last_linked_commit(h: &Header, frames: &[Frame<'_>], big_endian: bool) -> u64
         .unwrap_or(0)
 }
 
-/// Scans the bytes of a `-wal` file; `name` is used in the damage report.
-pub(crate) fn scan(bytes: &[u8], name: &Path) -> WalScan {
+/// The `-shm` (WAL index) of the writer that wrote the `-wal` says how many frames it held
+/// (`mxFrame` of its header, <https://www.sqlite.org/walformat.html#the_wal_index_file_format>).
+/// A `-wal` whose recovery keeps fewer frames of the same generation (the same salts) was cut
+/// short: SQLite would rebuild the index from what is left and lose the rest without an error.
+/// Only a header whose two copies agree, that is initialised and whose checksum holds counts,
+/// and only a loss of more than one frame (see below).
+fn cut_short(bytes: &[u8], kept: u64, name: &Path, shm: Option<&[u8]>) -> Option<String> {
+    let shm = shm?;
+    let (copy1, copy2) = (shm.get(..48)?, shm.get(48..96)?);
+    let native = |at: usize| {
+        let b: [u8; 4] = copy1.get(at..at + 4)?.try_into().ok()?;
+        Some(if cfg!(target_endian = "big") { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) })
+    };
+    let sum = checksum(copy1.get(..40)?, cfg!(target_endian = "big"), (0, 0));
+    let valid =
+        copy1 == copy2 && native(0)? == VERSION && copy1.get(12) == Some(&1) && (native(40)?, native(44)?) == sum;
+    // The salts are copied byte for byte from the WAL header into the index header.
+    let wal_salts = bytes.get(16..24);
+    if !valid || (wal_salts.is_some() && wal_salts != copy1.get(32..40)) {
+        return None;
+    }
+    // One frame short is tolerated: the store's seal, a one-page transaction written without
+    // an fsync after every append, may be all a power cut took (it holds nothing acknowledged).
+    let claimed = u64::from(native(16)?);
+    (claimed > kept + 1).then(|| {
+        format!(
+            "{}: the WAL index (-shm) says the WAL held {claimed} frames of this generation, but only {kept} are \
+             left: the -wal was cut short, and SQLite's recovery would drop the missing {} frames (committed \
+             transactions) without an error",
+            name.display(),
+            claimed - kept
+        )
+    })
+}
+
+/// Scans the bytes of a `-wal` file, with its `-shm` if there is one; `name` is used in the
+/// damage report.
+pub(crate) fn scan(bytes: &[u8], name: &Path, shm: Option<&[u8]>) -> WalScan {
+    let scanned = scan_frames(bytes, name);
+    match scanned.damage {
+        Some(_) => scanned,
+        None => WalScan { damage: cut_short(bytes, scanned.kept, name, shm), ..scanned },
+    }
+}
+
+fn scan_frames(bytes: &[u8], name: &Path) -> WalScan {
     if bytes.len() < HEADER_LEN {
         return WalScan::default();
     }

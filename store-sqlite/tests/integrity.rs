@@ -130,6 +130,16 @@ fn a_torn_last_append_is_what_recovery_drops_and_it_is_not_damage() {
     // would: the append (never acknowledged) and its seal are gone, the rest is there.
     let cut = 32 + (sealed + 1) * (24 + page) + page / 2;
     std::fs::write(&wal, &bytes[..cut]).unwrap();
+    // The -shm copied with it says that append was committed: this is not what a kill leaves
+    // (the index learns of a transaction only once it is committed) but a -wal cut short.
+    match SqliteStore::open_read_only(&db) {
+        Err(StoreError::Damaged { location, detail, .. }) => {
+            assert!(location.ends_with("-wal") && detail.contains("cut short"), "{detail}")
+        }
+        other => panic!("{:?}", other.map(|_| "opened")),
+    }
+    // Without an index claiming more (a kill during the write, or no -shm), it is a torn write.
+    std::fs::remove_file(dir.path().join("ctxlog.db-shm")).unwrap();
     let store = SqliteStore::open_read_only(&db).unwrap();
     assert_eq!(store.head(s).unwrap(), Some(9));
 }

@@ -72,6 +72,7 @@ impl Backend {
             Backend::Fs => {
                 let grand = rel.components().nth(1).and_then(|c| c.as_os_str().to_str()).unwrap_or("");
                 match grand {
+                    "streams" if name.ends_with(".anchor") => "anchor".into(),
                     "streams" => "stream log".into(),
                     "blobs" => "blob".into(),
                     "snapshots" => "snapshot".into(),
