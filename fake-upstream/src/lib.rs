@@ -15,7 +15,7 @@ pub mod reply;
 mod server;
 mod sse;
 
-pub use faults::{Fault, ScriptEntry};
+pub use faults::{Fault, LateEnd, ScriptEntry};
 pub use record::{Exchange, RecordedRequest, RecordedResponse};
 
 use server::{lock, Shared};

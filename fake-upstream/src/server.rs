@@ -10,6 +10,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::{Request, Response};
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::future::Future as _;
 use std::io::Write as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -88,6 +89,13 @@ enum End {
     Finish,
     Abort,
     Stall,
+    /// Wait `ms` after the last chunk (the timer starts when it was handed over), then end
+    /// cleanly or (`abort`) drop the connection.
+    Late {
+        ms: u64,
+        abort: bool,
+        timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    },
 }
 
 /// The error that makes hyper drop the connection mid-body.
@@ -143,6 +151,24 @@ impl Body for FakeBody {
                 Poll::Pending
             }
             End::Abort => Poll::Ready(Some(Err(Disconnected))),
+            End::Late { .. } => {
+                let this = &mut *self;
+                let End::Late { ms, abort, timer } = &mut this.end else { return Poll::Ready(None) };
+                // Pending until the timer fires: hyper flushes what it was handed meanwhile.
+                let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(*ms))));
+                if t.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                let abort = *abort;
+                if let Some(tr) = this.tracker.as_mut() {
+                    tr.finish(!abort);
+                }
+                if abort {
+                    Poll::Ready(Some(Err(Disconnected)))
+                } else {
+                    Poll::Ready(None)
+                }
+            }
             // Never woken: the connection stays open until the client or shutdown drops it.
             End::Stall => Poll::Pending,
         }
@@ -309,6 +335,9 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
                 Api::OpenAi => openai::stream_error(),
             });
         }
+        Some(Fault::LateEnd { ms, then }) => {
+            end = End::Late { ms, abort: then == crate::faults::LateEnd::Abort, timer: None };
+        }
         _ => {}
     }
     Ok(respond(tracker, 200, chunks, end, streaming, api, None, full_len))
@@ -357,7 +386,9 @@ fn respond(
     }
     // A JSON body has a content-length; a cut one announces its full length, so that the
     // client sees a truncated body rather than a short complete one.
-    let exact = (!streaming).then(|| full_len.unwrap_or_else(|| chunks.iter().map(|c| c.len() as u64).sum()));
+    // A late end needs a chunked body: with a content-length the body is over at its last byte.
+    let late = matches!(end, End::Late { .. });
+    let exact = (!streaming && !late).then(|| full_len.unwrap_or_else(|| chunks.iter().map(|c| c.len() as u64).sum()));
     tracker.with(|x| {
         x.response.status = status;
         x.response.headers = headers.clone();

@@ -406,3 +406,88 @@ fn wait_for(up: &FakeUpstream, n: usize) {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+/// Sends `body` and reads the head and the chunked body up to the chunk containing `last`;
+/// returns the connection there (the body not yet ended) and the bytes read.
+fn until_final_event(
+    up: &FakeUpstream,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    last: &str,
+) -> (Conn, Vec<u8>) {
+    let mut c = Conn::open(up);
+    let mut req = format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    c.0.get_mut().write_all(req.as_bytes()).unwrap();
+    c.0.get_mut().write_all(body).unwrap();
+    assert_eq!(c.line().unwrap().split(' ').nth(1), Some("200"));
+    let mut chunked = false;
+    while let Some(l) = c.line() {
+        if l.is_empty() {
+            break;
+        }
+        assert!(!l.to_lowercase().starts_with("content-length"), "a late end needs a chunked body: {l}");
+        chunked |= l.eq_ignore_ascii_case("transfer-encoding: chunked");
+    }
+    assert!(chunked);
+    let mut got = Vec::new();
+    for _ in 0..1000 {
+        let size = usize::from_str_radix(&c.line().unwrap(), 16).unwrap();
+        assert!(size > 0, "the body ended before its final event");
+        let mut buf = vec![0; size + 2];
+        c.0.read_exact(&mut buf).unwrap();
+        got.extend_from_slice(&buf[..size]);
+        if String::from_utf8_lossy(&got).contains(last) {
+            return (c, got);
+        }
+    }
+    panic!("no {last} in {}", String::from_utf8_lossy(&got));
+}
+
+/// After the final event the body stays open (a read times out), then ends as scripted.
+fn body_stays_open_then(mut c: Conn) -> Option<String> {
+    c.0.get_ref().set_read_timeout(Some(std::time::Duration::from_millis(150))).unwrap();
+    let mut l = String::new();
+    let e = c.0.read_line(&mut l).expect_err("the body ended right after its final event");
+    assert!(matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "{e}");
+    assert!(l.is_empty());
+    c.0.get_ref().set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    c.line()
+}
+
+#[test]
+fn late_end_keeps_the_body_open_after_the_final_event() {
+    let up = FakeUpstream::start().unwrap();
+    // Through the control endpoint, in the JSON the durability harness sends.
+    let mut ctl = Conn::open(&up);
+    let r = ctl.send(
+        "/_fake/script",
+        &[],
+        br#"[{"fault":{"kind":"late_end","ms":1000}},{"fault":{"kind":"late_end","ms":1000,"then":"abort"}},{"fault":{"kind":"late_end","ms":1000}}]"#,
+    );
+    assert_eq!(r.json()["queued"], 3, "{}", String::from_utf8_lossy(&r.body));
+    // Anthropic stream: every event, message_stop included, then the end a second later.
+    let (c, got) = until_final_event(&up, "/v1/messages", AK, &anthropic_body(true, "x"), "message_stop");
+    assert!(String::from_utf8_lossy(&got).ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    assert_eq!(body_stays_open_then(c).as_deref(), Some("0"), "then the last chunk");
+    // OpenAI stream, then aborted: [DONE] was sent, the connection is dropped without the last chunk.
+    let (c, got) = until_final_event(&up, "/v1/chat/completions", OK, &openai_body(true, "x"), "[DONE]");
+    assert!(String::from_utf8_lossy(&got).ends_with("data: [DONE]\n\n"));
+    assert_eq!(body_stays_open_then(c), None, "the connection is dropped");
+    // A JSON body: whole, chunked, ended late.
+    let (c, got) = until_final_event(&up, "/v1/messages", AK, &anthropic_body(false, "x"), "\"usage\"");
+    let v: Value = serde_json::from_slice(&got).unwrap();
+    assert_eq!(v["type"], "message");
+    assert_eq!(body_stays_open_then(c).as_deref(), Some("0"));
+    let rec = up.requests();
+    assert_eq!(rec.len(), 3);
+    assert_eq!(rec[0].fault, Some(Fault::LateEnd { ms: 1000, then: ctxlog_fake_upstream::LateEnd::Finish }));
+    assert!(rec[0].response.complete && rec[0].response.finished);
+    assert!(!rec[1].response.complete && rec[1].response.finished, "aborted: not complete");
+    assert!(String::from_utf8_lossy(&rec[1].response.body()).ends_with("data: [DONE]\n\n"), "every byte recorded");
+    assert!(rec[2].response.complete);
+}
