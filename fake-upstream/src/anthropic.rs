@@ -14,28 +14,42 @@ fn usage(t: &Tokens) -> Value {
     })
 }
 
-fn block(reply: &Reply, seq: u64) -> (Value, &'static str) {
+/// The answer's content blocks (a thinking block first when asked for; a tool call after a
+/// line of text, as the models write them) and its stop reason.
+fn blocks(reply: &Reply, thinking: Option<&str>, seq: u64) -> (Vec<Value>, &'static str) {
+    let mut out = Vec::new();
+    if let Some(t) = thinking {
+        out.push(json!({"type": "thinking", "thinking": t, "signature": crate::strict::sign(t)}));
+    }
     match reply {
-        Reply::Text(t) => (json!({"type": "text", "text": t}), "end_turn"),
+        Reply::Text(t) => {
+            out.push(json!({"type": "text", "text": t}));
+            (out, "end_turn")
+        }
         Reply::Tool { name, args } => {
             let input: Value = serde_json::from_str(args).unwrap_or(Value::Null);
-            (json!({"type": "tool_use", "id": format!("toolu_fake_{seq}"), "name": name, "input": input}), "tool_use")
+            out.push(json!({"type": "text", "text": format!("Calling {name}.")}));
+            out.push(json!({"type": "tool_use", "id": format!("toolu_fake_{seq}"), "name": name, "input": input}));
+            (out, "tool_use")
         }
     }
 }
 
 /// The non-streaming body.
-pub fn message(model: &str, reply: &Reply, t: &Tokens, seq: u64) -> Bytes {
-    let (content, stop) = block(reply, seq);
+pub fn message(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, seq: u64) -> Bytes {
+    let (content, stop) = blocks(reply, thinking, seq);
     let v = json!({
         "id": format!("msg_fake_{seq}"), "type": "message", "role": "assistant", "model": model,
-        "content": [content], "stop_reason": stop, "stop_sequence": null, "usage": usage(t),
+        "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage(t),
     });
     Bytes::from(v.to_string())
 }
 
-/// The SSE events, one chunk each, in the order the real API sends them.
-pub fn stream(model: &str, reply: &Reply, t: &Tokens, seq: u64) -> Vec<Bytes> {
+/// The SSE events, one chunk each, in the order the real API sends them: `message_start`, a
+/// `ping`, then per content block `content_block_start`, its deltas (`thinking_delta` and a
+/// `signature_delta`, `text_delta`, `input_json_delta`), `content_block_stop`; then
+/// `message_delta` (stop reason, output tokens) and `message_stop`.
+pub fn stream(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, seq: u64) -> Vec<Bytes> {
     let mut start_usage = usage(t);
     start_usage["output_tokens"] = json!(1);
     let mut out = vec![sse::named(
@@ -44,29 +58,55 @@ pub fn stream(model: &str, reply: &Reply, t: &Tokens, seq: u64) -> Vec<Bytes> {
             "id": format!("msg_fake_{seq}"), "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": null, "stop_sequence": null, "usage": start_usage}}),
     )];
-    let (full, stop) = block(reply, seq);
-    let (first, deltas): (Value, Vec<Value>) = match reply {
-        Reply::Text(text) => (
-            json!({"type": "text", "text": ""}),
-            sse::pieces(text, 4).into_iter().map(|p| json!({"type": "text_delta", "text": p})).collect(),
-        ),
-        Reply::Tool { args, .. } => {
-            let mut start = full;
-            start["input"] = json!({});
-            let mut d = vec![json!({"type": "input_json_delta", "partial_json": ""})];
-            d.extend(sse::pieces(args, 5).into_iter().map(|p| json!({"type": "input_json_delta", "partial_json": p})));
-            (start, d)
+    let (content, stop) = blocks(reply, thinking, seq);
+    for (index, full) in content.iter().enumerate() {
+        let kind = full.get("type").and_then(Value::as_str).unwrap_or("");
+        let (first, deltas): (Value, Vec<Value>) = match kind {
+            "thinking" => {
+                let text = full.get("thinking").and_then(Value::as_str).unwrap_or("");
+                let mut d: Vec<Value> = sse::pieces(text, 12)
+                    .into_iter()
+                    .map(|p| json!({"type": "thinking_delta", "thinking": p}))
+                    .collect();
+                d.push(json!({"type": "signature_delta", "signature": full.get("signature").cloned().unwrap_or(Value::Null)}));
+                (json!({"type": "thinking", "thinking": ""}), d)
+            }
+            "tool_use" => {
+                let mut start = full.clone();
+                start["input"] = json!({});
+                let args = match reply {
+                    Reply::Tool { args, .. } => args.as_str(),
+                    Reply::Text(_) => "",
+                };
+                let mut d = vec![json!({"type": "input_json_delta", "partial_json": ""})];
+                d.extend(
+                    sse::pieces(args, 5).into_iter().map(|p| json!({"type": "input_json_delta", "partial_json": p})),
+                );
+                (start, d)
+            }
+            _ => {
+                let text = full.get("text").and_then(Value::as_str).unwrap_or("");
+                (
+                    json!({"type": "text", "text": ""}),
+                    sse::pieces(text, 4).into_iter().map(|p| json!({"type": "text_delta", "text": p})).collect(),
+                )
+            }
+        };
+        out.push(sse::named(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": first}),
+        ));
+        if index == 0 {
+            out.push(sse::named("ping", &json!({"type": "ping"})));
         }
-    };
-    out.push(sse::named(
-        "content_block_start",
-        &json!({"type": "content_block_start", "index": 0, "content_block": first}),
-    ));
-    out.push(sse::named("ping", &json!({"type": "ping"})));
-    for d in deltas {
-        out.push(sse::named("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": d})));
+        for d in deltas {
+            out.push(sse::named(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": d}),
+            ));
+        }
+        out.push(sse::named("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
     }
-    out.push(sse::named("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
     out.push(sse::named(
         "message_delta",
         &json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": t.output}}),

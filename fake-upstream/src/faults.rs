@@ -39,12 +39,36 @@ pub enum Fault {
         /// Events sent before the error event.
         after_events: usize,
     },
+    /// Send the whole reply, final event included (`message_stop`, `data: [DONE]`, or the
+    /// whole JSON body, then sent chunked, without a content-length), then keep the body open
+    /// for `ms` milliseconds before ending it: as real servers do, the end of the HTTP body
+    /// comes later than the protocol's end. `then: "abort"` drops the connection at that
+    /// moment instead of ending the body cleanly. A client must decide completion by the
+    /// protocol, not by the end of the body.
+    LateEnd {
+        /// Milliseconds between the final event and the end of the body.
+        ms: u64,
+        /// How the body ends after the wait (default `finish`).
+        #[serde(default)]
+        then: LateEnd,
+    },
     /// Never send headers.
     Hang,
     /// Wait before sending the headers until [`crate::FakeUpstream::release`] (or
     /// `POST /_fake/release`) is called, then reply normally: a call held in flight for as
     /// long as a test needs, without a timing guess.
     Hold,
+}
+
+/// How a [`Fault::LateEnd`] body ends after its wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LateEnd {
+    /// The body ends normally (last chunk of a chunked body).
+    #[default]
+    Finish,
+    /// The connection is dropped (after every byte of the reply was sent).
+    Abort,
 }
 
 /// One entry of `POST /_fake/script`: `fault` for the next `times` requests (default 1).

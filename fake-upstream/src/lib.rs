@@ -1,22 +1,27 @@
 //! A loopback fake of the Anthropic Messages and OpenAI Chat Completions APIs for tests and
 //! benchmarks: real HTTP/1.1 (keep-alive), JSON and SSE replies shaped like the real APIs',
 //! a deterministic reply and usage model (see [`reply`]), scripted faults ([`Fault`]), and a
-//! byte-exact record of every exchange ([`Exchange`]).
+//! byte-exact record of every exchange ([`Exchange`]). Strict by default: it refuses what the
+//! real APIs refuse, with their errors ([`strict`]), and caches only as they do. See README.md.
 //!
 //! Control endpoints (for the binary and non-Rust tests): `POST /_fake/script` with a
 //! [`ScriptEntry`] or an array of them, `DELETE /_fake/script`, `GET /_fake/requests` (JSONL),
-//! `POST /_fake/release` (frees held requests, see [`Fault::Hold`]), `POST /_fake/reset`.
+//! `POST /_fake/release` (frees held requests, see [`Fault::Hold`]), `POST /_fake/reset`,
+//! `POST /_fake/config` (relax a [`Rule`], set the context window, move the caches' clock).
 
 mod anthropic;
+mod cache;
 mod faults;
 mod openai;
 mod record;
 pub mod reply;
 mod server;
 mod sse;
+pub mod strict;
 
-pub use faults::{Fault, ScriptEntry};
+pub use faults::{Fault, LateEnd, ScriptEntry};
 pub use record::{Exchange, RecordedRequest, RecordedResponse};
+pub use strict::{sign as thinking_signature, Rule};
 
 use server::{lock, Shared};
 use std::net::SocketAddr;
@@ -125,6 +130,21 @@ impl FakeUpstream {
     /// Frees every request waiting on a [`Fault::Hold`] now (later holds wait for the next call).
     pub fn release(&self) {
         self.shared.release.send_modify(|g| *g += 1);
+    }
+
+    /// Relaxes `rule` (strict by default): only for a test whose input must break it.
+    pub fn relax(&self, rule: Rule) {
+        self.shared.configure(&server::Config { relax: vec![rule], ..Default::default() });
+    }
+
+    /// Sets every model's context window (`None`: Anthropic 200,000, OpenAI 128,000 tokens).
+    pub fn set_context_tokens(&self, tokens: Option<u64>) {
+        self.shared.configure(&server::Config { context_tokens: Some(tokens), ..Default::default() });
+    }
+
+    /// Moves the prompt caches' clock forward (their TTLs expire without waiting).
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        *server::lock(&self.shared.clock_offset) += by;
     }
 
     /// Forgets exchanges, queued faults and the prompt-cache model's state.

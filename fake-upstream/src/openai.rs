@@ -80,6 +80,14 @@ pub fn stream(model: &str, reply: &Reply, t: &Tokens, seq: u64, include_usage: b
     out
 }
 
+/// A validation error: `invalid_request_error` with its `param` and `code`.
+pub fn invalid(message: &str, param: Option<&str>, code: Option<&str>) -> Bytes {
+    Bytes::from(
+        json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}})
+            .to_string(),
+    )
+}
+
 /// The error body for `status`.
 pub fn error(status: u16, message: &str) -> Bytes {
     let (kind, code) = match status {

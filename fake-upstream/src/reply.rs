@@ -4,12 +4,9 @@
 //! user message whose text contains `[[tool:NAME]]`, one tool call of NAME with arguments
 //! `{"n":N}`. A tool result (an OpenAI `tool` message, an Anthropic user message of
 //! `tool_result` blocks) gets text, as from a model that read it: an agent loop ends.
-//! Usage: the prompt is `ceil(body bytes / 4)` tokens; the longest common byte prefix with the
-//! previous successful request of the same API key (`x-api-key`, else `authorization`),
-//! divided by 4 (floor), is the cache read. Anthropic reports `input_tokens` = prompt − read,
-//! or, when the body contains `"cache_control"`, the uncached rest as
-//! `cache_creation_input_tokens` (and `input_tokens` 0). OpenAI reports `prompt_tokens` = the
-//! prompt and `cached_tokens` = read. Output tokens are `ceil(reply bytes / 4)`, at least 1.
+//! Usage: the prompt is `ceil(body bytes / 4)` tokens; cache reads and writes follow the
+//! providers' caching rules (see `cache.rs`). Output tokens are `ceil(reply bytes / 4)`, at
+//! least 1.
 
 use serde_json::Value;
 
@@ -83,16 +80,6 @@ impl Reply {
     }
 }
 
-/// The usage of a request body given the previous body of the same key.
-pub fn tokens(body: &[u8], previous: Option<&[u8]>, reply: &Reply) -> Tokens {
-    let prompt = (body.len() as u64).div_ceil(4);
-    let lcp = previous.map_or(0, |p| p.iter().zip(body).take_while(|(a, b)| a == b).count());
-    let cache_read = (lcp as u64 / 4).min(prompt);
-    let marked = body.windows(15).any(|w| w == b"\"cache_control\"");
-    let cache_creation = if marked { prompt - cache_read } else { 0 };
-    Tokens { prompt, cache_read, cache_creation, output: reply.output_tokens() }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,14 +106,5 @@ mod tests {
             serde_json::json!({"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"out"}]});
         let b = serde_json::json!({"messages":[asked, call, result]});
         assert_eq!(decide(&b), Reply::Text("ack 3".into()));
-    }
-
-    #[test]
-    fn cache_model() {
-        let r = Reply::Text("ack 1".into());
-        let t = tokens(b"abcdefghij", Some(b"abcdefgXYZ"), &r);
-        assert_eq!((t.prompt, t.cache_read, t.cache_creation, t.output), (3, 1, 0, 2));
-        let t = tokens(b"{\"cache_control\":1}", None, &r);
-        assert_eq!((t.cache_read, t.cache_creation), (0, t.prompt));
     }
 }

@@ -1,15 +1,18 @@
 //! The HTTP/1.1 server: routing, control endpoints, and the body that plays a fault.
 
+use crate::cache::Caches;
 use crate::faults::{Fault, ScriptEntry};
 use crate::record::{Exchange, RecordedRequest, RecordedResponse};
 use crate::reply::{self, Reply, Tokens};
+use crate::strict::{Rejection, Strictness};
 use crate::{anthropic, openai};
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::{Request, Response};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future as _;
 use std::io::Write as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,8 +24,12 @@ use std::time::Duration;
 pub(crate) struct Shared {
     pub(crate) exchanges: Mutex<Vec<Exchange>>,
     pub(crate) script: Mutex<VecDeque<Fault>>,
-    /// API key → previous successful body (the prompt-cache model).
-    pub(crate) cache: Mutex<HashMap<Vec<u8>, Vec<u8>>>,
+    /// The providers' prompt caches.
+    pub(crate) caches: Mutex<Caches>,
+    /// The rules in force.
+    pub(crate) strict: Mutex<Strictness>,
+    /// Added to the clock the caches' TTLs are measured on (`POST /_fake/config`).
+    pub(crate) clock_offset: Mutex<Duration>,
     pub(crate) record: Option<Mutex<std::fs::File>>,
     /// Never reset, so that a tracker outliving `reset` cannot touch a newer exchange.
     pub(crate) next_seq: std::sync::atomic::AtomicU64,
@@ -88,6 +95,13 @@ enum End {
     Finish,
     Abort,
     Stall,
+    /// Wait `ms` after the last chunk (the timer starts when it was handed over), then end
+    /// cleanly or (`abort`) drop the connection.
+    Late {
+        ms: u64,
+        abort: bool,
+        timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    },
 }
 
 /// The error that makes hyper drop the connection mid-body.
@@ -143,6 +157,24 @@ impl Body for FakeBody {
                 Poll::Pending
             }
             End::Abort => Poll::Ready(Some(Err(Disconnected))),
+            End::Late { .. } => {
+                let this = &mut *self;
+                let End::Late { ms, abort, timer } = &mut this.end else { return Poll::Ready(None) };
+                // Pending until the timer fires: hyper flushes what it was handed meanwhile.
+                let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(*ms))));
+                if t.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                let abort = *abort;
+                if let Some(tr) = this.tracker.as_mut() {
+                    tr.finish(!abort);
+                }
+                if abort {
+                    Poll::Ready(Some(Err(Disconnected)))
+                } else {
+                    Poll::Ready(None)
+                }
+            }
             // Never woken: the connection stays open until the client or shutdown drops it.
             End::Stall => Poll::Pending,
         }
@@ -279,11 +311,34 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     }
     let model = parsed.get("model").and_then(|m| m.as_str()).unwrap_or("fake-model").to_owned();
     let streaming = parsed.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
+    let prompt = (body.len() as u64).div_ceil(4);
+    let checked = {
+        let strict = lock(&shared.strict);
+        match api {
+            Api::Anthropic => strict.anthropic(&parsed, prompt),
+            Api::OpenAi => strict.openai(&parsed, prompt),
+        }
+    };
+    if let Err(Rejection { status, message, param, code }) = checked {
+        let b = match api {
+            Api::Anthropic => anthropic::error(status, &message),
+            Api::OpenAi => openai::invalid(&message, param.as_deref(), code.as_deref()),
+        };
+        return Ok(respond(tracker, status, vec![b], End::Finish, false, api, None, None));
+    }
     let reply = reply::decide(&parsed);
-    let tokens = cache_tokens(&shared, &request, &body, &reply);
+    let thinking = (api == Api::Anthropic
+        && parsed.pointer("/thinking/type").and_then(serde_json::Value::as_str).is_some_and(|t| t != "disabled"))
+    .then(|| {
+        format!(
+            "The conversation has {} messages; a short answer will do.",
+            parsed["messages"].as_array().map_or(0, Vec::len)
+        )
+    });
+    let tokens = cache_tokens(&shared, &request, &parsed, &body, &reply, api, thinking.as_deref());
     let mut chunks = match (api, streaming) {
-        (Api::Anthropic, false) => vec![anthropic::message(&model, &reply, &tokens, seq)],
-        (Api::Anthropic, true) => anthropic::stream(&model, &reply, &tokens, seq),
+        (Api::Anthropic, false) => vec![anthropic::message(&model, &reply, thinking.as_deref(), &tokens, seq)],
+        (Api::Anthropic, true) => anthropic::stream(&model, &reply, thinking.as_deref(), &tokens, seq),
         (Api::OpenAi, false) => vec![openai::completion(&model, &reply, &tokens, seq)],
         (Api::OpenAi, true) => {
             let usage =
@@ -309,13 +364,24 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
                 Api::OpenAi => openai::stream_error(),
             });
         }
+        Some(Fault::LateEnd { ms, then }) => {
+            end = End::Late { ms, abort: then == crate::faults::LateEnd::Abort, timer: None };
+        }
         _ => {}
     }
     Ok(respond(tracker, 200, chunks, end, streaming, api, None, full_len))
 }
 
-/// The modelled usage; remembers this body as the key's previous one.
-fn cache_tokens(shared: &Shared, req: &RecordedRequest, body: &[u8], reply: &Reply) -> Tokens {
+/// The usage by the providers' caching rules; remembers what this request caches.
+fn cache_tokens(
+    shared: &Shared,
+    req: &RecordedRequest,
+    parsed: &serde_json::Value,
+    body: &[u8],
+    reply: &Reply,
+    api: Api,
+    thinking: Option<&str>,
+) -> Tokens {
     let key = req
         .headers
         .iter()
@@ -323,10 +389,18 @@ fn cache_tokens(shared: &Shared, req: &RecordedRequest, body: &[u8], reply: &Rep
         .or_else(|| req.headers.iter().find(|(n, _)| n == "authorization"))
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
-    let mut cache = lock(&shared.cache);
-    let t = reply::tokens(body, cache.get(&key).map(Vec::as_slice), reply);
-    cache.insert(key, body.to_vec());
-    t
+    let prompt = (body.len() as u64).div_ceil(4);
+    let now = std::time::Instant::now() + *lock(&shared.clock_offset);
+    let mut caches = lock(&shared.caches);
+    let (cache_read, cache_creation) = match api {
+        Api::Anthropic => {
+            let c = caches.anthropic(&key, parsed, prompt, now);
+            (c.read, c.written)
+        }
+        Api::OpenAi => (caches.openai(&key, body, now), 0),
+    };
+    let output = reply.output_tokens() + thinking.map_or(0, |t| (t.len() as u64).div_ceil(4));
+    Tokens { prompt, cache_read, cache_creation, output }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -357,7 +431,9 @@ fn respond(
     }
     // A JSON body has a content-length; a cut one announces its full length, so that the
     // client sees a truncated body rather than a short complete one.
-    let exact = (!streaming).then(|| full_len.unwrap_or_else(|| chunks.iter().map(|c| c.len() as u64).sum()));
+    // A late end needs a chunked body: with a content-length the body is over at its last byte.
+    let late = matches!(end, End::Late { .. });
+    let exact = (!streaming && !late).then(|| full_len.unwrap_or_else(|| chunks.iter().map(|c| c.len() as u64).sum()));
     tracker.with(|x| {
         x.response.status = status;
         x.response.headers = headers.clone();
@@ -402,6 +478,14 @@ fn control(method: &str, path: &str, body: &[u8], shared: &Shared) -> Response<F
             r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/x-ndjson"));
             r
         }
+        ("POST", "/_fake/config") => match serde_json::from_slice::<Config>(body) {
+            Ok(c) => {
+                shared.configure(&c);
+                json_response(200, Bytes::from(shared.config_json().to_string()))
+            }
+            Err(e) => json_response(400, Bytes::from(serde_json::json!({"error": format!("config: {e}")}).to_string())),
+        },
+        ("GET", "/_fake/config") => json_response(200, Bytes::from(shared.config_json().to_string())),
         ("POST", "/_fake/release") => {
             shared.release.send_modify(|g| *g += 1);
             json_response(200, Bytes::from_static(b"{}"))
@@ -418,6 +502,62 @@ impl Shared {
     pub(crate) fn reset(&self) {
         lock(&self.exchanges).clear();
         lock(&self.script).clear();
-        lock(&self.cache).clear();
+        *lock(&self.caches) = Caches::default();
+    }
+}
+
+/// `POST /_fake/config`: every field optional.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Config {
+    /// Rules to relax.
+    #[serde(default)]
+    pub(crate) relax: Vec<crate::strict::Rule>,
+    /// Rules to enforce again.
+    #[serde(default)]
+    pub(crate) enforce: Vec<crate::strict::Rule>,
+    /// Every model's context window in tokens (`null`: the providers' defaults); absent: unchanged.
+    #[serde(default, with = "double_option")]
+    pub(crate) context_tokens: Option<Option<u64>>,
+    /// Moves the caches' clock forward (TTL tests without waiting).
+    #[serde(default)]
+    pub(crate) advance_clock_secs: u64,
+}
+
+mod double_option {
+    use serde::{Deserialize, Deserializer};
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+        Option::<u64>::deserialize(d).map(Some)
+    }
+}
+
+impl Shared {
+    pub(crate) fn configure(&self, c: &Config) {
+        let mut s = lock(&self.strict);
+        for r in &c.relax {
+            s.relaxed.insert(*r);
+        }
+        for r in &c.enforce {
+            s.relaxed.remove(r);
+        }
+        if let Some(n) = c.context_tokens {
+            s.context_tokens = n;
+        }
+        *lock(&self.clock_offset) += Duration::from_secs(c.advance_clock_secs);
+    }
+
+    pub(crate) fn config_json(&self) -> serde_json::Value {
+        let s = lock(&self.strict);
+        let mut relaxed: Vec<String> = s
+            .relaxed
+            .iter()
+            .map(|r| serde_json::to_value(r).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
+            .collect();
+        relaxed.sort();
+        serde_json::json!({
+            "relaxed": relaxed,
+            "context_tokens": s.context_tokens,
+            "clock_offset_secs": lock(&self.clock_offset).as_secs(),
+        })
     }
 }

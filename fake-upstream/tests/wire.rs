@@ -143,18 +143,32 @@ fn anthropic_json_and_keep_alive_and_cache_model() {
     let prompt = (b1.len() as u64).div_ceil(4);
     assert_eq!(v["usage"]["input_tokens"], prompt);
     assert_eq!(v["usage"]["cache_read_input_tokens"], 0);
-    // Same connection: keep-alive; the shared prefix is a cache read.
-    let b2 = anthropic_body(false, "two");
-    let r2 = c.send("/v1/messages", AK, &b2);
-    let v2 = r2.json();
-    let lcp = b1.iter().zip(&b2).take_while(|(a, b)| a == b).count() as u64;
-    assert_eq!(v2["usage"]["cache_read_input_tokens"], lcp / 4);
-    assert_eq!(v2["usage"]["input_tokens"], (b2.len() as u64).div_ceil(4) - lcp / 4);
+    // Same connection: keep-alive. No cache_control: nothing is cached, whatever is shared.
+    let r2 = c.send("/v1/messages", AK, &anthropic_body(false, "one"));
+    assert_eq!(r2.json()["usage"]["cache_read_input_tokens"], 0);
+    assert_eq!(r2.json()["usage"]["cache_creation_input_tokens"], 0);
+    // A breakpoint on a system prompt of at least 1,024 tokens: written once, then read.
+    let cached = |last: &str| {
+        let mut v: Value = serde_json::from_slice(&anthropic_body(false, last)).unwrap();
+        v["system"] = json!([{"type": "text", "text": "Rules. ".repeat(700), "cache_control": {"type": "ephemeral"}}]);
+        v.to_string().into_bytes()
+    };
+    let b3 = cached("two");
+    let u3 = c.send("/v1/messages", AK, &b3).json()["usage"].clone();
+    let written = u3["cache_creation_input_tokens"].as_u64().unwrap();
+    assert!(written >= 1024, "{u3}");
+    assert_eq!(u3["cache_read_input_tokens"], 0);
+    assert_eq!(u3["input_tokens"].as_u64().unwrap() + written, (b3.len() as u64).div_ceil(4));
+    let b4 = cached("three");
+    let u4 = c.send("/v1/messages", AK, &b4).json()["usage"].clone();
+    assert_eq!(u4["cache_read_input_tokens"], written, "{u4}");
+    assert_eq!(u4["cache_creation_input_tokens"], 0);
+    assert_eq!(u4["input_tokens"].as_u64().unwrap() + written, (b4.len() as u64).div_ceil(4));
     // Another key has its own cache.
-    let r3 = c.send("/v1/messages", &[("x-api-key", "other")], &b2);
-    assert_eq!(r3.json()["usage"]["cache_read_input_tokens"], 0);
+    let r5 = c.send("/v1/messages", &[("x-api-key", "other")], &b4);
+    assert_eq!(r5.json()["usage"]["cache_read_input_tokens"], 0);
     let rec = up.requests();
-    assert_eq!(rec.len(), 3);
+    assert_eq!(rec.len(), 5);
     assert_eq!(rec[0].request.header("x-api-key"), Some("sk-ant-secret"));
     assert_eq!(rec[0].request.body, b1);
     assert_eq!(rec[1].response.body(), r2.body);
@@ -185,15 +199,23 @@ fn anthropic_stream_text_and_tool() {
     let delta = &ev[ev.len() - 2].1;
     assert_eq!(delta["delta"]["stop_reason"], "end_turn");
     assert_eq!(delta["usage"]["output_tokens"], 2);
-    // Tool use, same connection.
+    // Tool use, same connection: a line of text, then the tool_use block (two content blocks).
     let r = c.send("/v1/messages", AK, &anthropic_body(true, "please [[tool:get_weather]]"));
     let ev = events(&r.body);
-    assert_eq!(ev[1].1["content_block"]["type"], "tool_use");
-    assert_eq!(ev[1].1["content_block"]["name"], "get_weather");
+    let starts: Vec<&Value> = ev.iter().filter(|(n, _)| n == "content_block_start").map(|(_, d)| d).collect();
+    assert_eq!(starts.len(), 2);
+    assert_eq!((starts[0]["index"].as_u64(), starts[0]["content_block"]["type"].as_str()), (Some(0), Some("text")));
+    assert_eq!(starts[1]["index"], 1);
+    assert_eq!(starts[1]["content_block"]["type"], "tool_use");
+    assert_eq!(starts[1]["content_block"]["name"], "get_weather");
+    assert_eq!(starts[1]["content_block"]["input"], json!({}));
     let json: String = ev
         .iter()
-        .filter(|(n, _)| n == "content_block_delta")
-        .map(|(_, d)| d["delta"]["partial_json"].as_str().unwrap())
+        .filter(|(n, d)| n == "content_block_delta" && d["index"] == 1)
+        .map(|(_, d)| {
+            assert_eq!(d["delta"]["type"], "input_json_delta");
+            d["delta"]["partial_json"].as_str().unwrap()
+        })
         .collect();
     assert_eq!(serde_json::from_str::<Value>(&json).unwrap(), json!({"n": 3}));
     assert_eq!(ev[ev.len() - 2].1["delta"]["stop_reason"], "tool_use");
@@ -206,17 +228,21 @@ fn anthropic_stream_text_and_tool() {
 fn openai_json_stream_and_tool_calls() {
     let up = FakeUpstream::start().unwrap();
     let mut c = Conn::open(&up);
-    let b = openai_body(false, "hi");
+    // Long enough (over 1,024 tokens) for OpenAI's automatic prefix cache.
+    let long = "hi ".repeat(1500);
+    let b = openai_body(false, &long);
     let v = c.send("/v1/chat/completions", OK, &b).json();
     assert_eq!(v["choices"][0]["message"]["content"], "ack 2");
     assert_eq!(v["usage"]["prompt_tokens"], (b.len() as u64).div_ceil(4));
-    let r = c.send("/v1/chat/completions", OK, &openai_body(true, "hi"));
+    assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    let r = c.send("/v1/chat/completions", OK, &openai_body(true, &long));
     let ch = chunks(&r.body);
     assert_eq!(ch.last().map(String::as_str), Some("[DONE]"));
     let parsed: Vec<Value> = ch[..ch.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
     let last = parsed.last().unwrap();
     assert_eq!(last["choices"], json!([]));
-    assert!(last["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0);
+    let cached = last["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached >= 1024 && cached % 128 == 0, "cached {cached}");
     assert!(parsed[..parsed.len() - 1].iter().all(|c| c["usage"].is_null()));
     let text: String = parsed.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(text, "ack 2");
@@ -405,4 +431,89 @@ fn wait_for(up: &FakeUpstream, n: usize) {
         assert!(std::time::Instant::now() < deadline, "never got {n} requests");
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
+}
+
+/// Sends `body` and reads the head and the chunked body up to the chunk containing `last`;
+/// returns the connection there (the body not yet ended) and the bytes read.
+fn until_final_event(
+    up: &FakeUpstream,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    last: &str,
+) -> (Conn, Vec<u8>) {
+    let mut c = Conn::open(up);
+    let mut req = format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    c.0.get_mut().write_all(req.as_bytes()).unwrap();
+    c.0.get_mut().write_all(body).unwrap();
+    assert_eq!(c.line().unwrap().split(' ').nth(1), Some("200"));
+    let mut chunked = false;
+    while let Some(l) = c.line() {
+        if l.is_empty() {
+            break;
+        }
+        assert!(!l.to_lowercase().starts_with("content-length"), "a late end needs a chunked body: {l}");
+        chunked |= l.eq_ignore_ascii_case("transfer-encoding: chunked");
+    }
+    assert!(chunked);
+    let mut got = Vec::new();
+    for _ in 0..1000 {
+        let size = usize::from_str_radix(&c.line().unwrap(), 16).unwrap();
+        assert!(size > 0, "the body ended before its final event");
+        let mut buf = vec![0; size + 2];
+        c.0.read_exact(&mut buf).unwrap();
+        got.extend_from_slice(&buf[..size]);
+        if String::from_utf8_lossy(&got).contains(last) {
+            return (c, got);
+        }
+    }
+    panic!("no {last} in {}", String::from_utf8_lossy(&got));
+}
+
+/// After the final event the body stays open (a read times out), then ends as scripted.
+fn body_stays_open_then(mut c: Conn) -> Option<String> {
+    c.0.get_ref().set_read_timeout(Some(std::time::Duration::from_millis(150))).unwrap();
+    let mut l = String::new();
+    let e = c.0.read_line(&mut l).expect_err("the body ended right after its final event");
+    assert!(matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "{e}");
+    assert!(l.is_empty());
+    c.0.get_ref().set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    c.line()
+}
+
+#[test]
+fn late_end_keeps_the_body_open_after_the_final_event() {
+    let up = FakeUpstream::start().unwrap();
+    // Through the control endpoint, in the JSON the durability harness sends.
+    let mut ctl = Conn::open(&up);
+    let r = ctl.send(
+        "/_fake/script",
+        &[],
+        br#"[{"fault":{"kind":"late_end","ms":1000}},{"fault":{"kind":"late_end","ms":1000,"then":"abort"}},{"fault":{"kind":"late_end","ms":1000}}]"#,
+    );
+    assert_eq!(r.json()["queued"], 3, "{}", String::from_utf8_lossy(&r.body));
+    // Anthropic stream: every event, message_stop included, then the end a second later.
+    let (c, got) = until_final_event(&up, "/v1/messages", AK, &anthropic_body(true, "x"), "message_stop");
+    assert!(String::from_utf8_lossy(&got).ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    assert_eq!(body_stays_open_then(c).as_deref(), Some("0"), "then the last chunk");
+    // OpenAI stream, then aborted: [DONE] was sent, the connection is dropped without the last chunk.
+    let (c, got) = until_final_event(&up, "/v1/chat/completions", OK, &openai_body(true, "x"), "[DONE]");
+    assert!(String::from_utf8_lossy(&got).ends_with("data: [DONE]\n\n"));
+    assert_eq!(body_stays_open_then(c), None, "the connection is dropped");
+    // A JSON body: whole, chunked, ended late.
+    let (c, got) = until_final_event(&up, "/v1/messages", AK, &anthropic_body(false, "x"), "\"usage\"");
+    let v: Value = serde_json::from_slice(&got).unwrap();
+    assert_eq!(v["type"], "message");
+    assert_eq!(body_stays_open_then(c).as_deref(), Some("0"));
+    let rec = up.requests();
+    assert_eq!(rec.len(), 3);
+    assert_eq!(rec[0].fault, Some(Fault::LateEnd { ms: 1000, then: ctxlog_fake_upstream::LateEnd::Finish }));
+    assert!(rec[0].response.complete && rec[0].response.finished);
+    assert!(!rec[1].response.complete && rec[1].response.finished, "aborted: not complete");
+    assert!(String::from_utf8_lossy(&rec[1].response.body()).ends_with("data: [DONE]\n\n"), "every byte recorded");
+    assert!(rec[2].response.complete);
 }

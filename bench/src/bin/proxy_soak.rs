@@ -70,6 +70,14 @@ fn transcript(seed: u64, n: u64) -> Transcript {
             continue;
         }
         assistant.push(o["role"] == "assistant");
+        // The provider signed the thinking blocks it wrote: the agent sends back its signatures
+        // (the strict fake checks them as the real API does).
+        if let Some(blocks) = o.get_mut("content").and_then(Value::as_array_mut) {
+            for b in blocks.iter_mut().filter(|b| b["type"] == "thinking") {
+                let sig = ctxlog_fake_upstream::thinking_signature(b["thinking"].as_str().unwrap_or(""));
+                b["signature"] = Value::String(sig);
+            }
+        }
         messages.push(serde_json::to_string(&v).unwrap());
     }
     let first_user: Value = serde_json::from_str(&messages[0]).unwrap();
