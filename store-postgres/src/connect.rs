@@ -5,17 +5,32 @@ use ctxlog::store::StoreError;
 use postgres::{Client, NoTls};
 
 use crate::error::store_error;
+use crate::tls::RustlsConnect;
 
 /// Everything needed to open one more connection to the store's server.
 #[derive(Clone)]
 pub(crate) struct Connector {
     config: postgres::Config,
     location: String,
+    /// `None` for `sslmode=disable` (and Unix sockets).
+    tls: Option<RustlsConnect>,
 }
 
 impl Connector {
-    pub(crate) fn new(config: postgres::Config, location: String) -> Connector {
-        Connector { config, location }
+    pub(crate) fn new(config: postgres::Config, location: String, tls: Option<RustlsConnect>) -> Connector {
+        Connector { config, location, tls }
+    }
+
+    /// The client configuration.
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> &postgres::Config {
+        &self.config
+    }
+
+    /// Whether connections may use TLS.
+    #[cfg(test)]
+    pub(crate) fn has_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// Where the store is (no password).
@@ -35,6 +50,17 @@ impl Connector {
 
     /// Opens a connection; `what` says what for, in the error.
     pub(crate) fn connect(&self, what: &str) -> Result<Client, StoreError> {
-        self.config.connect(NoTls).map_err(|e| store_error(&self.location, what, e))
+        let client = match &self.tls {
+            Some(tls) => self.config.connect(tls.clone()),
+            None => self.config.connect(NoTls),
+        };
+        client.map_err(|e| store_error(&self.location, what, e))
+    }
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the config: it holds the password.
+        f.debug_struct("Connector").field("location", &self.location).field("tls", &self.tls.is_some()).finish()
     }
 }

@@ -36,10 +36,12 @@ mod error;
 pub mod lease;
 mod listen;
 mod options;
+mod params;
 mod pool;
 mod schema;
 #[cfg(feature = "test-support")]
 pub mod test_support;
+pub mod tls;
 
 use std::time::{Duration, Instant};
 
@@ -155,8 +157,9 @@ impl PgStore {
 
     /// Connects with explicit [`PgOptions`].
     pub fn open_with(url: &str, opts: PgOptions) -> Result<PgStore, StoreError> {
-        let (config, location) = options::client_config(url, &opts)?;
-        let connector = connect::Connector::new(config, location.clone());
+        let (connector, pool_size) = options::client_config(url, &opts)?;
+        let opts = PgOptions { pool_size, ..opts };
+        let location = connector.location().to_owned();
         // The answer to `try_lease` may wait for a reconnect (and its statements).
         let answer_within = opts.connect_timeout * 2 + opts.statement_timeout.unwrap_or(Duration::from_secs(30));
         let leases = lease::Leases::new(connector.clone(), answer_within);

@@ -30,8 +30,8 @@ impl Listener {
     /// Connects to `url` (read-only) and listens for appends to `stream`.
     pub fn open(url: &str, stream: StreamId) -> Result<Listener, StoreError> {
         let opts = PgOptions { read_only: true, ..PgOptions::default() };
-        let (config, location) = client_config(url, &opts)?;
-        Self::new(Connector::new(config, location), stream)
+        let (connector, _) = client_config(url, &opts)?;
+        Self::new(connector, stream)
     }
 
     pub(crate) fn new(connector: Connector, stream: StreamId) -> Result<Listener, StoreError> {
