@@ -292,3 +292,48 @@ fn pool_size_in_the_url_bounds_the_pool() {
         .get(0);
     assert!(active <= 2, "{active} store connections on the server");
 }
+
+#[test]
+fn a_service_started_during_an_outage_waits_for_the_store_within_its_bound() {
+    use ctxlog_cli::stores::{open_store_waiting, Access, Opening};
+    use std::time::{Duration, Instant};
+    let Some(mut db) = database("store_wait") else { return };
+    if db.cluster().is_none() {
+        eprintln!("SKIPPED store_wait: it stops the server, so it needs a private cluster");
+        return;
+    }
+    let url = db.url().to_owned();
+    db.cluster().unwrap().stop().unwrap();
+
+    // Without waiting, or with a wait shorter than the outage: a typed, transient error.
+    let e = open_store_waiting(&url, Access::Create, Opening::default()).err().expect("the server is down");
+    assert!(matches!(e, ctxlog_cli::error::CliError::Store(ctxlog::StoreError::Unavailable { .. })), "{e}");
+    let started = Instant::now();
+    let short = Opening { wait: Duration::from_millis(1500), ..Opening::default() };
+    assert!(open_store_waiting(&url, Access::Create, short).is_err());
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1000) && waited < Duration::from_secs(4), "waited {waited:?}");
+
+    // The server comes back while the open waits: it opens, with the pool size asked for.
+    let cluster_back = std::thread::scope(|scope| {
+        let cluster = db.cluster().unwrap();
+        let restarter = scope.spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            cluster.start_again().unwrap();
+        });
+        let opening = Opening { wait: Duration::from_secs(30), pool: Some(3) };
+        let store = open_store_waiting(&url, Access::Create, opening);
+        restarter.join().unwrap();
+        store
+    });
+    let store = cluster_back.unwrap();
+    assert!(store.streams().unwrap().is_empty());
+
+    // --store-pool is for PostgreSQL, and cannot contradict the URL.
+    let both = Opening { pool: Some(2), ..Opening::default() };
+    assert!(open_store_waiting(&format!("{url}&pool_size=4"), Access::Create, both).is_err());
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite:{}", dir.path().join("x.db").display());
+    let e = open_store_waiting(&sqlite, Access::Create, both).err().unwrap();
+    assert!(e.to_string().contains("--store-pool"), "{e}");
+}
