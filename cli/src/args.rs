@@ -566,6 +566,13 @@ pub struct ProxyArgs {
     /// Store URL: `sqlite:PATH`, `sled:PATH`, `fs:PATH`, `postgres://USER@HOST/DB` or `mem:`.
     #[arg(long, default_value = DEFAULT_STORE)]
     pub store: String,
+    /// Pooled connections of a PostgreSQL store (default 8, or the URL's `pool_size`).
+    #[arg(long, value_name = "N")]
+    pub store_pool: Option<usize>,
+    /// Seconds to keep retrying a store that is unavailable at start (a database server down
+    /// or restarting) before exiting; 0 tries once.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub store_wait: u64,
     /// Engine knobs for the sessions the proxy creates.
     #[command(flatten)]
     pub config: ConfigArgs,

@@ -8,7 +8,7 @@ use ctxlog::Config;
 use crate::args::ProxyArgs;
 use crate::error::CliError;
 use crate::output::Out;
-use crate::stores::{open_store_with, Access};
+use crate::stores::{open_store_waiting, Access, Opening};
 
 /// Runs the proxy in the foreground.
 pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
@@ -16,7 +16,8 @@ pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), 
     engine.validate()?;
     // Built before the store opens: a missing API key or a bad spec fails first.
     let summaries = summaries(a, &engine)?;
-    let store: Arc<dyn ctxlog::Store> = Arc::from(open_store_with(&a.store, Access::Create, accept_loss)?);
+    let opening = Opening { pool: a.store_pool, wait: Duration::from_secs(a.store_wait), accept_loss };
+    let store: Arc<dyn ctxlog::Store> = Arc::from(open_store_waiting(&a.store, Access::Create, opening)?);
     let mut cfg = ctxlog_proxy::ProxyConfig::new(a.listen, &a.upstream);
     cfg.engine = engine;
     cfg.client_token = a.client_token.clone();

@@ -36,6 +36,10 @@ pub enum PgError {
     /// A write on a store opened read-only (`default_transaction_read_only=on`).
     #[error("the store was opened read-only: {0}")]
     ReadOnly(String),
+    /// The role lacks a privilege the store needs (the message names the role, the privilege,
+    /// the object and the `GRANT` that fixes it).
+    #[error("{0}")]
+    Privilege(String),
     /// A read-only open of a database where no ctxlog schema was ever created.
     #[error("no ctxlog schema here (tables ctxlog_meta, ctxlog_records, … are missing); a writer's open creates it")]
     NoSchema,
@@ -67,6 +71,8 @@ pub(crate) enum Class {
     Timeout,
     /// A write was refused by a read-only transaction.
     ReadOnly,
+    /// `insufficient_privilege`.
+    Privilege,
     /// Anything else (a bug, a permission, a full disk…).
     Other,
 }
@@ -79,6 +85,7 @@ pub(crate) fn classify(e: &postgres::Error) -> Class {
             "23505" => Class::Duplicate,
             "57014" => Class::Timeout,
             "25006" => Class::ReadOnly,
+            "42501" => Class::Privilege,
             // invalid_authorization_specification, invalid_password
             "28000" | "28P01" => Class::Auth,
             // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections,
@@ -105,6 +112,15 @@ pub(crate) fn store_error(location: &str, what: &str, e: postgres::Error) -> Sto
         Class::Auth => backend(location, what, PgError::Auth(full_message(&e))),
         Class::Timeout => backend(location, what, PgError::StatementTimeout(full_message(&e))),
         Class::ReadOnly => backend(location, what, PgError::ReadOnly(full_message(&e))),
+        Class::Privilege => backend(
+            location,
+            what,
+            PgError::Privilege(format!(
+                "{}: grant the store's role SELECT, INSERT, UPDATE on ctxlog_meta, ctxlog_records, ctxlog_blobs and \
+                 ctxlog_snapshots (SELECT only for a read-only store)",
+                full_message(&e)
+            )),
+        ),
         Class::Duplicate | Class::Other => backend(location, what, PgError::Client(e)),
     }
 }

@@ -31,19 +31,23 @@
 // No unchecked indexing on rows read from the server.
 #![warn(clippy::indexing_slicing)]
 
+mod connect;
 mod error;
+pub mod lease;
 mod listen;
 mod options;
+mod params;
 mod pool;
 mod schema;
 #[cfg(feature = "test-support")]
 pub mod test_support;
+pub mod tls;
 
 use std::time::{Duration, Instant};
 
 use ctxlog::store::{
-    check_expected, BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StoreError::Conflict, StoredRecord,
-    StreamId, Version,
+    check_expected, BlobId, ExpectedVersion, Lease, Record, Snapshot, Store, StoreError, StoreError::Conflict,
+    StoredRecord, StreamId, Version,
 };
 use postgres::types::ToSql;
 
@@ -94,6 +98,7 @@ const ANY_RETRIES: usize = 64;
 /// `Send + Sync`: threads share a small pool of connections ([`PgOptions::pool_size`]).
 pub struct PgStore {
     pool: Pool,
+    leases: lease::Leases,
     location: String,
     opts: PgOptions,
 }
@@ -152,9 +157,14 @@ impl PgStore {
 
     /// Connects with explicit [`PgOptions`].
     pub fn open_with(url: &str, opts: PgOptions) -> Result<PgStore, StoreError> {
-        let (config, location) = options::client_config(url, &opts)?;
-        let pool = Pool::new(config, location.clone(), opts.pool_size, opts.checkout_timeout);
-        let store = PgStore { pool, location, opts };
+        let (connector, pool_size) = options::client_config(url, &opts)?;
+        let opts = PgOptions { pool_size, ..opts };
+        let location = connector.location().to_owned();
+        // The answer to `try_lease` may wait for a reconnect (and its statements).
+        let answer_within = opts.connect_timeout * 2 + opts.statement_timeout.unwrap_or(Duration::from_secs(30));
+        let leases = lease::Leases::new(connector.clone(), answer_within);
+        let pool = Pool::new(connector, opts.pool_size, opts.checkout_timeout);
+        let store = PgStore { pool, leases, location, opts };
         store.pool.with(|c| schema::prepare(c.client(), &store.location, store.opts.read_only))??;
         Ok(store)
     }
@@ -176,7 +186,7 @@ impl PgStore {
 
     /// A dedicated connection that waits for appends to `stream` (`LISTEN`).
     pub fn listen(&self, stream: StreamId) -> Result<Listener, StoreError> {
-        Listener::new(self.pool.config().clone(), self.location.clone(), stream)
+        Listener::new(self.pool.connector().clone(), stream)
     }
 
     /// Runs a read-only request; if it fails because its pooled connection was dead (the
@@ -407,6 +417,21 @@ impl Store for PgStore {
             id.verify(b)?;
         }
         Ok(bytes)
+    }
+
+    /// A session-level advisory lock on the store's dedicated lease connection ([`lease`]):
+    /// excludes every other `PgStore` (process, host) on the database, released on drop
+    /// (without waiting for the server) and when the holder's connection ends. A read-only
+    /// store never writes, so it has no use for a lease and refuses (`ReadOnly`).
+    fn try_lease(&self, stream: StreamId) -> Result<Option<Lease>, StoreError> {
+        if self.opts.read_only {
+            return Err(StoreError::ReadOnly {
+                backend: BACKEND,
+                location: self.location.clone(),
+                operation: "try_lease",
+            });
+        }
+        self.leases.try_lease(stream)
     }
 }
 

@@ -5,15 +5,16 @@ use std::time::Duration;
 
 use ctxlog::store::{StoreError, StreamId};
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 use crate::channel;
+use crate::connect::Connector;
 use crate::error::{store_error, unavailable};
 use crate::options::{client_config, PgOptions};
 
 /// A connection listening on one stream's channel. Created by [`crate::PgStore::listen`].
 pub struct Listener {
-    config: postgres::Config,
+    connector: Connector,
     location: String,
     channel: String,
     client: Option<Client>,
@@ -29,18 +30,19 @@ impl Listener {
     /// Connects to `url` (read-only) and listens for appends to `stream`.
     pub fn open(url: &str, stream: StreamId) -> Result<Listener, StoreError> {
         let opts = PgOptions { read_only: true, ..PgOptions::default() };
-        let (config, location) = client_config(url, &opts)?;
-        Self::new(config, location, stream)
+        let (connector, _) = client_config(url, &opts)?;
+        Self::new(connector, stream)
     }
 
-    pub(crate) fn new(config: postgres::Config, location: String, stream: StreamId) -> Result<Listener, StoreError> {
-        let mut listener = Listener { config, location, channel: channel(stream), client: None };
+    pub(crate) fn new(connector: Connector, stream: StreamId) -> Result<Listener, StoreError> {
+        let location = connector.location().to_owned();
+        let mut listener = Listener { connector, location, channel: channel(stream), client: None };
         listener.connect()?;
         Ok(listener)
     }
 
     fn connect(&mut self) -> Result<&mut Client, StoreError> {
-        let mut client = self.config.connect(NoTls).map_err(|e| store_error(&self.location, "connect to listen", e))?;
+        let mut client = self.connector.connect("connect to listen")?;
         // The channel is `ctxlog_` plus hex digits, so quoting it is all the escaping needed.
         client
             .batch_execute(&format!("LISTEN \"{}\"", self.channel))

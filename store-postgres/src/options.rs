@@ -7,12 +7,17 @@ use std::time::Duration;
 use ctxlog::store::StoreError;
 use postgres::config::Host;
 
+use crate::connect::Connector;
 use crate::error::{backend, PgError};
+use crate::params;
+use crate::tls::{self, SslMode};
 
 /// Knobs of a [`crate::PgStore`]. `PgOptions::default()` is what [`crate::PgStore::open`] uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgOptions {
-    /// Most connections the store keeps open at once (one per thread using it concurrently).
+    /// Most connections the store keeps open at once (one per thread using it concurrently);
+    /// `pool_size=N` in the connection string overrides it. The lease connection
+    /// ([`crate::lease`]) comes on top.
     pub pool_size: usize,
     /// How long a caller waits for a free pooled connection before [`PgError::PoolExhausted`].
     pub checkout_timeout: Duration,
@@ -46,22 +51,36 @@ impl Default for PgOptions {
     }
 }
 
-/// Parses `url` (a `postgres://`/`postgresql://` URL or a libpq `key=value` string) and adds
-/// the settings the store relies on. Returns the client config and a printable location
-/// (never the password).
-pub(crate) fn client_config(url: &str, opts: &PgOptions) -> Result<(postgres::Config, String), StoreError> {
-    let mut config = postgres::Config::from_str(url)
-        .map_err(|e| backend(&redact(url), "parse the connection string", PgError::Url(e.to_string())))?;
+/// Parses `url` (a `postgres://`/`postgresql://` URL or a libpq `key=value` string), takes out
+/// ctxlog's own parameters ([`crate::params`]), finds the password, sets up TLS and adds the
+/// settings the store relies on. Returns how to connect (its location never shows the
+/// password) and the pool size to use.
+pub(crate) fn client_config(url: &str, opts: &PgOptions) -> Result<(Connector, usize), StoreError> {
+    let env = |k: &str| std::env::var(k).ok();
+    client_config_in(url, opts, &env)
+}
+
+/// [`client_config`] with the environment given.
+pub(crate) fn client_config_in(
+    url: &str,
+    opts: &PgOptions,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Connector, usize), StoreError> {
+    let bad = |location: &str, e: String| backend(location, "parse the connection string", PgError::Url(e));
+    let (rest, params) = params::split(url).map_err(|e| bad(&redact(url), e))?;
+    let mut config = postgres::Config::from_str(&rest).map_err(|e| bad(&redact(url), e.to_string()))?;
     let location = describe(&config);
-    if config.get_ssl_mode() == postgres::config::SslMode::Require {
-        return Err(backend(
-            &location,
-            "parse the connection string",
-            PgError::Url(
-                "sslmode=require: this build has no TLS; connect over a Unix socket or a local network".into(),
-            ),
-        ));
-    }
+    params::resolve_password(&mut config, &params, env).map_err(|e| bad(&location, e))?;
+    // libpq's default; and like libpq, `sslmode` means nothing on Unix sockets.
+    let mode = params.sslmode.unwrap_or(SslMode::Prefer);
+    let only_sockets = !config.get_hosts().is_empty() && config.get_hosts().iter().all(|h| !matches!(h, Host::Tcp(_)));
+    let mode = if only_sockets { SslMode::Disable } else { mode };
+    config.ssl_mode(mode.client_mode());
+    let roots = match mode {
+        SslMode::Disable | SslMode::Prefer => None,
+        _ => tls::load_roots(params.sslrootcert.as_deref()).map_err(|e| bad(&location, e))?.map(|(_, r)| r),
+    };
+    let tls = tls::connector(mode, roots).map_err(|e| bad(&location, e))?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(opts.connect_timeout);
     }
@@ -82,7 +101,8 @@ pub(crate) fn client_config(url: &str, opts: &PgOptions) -> Result<(postgres::Co
         _ => forced,
     };
     config.options(&options);
-    Ok((config, location))
+    let pool_size = params.pool_size.unwrap_or(opts.pool_size);
+    Ok((Connector::new(config, location, tls), pool_size))
 }
 
 /// `postgres://user@host:port/dbname`, without the password.
@@ -128,16 +148,16 @@ mod tests {
 
     #[test]
     fn location_never_shows_the_password() {
-        let (config, location) =
-            client_config("postgres://alice:s3cret@db.example:6543/logs", &PgOptions::default()).unwrap();
-        assert_eq!(location, "postgres://alice@db.example:6543/logs");
-        assert_eq!(config.get_password(), Some(&b"s3cret"[..]));
+        let (c, _) = client_config("postgres://alice:s3cret@db.example:6543/logs", &PgOptions::default()).unwrap();
+        assert_eq!(c.location(), "postgres://alice@db.example:6543/logs");
+        assert_eq!(c.config().get_password(), Some(&b"s3cret"[..]));
     }
 
     #[test]
     fn forced_settings_come_before_the_callers_own() {
         let opts = PgOptions { read_only: true, ..PgOptions::default() };
-        let (config, _) = client_config("postgres://u@h/db?options=-c%20statement_timeout%3D5", &opts).unwrap();
+        let (c, _) = client_config("postgres://u@h/db?options=-c%20statement_timeout%3D5", &opts).unwrap();
+        let config = c.config();
         assert_eq!(
             config.get_options(),
             Some("-c synchronous_commit=on -c statement_timeout=30000 -c default_transaction_read_only=on -c statement_timeout=5")
@@ -154,14 +174,39 @@ mod tests {
     }
 
     #[test]
-    fn sslmode_require_is_refused_up_front() {
-        let e = client_config("postgres://u@h/db?sslmode=require", &PgOptions::default()).unwrap_err();
-        assert!(matches!(PgError::of(&e), Some(PgError::Url(m)) if m.contains("TLS")), "{e}");
+    fn sslmode_is_libpqs_and_verification_needs_a_root() {
+        let mode = |url: &str| {
+            client_config(url, &PgOptions::default()).map(|(c, _)| (c.config().get_ssl_mode(), c.has_tls()))
+        };
+        use postgres::config::SslMode as Client;
+        assert_eq!(mode("postgres://u@h/db").unwrap(), (Client::Prefer, true), "libpq's default: prefer");
+        assert_eq!(mode("postgres://u@h/db?sslmode=require").unwrap(), (Client::Require, true));
+        assert_eq!(mode("postgres://u@h/db?sslmode=disable").unwrap(), (Client::Disable, false));
+        assert_eq!(
+            mode("postgres://u@%2Ftmp/db?sslmode=require").unwrap(),
+            (Client::Disable, false),
+            "sockets: ignored"
+        );
+        let e = mode("postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem").unwrap_err();
+        assert!(
+            matches!(PgError::of(&e), Some(PgError::Url(m)) if m.contains("sslrootcert=/nonexistent/ca.pem")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn pool_size_in_the_url_overrides_the_options() {
+        let (_, n) = client_config("postgres://u@h/db?pool_size=24", &PgOptions::default()).unwrap();
+        assert_eq!(n, 24);
+        let (_, n) = client_config("postgres://u@h/db", &PgOptions { pool_size: 3, ..PgOptions::default() }).unwrap();
+        assert_eq!(n, 3);
+        let e = client_config("postgres://u:pw@h/db?pool_size=0", &PgOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("pool_size=0") && !e.to_string().contains("pw@"), "{e}");
     }
 
     #[test]
     fn unix_socket_hosts_are_described_by_their_directory() {
-        let (_, location) = client_config("postgresql://postgres@%2Ftmp%2Fpg.x/ctxlog", &PgOptions::default()).unwrap();
-        assert_eq!(location, "postgres://postgres@/tmp/pg.x:5432/ctxlog");
+        let (c, _) = client_config("postgresql://postgres@%2Ftmp%2Fpg.x/ctxlog", &PgOptions::default()).unwrap();
+        assert_eq!(c.location(), "postgres://postgres@/tmp/pg.x:5432/ctxlog");
     }
 }

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use ctxlog::store::StoreError;
 use postgres::types::ToSql;
-use postgres::{Client, NoTls, Row, Statement};
+use postgres::{Client, Row, Statement};
 
-use crate::error::{backend, classify, store_error, Class, PgError};
+use crate::connect::Connector;
+use crate::error::{backend, classify, Class, PgError};
 
 /// A client plus the statements prepared on it (a statement belongs to its connection).
 pub(crate) struct PgConn {
@@ -77,7 +78,7 @@ struct Slots {
 
 /// The pool.
 pub(crate) struct Pool {
-    config: postgres::Config,
+    connector: Connector,
     location: String,
     size: usize,
     checkout_timeout: Duration,
@@ -86,10 +87,10 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    pub(crate) fn new(config: postgres::Config, location: String, size: usize, checkout_timeout: Duration) -> Pool {
+    pub(crate) fn new(connector: Connector, size: usize, checkout_timeout: Duration) -> Pool {
         Pool {
-            config,
-            location,
+            location: connector.location().to_owned(),
+            connector,
             size: size.max(1),
             checkout_timeout,
             slots: Mutex::new(Slots { idle: Vec::new(), live: 0 }),
@@ -102,14 +103,13 @@ impl Pool {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The client configuration every connection uses.
-    pub(crate) fn config(&self) -> &postgres::Config {
-        &self.config
+    /// How every connection is opened (also for LISTEN and the leases, which keep their own).
+    pub(crate) fn connector(&self) -> &Connector {
+        &self.connector
     }
 
-    /// Opens a connection outside the pool (for LISTEN, which must keep its connection).
-    pub(crate) fn connect(&self) -> Result<Client, StoreError> {
-        self.config.connect(NoTls).map_err(|e| store_error(&self.location, "connect", e))
+    fn connect(&self) -> Result<Client, StoreError> {
+        self.connector.connect("connect")
     }
 
     /// Runs `f` on a pooled connection: an idle one, a new one if the pool has room, or the

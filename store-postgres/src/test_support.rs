@@ -51,11 +51,14 @@ pub struct ClusterOptions {
     pub max_connections: u32,
     /// `shared_buffers`, e.g. `"32MB"`.
     pub shared_buffers: String,
+    /// Also listen on `127.0.0.1` at this port (the Unix socket then carries this port in its
+    /// name, which [`Cluster::url_for`] accounts for). `None`: the Unix socket only.
+    pub tcp_port: Option<u16>,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        ClusterOptions { fsync: true, max_connections: 100, shared_buffers: "32MB".into() }
+        ClusterOptions { fsync: true, max_connections: 100, shared_buffers: "32MB".into(), tcp_port: None }
     }
 }
 
@@ -179,11 +182,26 @@ impl Cluster {
 
     /// A URL for `user` (with `password`, if given) and database `db`.
     pub fn url_for(&self, user: &str, password: Option<&str>, db: &str) -> String {
-        let host: String = self.socket_dir().to_string_lossy().replace('/', "%2F");
+        let mut host: String = self.socket_dir().to_string_lossy().replace('/', "%2F");
+        if let Some(port) = self.options.tcp_port {
+            host.push_str(&format!(":{port}"));
+        }
         match password {
             Some(p) => format!("postgresql://{user}:{p}@{host}/{db}"),
             None => format!("postgresql://{user}@{host}/{db}"),
         }
+    }
+
+    /// A URL for `user` and database `db` over TCP on `127.0.0.1` (needs
+    /// [`ClusterOptions::tcp_port`]).
+    pub fn tcp_url_for(&self, user: &str, db: &str) -> Option<String> {
+        self.options.tcp_port.map(|port| format!("postgresql://{user}@127.0.0.1:{port}/{db}"))
+    }
+
+    /// A free TCP port on `127.0.0.1` right now (for [`ClusterOptions::tcp_port`]).
+    pub fn free_port() -> Result<u16, ClusterError> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| failed("find a free port", e))?;
+        listener.local_addr().map(|a| a.port()).map_err(|e| failed("find a free port", e))
     }
 
     /// A superuser connection.
@@ -199,6 +217,12 @@ impl Cluster {
             "CREATE ROLE {PASSWORD_ROLE} LOGIN PASSWORD '{escaped}'; GRANT CREATE ON SCHEMA public TO {PASSWORD_ROLE};"
         ))
         .map_err(|e| failed("create the password role", e))
+    }
+
+    /// `(uid, gid)` of the cluster's owner when the tests run as root (files the server must
+    /// read as its own, a TLS key say, are chowned to it).
+    pub fn owner_ids(&self) -> Option<(u32, u32)> {
+        self.owner
     }
 
     /// A command that runs as the cluster's owner (the `postgres` user when we are root).
@@ -229,9 +253,12 @@ impl Cluster {
 
     fn server_options(&self) -> String {
         let o = &self.options;
+        let listen = match o.tcp_port {
+            Some(port) => format!("-c listen_addresses='127.0.0.1' -c port={port}"),
+            None => "-c listen_addresses=''".to_owned(),
+        };
         format!(
-            "-c listen_addresses='' -c unix_socket_directories='{}' -c fsync={} -c max_connections={} \
-             -c shared_buffers={}",
+            "{listen} -c unix_socket_directories='{}' -c fsync={} -c max_connections={} -c shared_buffers={}",
             self.socket_dir().display(),
             if o.fsync { "on" } else { "off" },
             o.max_connections,

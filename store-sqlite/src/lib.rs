@@ -37,6 +37,7 @@
 #![warn(clippy::indexing_slicing)]
 
 mod integrity;
+pub mod lease;
 mod schema;
 mod wal;
 
@@ -45,7 +46,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use ctxlog::store::{
-    check_expected, BlobId, ExpectedVersion, IntegrityReport, Record, Snapshot, Store, StoreError, StoredRecord,
+    check_expected, BlobId, ExpectedVersion, IntegrityReport, Lease, Record, Snapshot, Store, StoreError, StoredRecord,
     StreamId, Version,
 };
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -598,6 +599,18 @@ impl Store for SqliteStore {
             }
         }
         Ok(report)
+    }
+
+    /// An exclusive lock file per stream next to the database ([`lease`]): excludes other
+    /// processes and other handles alike, released on drop or when the holder dies. A private
+    /// in-memory database has one handle, so its lease is [`Lease::local`]; a read-only open
+    /// never writes, so it has no use for a lease and refuses (`ReadOnly`).
+    fn try_lease(&self, stream: StreamId) -> Result<Option<Lease>, StoreError> {
+        self.refuse_if_read_only("try_lease")?;
+        match &self.path {
+            Some(path) => lease::try_lease(path, &self.location, stream),
+            None => Ok(Some(Lease::local())),
+        }
     }
 }
 

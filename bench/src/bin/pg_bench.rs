@@ -237,9 +237,13 @@ impl Row {
 
 fn main() {
     let p = params();
-    let mut cluster =
-        Cluster::start_with(ClusterOptions { fsync: true, max_connections: 200, shared_buffers: "128MB".into() })
-            .unwrap();
+    let mut cluster = Cluster::start_with(ClusterOptions {
+        fsync: true,
+        max_connections: 200,
+        shared_buffers: "128MB".into(),
+        ..ClusterOptions::default()
+    })
+    .unwrap();
     let url = cluster.url();
     let mut admin = Client::connect(&url, NoTls).unwrap();
     admin
