@@ -201,6 +201,15 @@ fn postgres_two_stores_exclude_each_other_on_one_connection_each_and_drop_releas
     assert!(a.try_lease(s).unwrap().is_none());
     drop(again);
     assert!(lease_within(&a, s, Duration::from_secs(2)).is_some());
+
+    // A store dropped with its leases closes its lease connection (its thread ends).
+    drop((a, b, _other));
+    let mut admin = db.connect().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lease_connections(&mut admin) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(lease_connections(&mut admin), 0, "a dropped store left its lease connection open");
 }
 
 #[test]
