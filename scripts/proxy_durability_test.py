@@ -359,6 +359,7 @@ class Ledger:
     def __init__(self):
         self.answers = []
         self.errors = {}
+        self.statuses = {}  # (api, HTTP status, retry-after given) -> count
         self.lock = threading.Lock()
 
     def answered(self, conv, mode, headers, via=None, **extra):
@@ -376,13 +377,29 @@ class Ledger:
             self.answers.append(a)
         return a
 
-    def failed(self, e):
+    def failed(self, e, api=None):
         kind = type(e).__name__
         status = getattr(e, "status_code", None)
         if status:
             kind += f"({status})"
         with self.lock:
             self.errors[kind] = self.errors.get(kind, 0) + 1
+            if status and api:
+                resp = getattr(e, "response", None)
+                retry = resp is not None and resp.headers.get("retry-after") is not None
+                k = (api, status, retry)
+                self.statuses[k] = self.statuses.get(k, 0) + 1
+
+    def wrong_outage_statuses(self):
+        """Error answers that are not what a store outage must give: 529 overloaded_error
+        (Anthropic) / 503 (OpenAI), with `retry-after` (issue 19, build 1)."""
+        bad = {}
+        for (api, status, retry), n in self.statuses.items():
+            want = 529 if api == "anthropic" else 503
+            if status >= 500 and (status != want or not retry):
+                k = f"{api} {status}{'' if retry else ' without retry-after'}"
+                bad[k] = bad.get(k, 0) + n
+        return bad
 
     def n_errors(self):
         return sum(self.errors.values())
@@ -398,7 +415,7 @@ def one_call(ledger, client, conv, mode=None, via=None, advance=True, extra_user
     try:
         msg, headers = call(client, conv, mode)
     except Exception as e:  # noqa: BLE001 - any failure is "not answered"; the loop retries
-        ledger.failed(e)
+        ledger.failed(e, conv.api)
         vlog(f"{conv.api} {conv.tag} {mode} via {via}: {type(e).__name__}: {str(e)[:120]}")
         return None
     a = ledger.answered(conv, mode, headers, via=via, **extra)
@@ -542,9 +559,11 @@ def check_log(rep, store, fake_urls, ledger, min_compacting=0, label=""):
         x = exchanges.get((a.get("fake", 0), a["seq"])) if a["seq"] is not None else None
         if x is None or not a["stream"] or x["_usage"] is None:
             unidentified += 1
+            a["logged"] = False
             continue
         k = (a["stream"], x["_sha"], x["_usage"])
         answered[k] = answered.get(k, 0) + 1
+        a["logged"] = answered[k] <= logged.get(k, 0)  # per scenario breakdowns
     missing = sum(max(0, n - logged.get(k, 0)) for k, n in answered.items()) + unidentified
     missing_examples = [k for k, n in answered.items() if n > logged.get(k, 0)][:3]
     duplicated = sum(max(0, n - upstream_count.get(k, 0)) for k, n in logged_global.items())
@@ -564,6 +583,22 @@ def check_log(rep, store, fake_urls, ledger, min_compacting=0, label=""):
         sessions=rep.numbers.get("sessions", 0) + len(records),
         upstream=rep.numbers.get("upstream", 0) + len(exchanges),
     )
+    by = {}
+    for a in ledger.answers:
+        b = by.setdefault(f"{a['api']}/{a['mode']}", [0, 0])
+        b[0] += 1
+        b[1] += not a.get("logged")
+    log(f"   missing by client{where}: " + ", ".join(f"{k} {m}/{n}" for k, (n, m) in sorted(by.items())))
+    parts = {}
+    for a in ledger.answers:
+        if a.get("part"):
+            b = parts.setdefault(a["part"], [0, 0])
+            b[0] += 1
+            b[1] += not a.get("logged")
+    if parts:
+        log(f"   missing by part{where}: " + ", ".join(f"{k} {m}/{n}" for k, (n, m) in sorted(parts.items())))
+        for k, (n, m) in parts.items():
+            rep.set(**{f"missing_{k}": f"{m}/{n}"})
     if missing:
         ex = ", ".join(f"session {k[0]} body {k[1][:12]} usage {k[2]}" for k in missing_examples)
         rep.violation(f"{missing} of {n_answered} answered calls are not in the log{where}" + (f" ({unidentified} without request-id/x-ctxlog-stream)" if unidentified else "") + (f"; e.g. {ex}" if ex else ""))
@@ -714,6 +749,7 @@ def scenario_signals(rep, work):
                 a = one_call(ledger, client, conv)
             if a is None:
                 raise RigError(f"cycle {i}: the call before the signal failed ({ledger.errors_text()})")
+            a["before_signal"] = signal.Signals(sig).name
             PROCS.signal(p, sig)  # right after the answer
         else:
             http(fake_url + "/_fake/script", json.dumps({"fault": {"kind": "delay", "ms": 400}}).encode())
@@ -739,6 +775,11 @@ def scenario_signals(rep, work):
     if cut:
         rep.violation(f"{cut} of {inflight_cycles} calls in flight at the signal were not drained (the client got an error)")
     check_log(rep, store, [fake_url], ledger)
+    for name in ("SIGINT", "SIGTERM"):
+        last = [a for a in ledger.answers if a.get("before_signal") == name]
+        lost = sum(1 for a in last if not a["logged"])
+        log(f"   the answer right before {name}: {lost} of {len(last)} not in the log")
+        rep.set(**{f"lost_before_{name}": f"{lost}/{len(last)}"})
     PROCS.kill(fake)
 
 
@@ -786,8 +827,11 @@ def scenario_full_disk(rep, work):
         st = os.statvfs(mnt)
         rep.set(disk_free_end=st.f_bavail * st.f_frsize, first_error_at=first_error, client_errors=ledger.n_errors())
         log(f"   {n} calls on a full-ish disk; first client error at call {first_error}; client errors: {ledger.errors_text()}")
-        if first_error is None:
-            rep.violation("the disk never filled: no client got an error (the rig must leave less room)")
+        if st.f_bavail * st.f_frsize > 64 * 1024:
+            rep.violation(f"the disk never filled ({st.f_bavail * st.f_frsize} bytes free at the end: the rig must leave less room)")
+        bad = ledger.wrong_outage_statuses()
+        if bad:
+            rep.violation(f"a full disk reached clients as {bad} (want 529 overloaded_error / 503, with retry-after)")
         PROCS.kill(p)
         p = None
         os.remove(os.path.join(mnt, "filler"))  # room for verify's read-only open
@@ -815,7 +859,7 @@ def fleet(rep, work, store, label):
     ledger = Ledger()
     stop = threading.Event()
     k = keys()
-    per_thread = 8 if QUICK else 30
+    per_thread = 8 if QUICK else 40
     deadline = time.time() + (30 if QUICK else 90)
 
     def pick():
@@ -823,7 +867,7 @@ def fleet(rep, work, store, label):
         return urls[i], i
 
     make = conv_factory(["anthropic", "openai"], k)
-    ts = run_threads([lambda: client_loop(ledger, pick, make, stop, per_thread, deadline, per_conv=per_thread) for _ in range(4)])
+    ts = run_threads([lambda: client_loop(ledger, pick, make, stop, per_thread, deadline, per_conv=per_thread, extra={"part": "random_routing"}) for _ in range(5)])
     join_all(ts, 120)
     log(f"   random routing: {len(ledger.answers)} answered; client errors: {ledger.errors_text()}")
     # Two proxies racing one session.
@@ -850,7 +894,7 @@ def fleet(rep, work, store, label):
             winner = None
             for i in (0, 1):
                 if got[i] is not None:
-                    race_ledger.answered(conv, mode, got[i][1], via=i)
+                    race_ledger.answered(conv, mode, got[i][1], via=i, part="race")
                     winner = winner or got[i][0]
             if winner is None:
                 continue
@@ -947,18 +991,22 @@ def scenario_pg_outage(rep, work):
         make = conv_factory(["anthropic", "openai"], k)
         total = 14 if QUICK else 36
         deadline = time.time() + total + 20
-        ts = run_threads([lambda: client_loop(ledger, lambda: (url, 0), make, stop, 100000, deadline, pause=0.01) for _ in range(3)])
+        tag = {"part": "1_before"}  # read by the clients at each call: answers carry their phase
+        ts = run_threads([lambda: client_loop(ledger, lambda: (url, 0), make, stop, 100000, deadline, pause=0.01, extra=tag) for _ in range(3)])
         phases = []
         time.sleep(2 if QUICK else 5)
         phases.append(("before", len(ledger.answers)))
+        tag["part"] = "2_restart"
         pg.stop()
         pg.start()  # a restart
         time.sleep(2 if QUICK else 5)
         phases.append(("after the restart", len(ledger.answers)))
+        tag["part"] = "3_outage"
         pg.stop()
         time.sleep(10)  # the outage
         phases.append(("during the 10 s outage", len(ledger.answers)))
         pg.start()
+        tag["part"] = "4_after"
         time.sleep(4 if QUICK else 10)
         phases.append(("after the outage", len(ledger.answers)))
         stop.set()
@@ -966,6 +1014,9 @@ def scenario_pg_outage(rep, work):
         alive = p.poll() is None
         log("   answered so far: " + ", ".join(f"{n} {w}" for w, n in phases) + f"; client errors: {ledger.errors_text()}; proxy alive at the end: {alive}")
         rep.set(proxy_alive=alive)
+        bad = ledger.wrong_outage_statuses()
+        if bad:
+            rep.violation(f"the outage reached clients as {bad} (want 529 overloaded_error / 503, with retry-after)")
         if not alive:
             rep.violation(f"the proxy exited during the outage (exit {p.returncode})")
         else:
@@ -1136,10 +1187,10 @@ def scenario_late_end(rep, work):
 
 
 def scenario_slowloris(rep, work):
-    """>= 400 idle and partial connections held open (reopened when the proxy closes them) while
-    /healthz must keep answering within 1 s and real calls complete. Two phases of the same
-    attack: the proxy below its open-file limit (1024), and at it (limit 256: the connections
-    outnumber what it may hold). Bounded: 30 s."""
+    """420 idle and partial connections held open (reopened when the proxy closes them) while
+    /healthz must keep answering and real calls complete, without a busy loop. Two phases of
+    the same attack: the proxy below its open-file limit (1024: /healthz within 1 s), and at it
+    (limit 256: the connections outnumber what it may hold; /healthz within 5 s). Bounded: 30 s."""
     fake, fake_url = start_fake(work)
     store = sqlite_store(work)
     n_conns = 420
@@ -1149,7 +1200,10 @@ def scenario_slowloris(rep, work):
     healthz_slow = 0
     healthz_total = 0
     worst = 0.0
-    for phase, nofile in (("below the fd limit", 1024), ("at the fd limit", 256)):
+    # Below its fd limit the proxy holds every attacker and must answer /healthz within 1 s;
+    # at it (the attackers outnumber what it may hold: issue 19 saw this at 375 connections)
+    # it must not spin and must keep answering, within 5 s (room for shedding idle ones).
+    for phase, nofile, limit_s in (("below the fd limit", 1024, 1.0), ("at the fd limit", 256, 5.0)):
         p, url = start_proxy(work, store, fake_url, name=f"proxy-{nofile}", nofile=nofile)
         port = int(url.rsplit(":", 1)[1])
         stop = threading.Event()
@@ -1168,7 +1222,7 @@ def scenario_slowloris(rep, work):
 
             def open_one(i):
                 try:
-                    c = socket.create_connection(("127.0.0.1", port), timeout=2)
+                    c = socket.create_connection(("127.0.0.1", port), timeout=0.3)
                     c.setblocking(False)
                     if partials[i % 3]:
                         c.send(partials[i % 3])
@@ -1192,11 +1246,13 @@ def scenario_slowloris(rep, work):
                     c.close()  # closed (or answered, e.g. 408) by the proxy: reopen it
                     if not stop.is_set():
                         open_one(i)
-                for i in [i for i in range(n_conns) if i not in socks][:50]:  # bounded per round
+                for i in [i for i in range(n_conns) if i not in socks][:10]:  # bounded per round
                     if not stop.is_set():
                         open_one(i)
                 with lock:
                     held[:] = list(socks)
+            with lock:
+                held[:] = list(socks)
             for c in socks.values():
                 c.close()
             sel.close()
@@ -1226,35 +1282,39 @@ def scenario_slowloris(rep, work):
         while time.time() < t_end:
             t0 = time.time()
             try:
-                http(url + "/healthz", timeout=5)
+                http(url + "/healthz", timeout=limit_s + 1)
                 d = time.time() - t0
             except Exception:  # noqa: BLE001
                 d = 99.0
             lat.append(d)
             time.sleep(0.2)
-        join_all(ct, 30)
+        ct[0].join(5)
+        hung = ct[0].is_alive()  # a real call still waiting 5 s after the phase ended
         cpu = (proc_cpu(p.pid) - cpu0) / max(0.1, time.time() - w0)
+        stop.set()
+        attackers[0].join(10)
         with lock:
             now_held = len(held)
-        stop.set()
-        join_all(attackers, 10)
-        slow = sum(1 for d in lat if d > 1.0)
+        slow = sum(1 for d in lat if d > limit_s)
         healthz_slow += slow
         healthz_total += len(lat)
         worst = max([worst] + lat)
         lat.sort()
         p50 = lat[len(lat) // 2] if lat else 0
-        log(f"   {phase}: {now_held} attacker connections open at the end ({opened[0]} opened), /healthz p50 {p50 * 1000:.0f} ms, worst {max(lat) * 1000:.0f} ms, {slow}/{len(lat)} over 1 s; {calls - call_fail}/{calls} calls answered; proxy CPU {cpu * 100:.0f} %")
+        log(f"   {phase}: {now_held} attacker connections open at the end ({opened[0]} opened), /healthz p50 {p50 * 1000:.0f} ms, worst {max(lat) * 1000:.0f} ms, {slow}/{len(lat)} over {limit_s:.0f} s; {calls - call_fail - hung}/{calls} calls answered{' (one still hanging)' if hung else ''}; proxy CPU {cpu * 100:.0f} %")
         box[phase] = (now_held, slow, call_fail, cpu)
-        if now_held < 400 and opened[0] < 400:
+        if nofile > n_conns and now_held < 400:
             rep.violation(f"{phase}: the rig held only {now_held} connections")
         if slow:
-            rep.violation(f"{phase}: /healthz took over 1 s (or failed) {slow} of {len(lat)} times (worst {worst:.1f} s)")
+            rep.violation(f"{phase}: /healthz took over {limit_s:.0f} s (or failed) {slow} of {len(lat)} times (worst {max(lat):.1f} s)")
         if call_fail:
             rep.violation(f"{phase}: {call_fail} of {calls} real calls failed")
         if cpu > 0.5:
             rep.violation(f"{phase}: the proxy used {cpu * 100:.0f} % CPU while idle connections were held (a busy loop)")
+        if hung:
+            rep.violation(f"{phase}: a real call was still unanswered 5 s after the phase ended")
         PROCS.kill(p)
+        ct[0].join(15)  # the killed proxy ends a hung call
     rep.set(healthz_checks=healthz_total, healthz_slow=healthz_slow)
     check_log(rep, store, [fake_url], ledger)
     PROCS.kill(fake)
