@@ -1152,10 +1152,18 @@ def scenario_late_end(rep, work):
     """The upstream sends `[DONE]` / `message_stop`, then ends its body ~200 ms later (a relay
     holds the last bytes); the official SDKs stream (openai's closes at `[DONE]`); 3 threads."""
     fake, fake_url = start_fake(work)
-    relay = LateEndRelay(fake_url, 0.2)
+    relay = None
     try:
+        if A.late_end_fault:
+            # The fake's own scripted fault (when it has one), for every request of the scenario.
+            fault = json.loads(A.late_end_fault)
+            http(fake_url + "/_fake/script", json.dumps({"fault": fault, "times": 100000}).encode())
+            upstream = fake_url
+        else:
+            relay = LateEndRelay(fake_url, 0.2)
+            upstream = relay.url
         store = sqlite_store(work)
-        p, url = start_proxy(work, store, relay.url)
+        p, url = start_proxy(work, store, upstream)
         ledger = Ledger()
         stop = threading.Event()
         k = keys()
@@ -1174,13 +1182,15 @@ def scenario_late_end(rep, work):
             join_all(run_threads(ts), 150)
         finally:
             A_MODES, O_MODES = saved
-        log(f"   {len(ledger.answers)} streams answered, {relay.held} final events held 200 ms; client errors: {ledger.errors_text()}")
-        if relay.held == 0:
+        held = relay.held if relay else "(the fake's fault)"
+        log(f"   {len(ledger.answers)} streams answered, {held} final events held 200 ms; client errors: {ledger.errors_text()}")
+        if relay and relay.held == 0:
             rep.violation("the relay never held a final event (the rig did not exercise the late end)")
         PROCS.kill(p)
         check_log(rep, store, [fake_url], ledger, min_compacting=0 if QUICK else 10)
     finally:
-        relay.close()
+        if relay:
+            relay.close()
         PROCS.kill(fake)
 
 
@@ -1571,6 +1581,11 @@ def main():
     ap.add_argument("--kills", type=int, default=200)
     ap.add_argument("--call-timeout", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument(
+        "--late-end-fault",
+        metavar="JSON",
+        help="late-end: script this fake-upstream fault (e.g. its late-body-end fault, once it exists) instead of the driver's relay",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     A = ap.parse_args()
     if A.list:
