@@ -577,6 +577,7 @@ def check_log(rep, store, fake_urls, ledger, min_compacting=0, label="", work=No
     for k in [k for k in exchanges if k in answer_of] + [k for k in exchanges if k not in answer_of]:
         augment(k, set())
     matched_exchanges = {k: c for c, k in owner.items()}
+    ledger.exchanges, ledger.matched_exchanges = exchanges, matched_exchanges  # for scenario checks
     missing_list = list(unidentified)
     for k, a in answer_of.items():
         a["logged"] = k in matched_exchanges  # per scenario breakdowns
@@ -926,6 +927,7 @@ def fleet(rep, work, store, label):
     join_all(ts, 120)
     log(f"   random routing: {len(ledger.answers)} answered; client errors: {ledger.errors_text()}")
     # Two proxies racing one session.
+    race_from = len(exchanges_of(fake_url)) and max(exchanges_of(fake_url)) + 1
     race_ledger = Ledger()
     steps = 4 if QUICK else 12
     for api in ("anthropic", "openai"):
@@ -963,6 +965,13 @@ def fleet(rep, work, store, label):
     for kind, n in race_ledger.errors.items():
         ledger.errors[kind] = ledger.errors.get(kind, 0) + n
     check_log(rep, store, [fake_url], ledger, min_compacting=0 if QUICK else 20)
+    # "A conflict is re-planned before anything is forwarded, so nothing unlogged reaches the
+    # provider": a racing request the upstream answered in full belongs in the log too.
+    wasted = [k for k, x in ledger.exchanges.items() if k[1] >= race_from and x["response"]["status"] == 200 and x["response"]["complete"] and k not in ledger.matched_exchanges]
+    log(f"   the upstream answered {sum(1 for k, x in ledger.exchanges.items() if k[1] >= race_from and x['response']['status'] == 200)} racing requests; {len(wasted)} of them are in no logged call")
+    rep.set(race_unlogged_upstream=len(wasted))
+    if wasted:
+        rep.violation(f"{len(wasted)} racing requests reached the provider and were answered in full but are not in the log (a conflict must be re-planned before forwarding), e.g. upstream exchanges {[k[1] for k in wasted[:5]]}")
     for p, _ in proxies:
         PROCS.kill(p)
     PROCS.kill(fake)
@@ -1366,7 +1375,7 @@ def scenario_slowloris(rep, work):
         worst = max([worst] + lat)
         lat.sort()
         p50 = lat[len(lat) // 2] if lat else 0
-        log(f"   {phase}: {now_held} attacker connections open at the end ({opened[0]} opened), /healthz p50 {p50 * 1000:.0f} ms, worst {max(lat) * 1000:.0f} ms, {slow}/{len(lat)} over {limit_s:.0f} s; {calls - call_fail - hung}/{calls} calls answered{' (one still hanging)' if hung else ''}; proxy CPU {cpu * 100:.0f} %")
+        log(f"   {phase}: {now_held} attacker connections open at the end ({opened[0]} opened), /healthz p50 {p50 * 1000:.0f} ms, worst {max(lat) * 1000:.0f} ms, {slow}/{len(lat)} over {limit_s:.0f} s; {calls - call_fail}/{calls} calls answered{' (one hung past the phase, then failed)' if hung else ''}; proxy CPU {cpu * 100:.0f} %")
         box[phase] = (now_held, slow, call_fail, cpu)
         if nofile > n_conns and now_held < 400:
             rep.violation(f"{phase}: the rig held only {now_held} connections")
