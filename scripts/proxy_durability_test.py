@@ -8,13 +8,13 @@ runs a bounded call loop through one or more proxies, then checks, failing loudl
     client iterated the stream to its end without an exception) is in the log, with its view
     and its usage: the answer's `request-id` / `x-request-id` names the fake upstream's exchange
     (its exact forwarded body and response bytes); the answer's `x-ctxlog-stream` names the
-    session; a logged call of that session must rebuild (`ctxlog request --session S --call N
-    --fields-from <the forwarded body>`) to the forwarded body byte for byte (sha256) and carry
-    the usage the fake reported in that exchange. Counted per (session, body sha256, usage):
-    `missing` = answers without such a logged call;
-  * nothing is recorded twice: no (body sha256, usage) is logged more often than the upstream
-    answered it (`duplicated`), and no logged call matches no upstream exchange at all
-    (`unmatched`: the log claims a call the provider never answered);
+    session. Each logged call is rebuilt (`ctxlog request --session S --call N --fields-from
+    <an exchange's body>`) against the exchanges whose usage it records, and logged calls and
+    exchanges are matched one to one (byte-equal body, equal usage; answered exchanges first,
+    only within the session their header names). `missing` = answers left without a call;
+  * nothing is recorded twice: no logged call is left over once every exchange it rebuilds to
+    is taken (`duplicated`), and none rebuilds to no exchange at all (`unmatched`: the log
+    claims a call the provider never answered);
   * `ctxlog verify` passes on the store;
   * plus each scenario's own promise (exit 0 after SIGINT/SIGTERM, 400 for client mistakes,
     tenants apart, /healthz under slowloris, ...).
