@@ -36,6 +36,11 @@ pub(crate) struct Proxy {
     upstream: (http::uri::Scheme, http::uri::Authority, String),
 }
 
+/// Connections served past the limit, one request each.
+const RESERVE: usize = 32;
+/// Their header timeout.
+const RESERVE_HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A count of calls in flight that shutdown can wait on.
 #[derive(Default)]
 pub(crate) struct InFlight {
@@ -161,14 +166,25 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         let limit = Arc::new(tokio::sync::Semaphore::new(proxy.cfg.max_connections.max(1)));
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(proxy.cfg.header_timeout);
+        // Past the limit, a few more connections are served one request each, with a short
+        // header timeout: a flood of idle connections then delays `/healthz` by about a second
+        // instead of the whole header timeout.
+        let reserve = Arc::new(tokio::sync::Semaphore::new(RESERVE));
+        let mut brief = hyper::server::conn::http1::Builder::new();
+        brief.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(RESERVE_HEADER_TIMEOUT).keep_alive(false);
         // A connection is accepted only with a permit in hand: at the limit the loop waits for
         // one to end (never spinning on accept), while the sweep and the stop still run.
         let mut permit = None;
         loop {
-            let Some(held) = permit.take() else {
+            let Some((held, reserved)) = permit.take() else {
                 tokio::select! {
+                    biased;
                     p = Arc::clone(&limit).acquire_owned() => match p {
-                        Ok(p) => permit = Some(p),
+                        Ok(p) => permit = Some((p, false)),
+                        Err(_) => break,
+                    },
+                    p = Arc::clone(&reserve).acquire_owned() => match p {
+                        Ok(p) => permit = Some((p, true)),
                         Err(_) => break,
                     },
                     _ = sweep.tick() => sweep_idle(&proxy),
@@ -183,7 +199,7 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
                         Err(e) => {
                             // Out of file descriptors, say: back off instead of spinning.
                             tracing::warn!(error = %e, "accept failed; retrying in 50 ms");
-                            permit = Some(held);
+                            permit = Some((held, reserved));
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
                         }
@@ -191,7 +207,8 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
                     let _ = tcp.set_nodelay(true);
                     let p = Arc::clone(&proxy);
                     let svc = service_fn(move |req| handle(Arc::clone(&p), req));
-                    let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), svc));
+                    let builder = if reserved { &brief } else { &http };
+                    let conn = graceful.watch(builder.serve_connection(TokioIo::new(tcp), svc));
                     tokio::spawn(async move {
                         if let Err(e) = conn.await {
                             tracing::debug!(error = %e, "connection ended");
@@ -200,7 +217,7 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
                     });
                 }
                 _ = sweep.tick() => {
-                    permit = Some(held);
+                    permit = Some((held, reserved));
                     sweep_idle(&proxy);
                 }
                 _ = stopped.changed() => break,

@@ -268,7 +268,9 @@ fn bring_up(
             Some(s) => Some(s),
             None => {
                 let messages = parse_all(items, format)?;
-                let (s, _) = Session::create_with(Arc::clone(store), id, format, config.clone(), now, messages)?;
+                let created = Session::create_with(Arc::clone(store), id, format, config.clone(), now, messages);
+                // Version 1 is `SessionStarted`: the items' appends start at 2.
+                let (s, _) = created.map_err(|e| refused_at(e, items, 2))?;
                 slot.digests = items.iter().map(|i| i.digest).collect();
                 Some(s)
             }
@@ -286,7 +288,7 @@ fn bring_up(
         let s = match created {
             Ok((s, _)) => Some(s),
             Err(SessionError::Exists(_)) => None,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(refused_at(e, items, 2)),
         };
         let detail = format!(
             "the client's history ({} messages) differs from the log ({} messages) from message {at} on; \
@@ -310,11 +312,25 @@ fn bring_up(
         let new = items.get(logged..).unwrap_or_default();
         if !new.is_empty() {
             let messages = parse_all(new, format)?;
-            s.append(messages)?;
+            let first = s.state().version() + 1;
+            s.append(messages).map_err(|e| refused_at(e, new, first))?;
             slot.digests.extend(new.iter().map(|i| i.digest));
         }
     }
     Ok((false, caught_up))
+}
+
+/// A refused append names the request's field it came from: the violation's version is the
+/// append of `items[version - first]`.
+fn refused_at(e: SessionError, items: &[Item<'_>], first: u64) -> BringUp {
+    match e {
+        SessionError::Refused { violation, .. } => {
+            let item = violation.version.checked_sub(first).and_then(|i| items.get(usize::try_from(i).ok()?));
+            let field = item.map_or_else(|| "messages".to_owned(), Item::field);
+            Failed(PrepareError::Invalid { field, message: format!("{}: {}", violation.invariant, violation.detail) })
+        }
+        e => e.into(),
+    }
 }
 
 /// The session a base id resolves to: the end of its chain of successors, opened, or the id

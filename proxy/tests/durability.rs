@@ -214,7 +214,7 @@ async fn an_orphan_tool_result_is_a_400_and_writes_nothing() {
         let json = &answer[answer.find('{').unwrap()..];
         let v: Value = serde_json::from_str(json.trim()).unwrap();
         let message = v["error"]["message"].as_str().unwrap();
-        assert!(message.contains("messages"), "{path}: the error names no field: {message}");
+        assert!(message.starts_with("messages[1]"), "{path}: the error does not name the field: {message}");
         assert_eq!(v["error"]["type"], "invalid_request_error", "{path}: {v}");
     }
     assert!(store.streams().unwrap().is_empty(), "a refused request left a session behind");
@@ -229,6 +229,7 @@ async fn an_orphan_tool_result_is_a_400_and_writes_nothing() {
     bad.push(r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_9","content":"x"}]}"#.to_owned());
     let (status, answer) = raw_call(p.addr(), ANTHROPIC, &body(ANTHROPIC, &bad, false), "}}").await;
     assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("\"messages[2]"), "the error does not name the field: {answer}");
     assert_eq!(store.head(id).unwrap(), head, "a refused request wrote to its session");
     p.shutdown().await;
 }
