@@ -207,11 +207,17 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
                     let _ = tcp.set_nodelay(true);
                     let p = Arc::clone(&proxy);
                     let svc = service_fn(move |req| handle(Arc::clone(&p), req));
-                    let builder = if reserved { &brief } else { &http };
-                    let conn = graceful.watch(builder.serve_connection(TokioIo::new(tcp), svc));
+                    let builder = if reserved { brief.clone() } else { http.clone() };
+                    let first_byte = if reserved { RESERVE_HEADER_TIMEOUT } else { proxy.cfg.header_timeout };
+                    let watcher = graceful.watcher();
                     tokio::spawn(async move {
-                        if let Err(e) = conn.await {
-                            tracing::debug!(error = %e, "connection ended");
+                        // hyper's header timeout starts with the first byte: a connection that
+                        // sends nothing would hold its permit forever.
+                        if let Ok(Ok(())) = tokio::time::timeout(first_byte, tcp.readable()).await {
+                            let conn = watcher.watch(builder.serve_connection(TokioIo::new(tcp), svc));
+                            if let Err(e) = conn.await {
+                                tracing::debug!(error = %e, "connection ended");
+                            }
                         }
                         drop(held);
                     });

@@ -18,6 +18,10 @@
 //!   counted) minus a baseline taken before, ÷ N, minus the bytes of the session's view. Once
 //!   with the sessions resident, once after idle shrinking, once after idle eviction.
 //!
+//! - **fleet** (`--only fleet`): 1 and 3 proxies, each with its own `PgStore` on one private
+//!   PostgreSQL cluster, 16 sessions, each call sent to the session's proxy (sticky) or to a
+//!   random one: requests/s, lease waits, catch-ups.
+//!
 //! `cargo run --release -p ctxlog-bench --bin proxy_bench [-- --calls 200 --sessions 50]`
 
 // A benchmark aborts on a broken fixture; there is nothing to recover.
@@ -49,7 +53,8 @@ struct Args {
     /// Calls per session in the throughput runs.
     #[arg(long, default_value_t = 20)]
     tp_calls: usize,
-    /// Which parts: latency,reopen,throughput,memory.
+    /// Which parts: latency,reopen,throughput,memory,fleet (fleet: 1 and 3 proxies on one
+    /// PostgreSQL store, sticky and random routing).
     #[arg(long, default_value = "latency,reopen,throughput,memory")]
     only: String,
     /// Sizes of the memory measurement's sessions, in tokens.
@@ -93,6 +98,31 @@ fn main() {
         println!("|---|---|---|---|");
         for n in [1, 16, 64] {
             rt.block_on(throughput(n, args.tp_calls));
+        }
+    }
+    if args.only.contains("fleet") {
+        let cluster = ctxlog_store_postgres::test_support::Cluster::start_with(
+            ctxlog_store_postgres::test_support::ClusterOptions {
+                fsync: true,
+                max_connections: 200,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        println!(
+            "\n## A fleet on one PostgreSQL store (private cluster, fsync on): {} sessions x {} calls, 10k-token histories",
+            16, args.tp_calls
+        );
+        println!("| proxies | routing | req/s | vs 1 proxy | lease waits | catch-ups |");
+        println!("|---|---|---|---|---|---|");
+        let mut one = 0.0;
+        for (proxies, random) in [(1, false), (3, false), (3, true)] {
+            let r = rt.block_on(fleet(&cluster.url(), proxies, random, 16, args.tp_calls));
+            if proxies == 1 {
+                one = r.0;
+            }
+            let routing = if random { "random" } else { "sticky" };
+            println!("| {proxies} | {routing} | {:.0} | {:.2} | {} | {} |", r.0, r.0 / one, r.1, r.2);
         }
     }
     if args.only.contains("memory") {
@@ -386,6 +416,57 @@ async fn throughput(sessions: usize, calls: usize) {
     println!("| {sessions} | {:.0} | {:.0} | {:.2} |", rates[0], rates[1], rates[1] / rates[0]);
     r.proxy.shutdown().await;
     r.fake.shutdown();
+}
+
+/// `proxies` proxies, each with its own `PgStore` (as separate processes would have: its own
+/// pool and lease connection), `sessions` sessions of `calls` calls each, every call sent to
+/// the session's own proxy (sticky) or a random one. Returns requests/s, lease waits and
+/// catch-ups summed over the proxies.
+async fn fleet(url: &str, proxies: usize, random: bool, sessions: usize, calls: usize) -> (f64, u64, u64) {
+    let fake = FakeUpstream::start().unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..proxies {
+        let u = url.to_owned();
+        let store: Arc<dyn ctxlog::Store> = Arc::new(
+            tokio::task::spawn_blocking(move || ctxlog_store_postgres::PgStore::open(&u).unwrap()).await.unwrap(),
+        );
+        let mut cfg = ctxlog_proxy::ProxyConfig::new("127.0.0.1:0".parse().unwrap(), &fake.url());
+        cfg.engine.budget = BUDGET;
+        handles.push(ctxlog_proxy::serve(cfg, store).await.unwrap());
+    }
+    let bases: Arc<Vec<String>> = Arc::new(handles.iter().map(|h| format!("http://{}", h.addr())).collect());
+    let mut conn = HttpConnector::new();
+    conn.set_nodelay(true);
+    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(128).build(conn);
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for s in 0..sessions {
+        let (client, bases) = (client.clone(), Arc::clone(&bases));
+        tasks.push(tokio::spawn(async move {
+            let mut h = History::new(s, 40_000);
+            let session = format!("fleet-{}-{random}-{s}", bases.len());
+            let mut rng = 0x9e37_79b9_u32 ^ (s as u32 + 1).wrapping_mul(0x85eb_ca6b);
+            for i in 0..calls {
+                rng ^= rng << 13;
+                rng ^= rng >> 17;
+                rng ^= rng << 5;
+                let at = if random { rng as usize % bases.len() } else { s % bases.len() };
+                post(&client, &bases[at], &session, h.body(false)).await;
+                h.turn(i);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let rate = (sessions * calls) as f64 / t.elapsed().as_secs_f64();
+    let waits = handles.iter().map(|h| h.metrics().lease_waits()).sum();
+    let catch_ups = handles.iter().map(|h| h.metrics().catch_ups()).sum();
+    for h in handles {
+        h.shutdown().await;
+    }
+    fake.shutdown();
+    (rate, waits, catch_ups)
 }
 
 #[derive(Clone, Copy, PartialEq)]
