@@ -84,9 +84,9 @@ fn connection_room() -> usize {
         let _ = setrlimit(Resource::Nofile, limit);
     }
     let open = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
-    // Each call holds its client's connection and one upstream; the reserve (32) and the
+    // Each call holds its client's connection and one upstream; the reserve (64) and the
     // store's files need the rest.
-    usize::try_from(open.saturating_sub(96) / 2).unwrap_or(usize::MAX).max(16)
+    usize::try_from(open.saturating_sub(160) / 2).unwrap_or(usize::MAX).max(16)
 }
 
 /// Who writes the sessions' summaries: a model when `--summarizer` names one (with its own

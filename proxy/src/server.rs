@@ -37,9 +37,9 @@ pub(crate) struct Proxy {
 }
 
 /// Connections served past the limit, one request each.
-const RESERVE: usize = 32;
+const RESERVE: usize = 64;
 /// Their header timeout.
-const RESERVE_HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+const RESERVE_HEADER_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A count of calls in flight that shutdown can wait on.
 #[derive(Default)]
@@ -206,7 +206,9 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
                     };
                     let _ = tcp.set_nodelay(true);
                     let p = Arc::clone(&proxy);
-                    let svc = service_fn(move |req| handle(Arc::clone(&p), req));
+                    // A reserved connection's body must come as fast as its headers.
+                    let body_timeout = if reserved { RESERVE_HEADER_TIMEOUT } else { proxy.cfg.body_timeout };
+                    let svc = service_fn(move |req| handle(Arc::clone(&p), req, body_timeout));
                     let builder = if reserved { brief.clone() } else { http.clone() };
                     let first_byte = if reserved { RESERVE_HEADER_TIMEOUT } else { proxy.cfg.header_timeout };
                     let watcher = graceful.watcher();
@@ -255,15 +257,19 @@ fn sweep_idle(proxy: &Proxy) {
     }
 }
 
-async fn handle(proxy: Arc<Proxy>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    proxy: Arc<Proxy>,
+    req: Request<Incoming>,
+    body_timeout: Duration,
+) -> Result<Response<Body>, Infallible> {
     let started = Instant::now();
     let path = req.uri().path().to_owned();
-    let resp = route(&proxy, req, started).await;
+    let resp = route(&proxy, req, started, body_timeout).await;
     proxy.metrics.request(&path, resp.status().as_u16());
     Ok(resp)
 }
 
-async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant) -> Response<Body> {
+async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, body_timeout: Duration) -> Response<Body> {
     let shape = Shape::of_path(req.uri().path());
     match req.uri().path() {
         "/healthz" => return Response::new(full("ok\n")),
@@ -309,7 +315,7 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant) -> 
         return too_large();
     }
     let (parts, body) = req.into_parts();
-    let read = tokio::time::timeout(proxy.cfg.body_timeout, crate::api::read_limited(body, proxy.cfg.max_body));
+    let read = tokio::time::timeout(body_timeout, crate::api::read_limited(body, proxy.cfg.max_body));
     let bytes: Bytes = match read.await {
         Ok(Ok(Some(b))) => b,
         Ok(Ok(None)) => return too_large(),
@@ -319,7 +325,7 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant) -> 
                 shape,
                 StatusCode::REQUEST_TIMEOUT,
                 "invalid_request_error",
-                &format!("ctxlog: the request body did not arrive within {:?}", proxy.cfg.body_timeout),
+                &format!("ctxlog: the request body did not arrive within {body_timeout:?}"),
             )
         }
     };

@@ -321,7 +321,7 @@ fn a_service_started_during_an_outage_waits_for_the_store_within_its_bound() {
             std::thread::sleep(Duration::from_millis(1500));
             cluster.start_again().unwrap();
         });
-        let opening = Opening { wait: Duration::from_secs(30), pool: Some(3) };
+        let opening = Opening { wait: Duration::from_secs(30), pool: Some(3), accept_loss: false };
         let store = open_store_waiting(&url, Access::Create, opening);
         restarter.join().unwrap();
         store
