@@ -36,6 +36,19 @@ pub(crate) struct Proxy {
     upstream: (http::uri::Scheme, http::uri::Authority, String),
 }
 
+impl Drop for Proxy {
+    /// The store's last reference may block as it goes (the PostgreSQL client closes its
+    /// connections on a runtime of its own, which cannot start on a tokio worker): the store
+    /// and the sessions that hold it are dropped on a thread of their own.
+    fn drop(&mut self) {
+        let store = std::mem::replace(&mut self.store, Arc::new(ctxlog::MemoryStore::new()));
+        let sessions = std::mem::take(&mut self.sessions);
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let _ = std::thread::Builder::new().name("ctxlog-store-drop".into()).spawn(move || drop((sessions, store)));
+        }
+    }
+}
+
 /// Connections served past the limit, one request each.
 const RESERVE: usize = 64;
 /// Their header timeout.
