@@ -440,6 +440,19 @@ impl<S: Store> Session<S> {
         Self::start(store, SessionStarted { session: id.0, format, config, at: now.as_millis(), import: None })
     }
 
+    /// A session with nothing folded yet: what `create` and `create_with` start from.
+    fn empty(store: S, id: StreamId) -> Self {
+        Session {
+            store,
+            stream: id,
+            state: State::new(),
+            cache: ViewCache::new(),
+            settled: (0, StaleCause::Reopened),
+            in_flight: None,
+            attempts: 0,
+        }
+    }
+
     /// Creates a session holding `messages` from the start: `SessionStarted` and their
     /// `MessageAppended` events are one atomic batch, validated together before anything is
     /// written. A host that learns of a session through its first request (a proxy) uses this,
@@ -474,15 +487,7 @@ impl<S: Store> Session<S> {
         }
         let started =
             Event::SessionStarted(SessionStarted { session: id.0, format, config, at: now.as_millis(), import: None });
-        let mut s = Session {
-            store,
-            stream: id,
-            state: State::new(),
-            cache: ViewCache::new(),
-            settled: (0, StaleCause::Reopened),
-            in_flight: None,
-            attempts: 0,
-        };
+        let mut s = Self::empty(store, id);
         s.state.check_event(1, &started).map_err(|v| s.refused(v))?;
         // The appends are validated against the started state; nothing is durable until the
         // one batch below is, so on any error the session is simply dropped.
@@ -526,15 +531,7 @@ impl<S: Store> Session<S> {
         if store.head(id)?.is_some() {
             return Err(SessionError::Exists(id));
         }
-        let mut s = Session {
-            store,
-            stream: id,
-            state: State::new(),
-            cache: ViewCache::new(),
-            settled: (0, StaleCause::Reopened),
-            in_flight: None,
-            attempts: 0,
-        };
+        let mut s = Self::empty(store, id);
         let ev = Event::SessionStarted(started);
         s.state.check_event(1, &ev).map_err(|v| s.refused(v))?;
         match s.persist_then_apply(vec![ev]) {
