@@ -663,11 +663,24 @@ impl<S: Store> Session<S> {
     /// # Ok(()) }
     /// ```
     pub fn append(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
+        self.append_with(messages, Sync::Now)
+    }
+
+    /// [`Session::append`] whose sync to stable storage is left to the session's next write
+    /// (see [`Store::append_unsynced`]): written and safe from a crash of this process when it
+    /// returns, safe from a crash of the machine once the next write (e.g. the call's commit)
+    /// lands. The proxy appends a request's messages this way before forwarding it, so a call
+    /// costs one sync, the commit's, which still comes before the client has the answer.
+    pub fn append_unsynced(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
+        self.append_with(messages, Sync::WithNext)
+    }
+
+    fn append_with(&mut self, messages: Vec<Message>, sync: Sync) -> Result<Appended, SessionError> {
         let _span =
             tracing::info_span!("ctxlog.append", session = %self.stream, version = self.state.version()).entered();
         let (events, mut report) = self.append_events(messages)?;
         let messages = events.len();
-        report.version = self.persist_then_apply(events)?;
+        report.version = self.persist_then_apply_with(events, sync)?;
         for reason in &report.inline_fallbacks {
             tracing::warn!(%reason, "a media payload stays inline: its blob could not be written");
         }
@@ -1514,8 +1527,12 @@ impl<S: Store> Session<S> {
     /// to apply after a successful append is a bug in the validation; the session then reports
     /// it and must be reopened from the store.
     fn persist_then_apply(&mut self, events: Vec<Event>) -> Result<Version, SessionError> {
+        self.persist_then_apply_with(events, Sync::Now)
+    }
+
+    fn persist_then_apply_with(&mut self, events: Vec<Event>, sync: Sync) -> Result<Version, SessionError> {
         let first = self.state.version() + 1;
-        let version = self.write(&events)?;
+        let version = self.write_with(&events, sync)?;
         self.note_settled(&events, version);
         for (i, ev) in events.iter().enumerate() {
             let stream = self.stream;
@@ -1542,10 +1559,18 @@ impl<S: Store> Session<S> {
 
     /// Encodes `events` and appends them as one atomic batch at the current version.
     fn write(&self, events: &[Event]) -> Result<Version, SessionError> {
+        self.write_with(events, Sync::Now)
+    }
+
+    fn write_with(&self, events: &[Event], sync: Sync) -> Result<Version, SessionError> {
         let records =
             events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
         let expected = ExpectedVersion::Exact(self.state.version());
-        match self.store.append(self.stream, expected, &records) {
+        let written = match sync {
+            Sync::Now => self.store.append(self.stream, expected, &records),
+            Sync::WithNext => self.store.append_unsynced(self.stream, expected, &records),
+        };
+        match written {
             Err(e @ StoreError::Conflict { .. }) => {
                 tracing::warn!(
                     error = %e,
@@ -1556,6 +1581,13 @@ impl<S: Store> Session<S> {
             other => Ok(other?),
         }
     }
+}
+
+/// When a write reaches stable storage: before it returns, or with the next write.
+#[derive(Clone, Copy)]
+enum Sync {
+    Now,
+    WithNext,
 }
 
 /// A store's blob area as the renderer's blob source (a blob that cannot be read is missing).
