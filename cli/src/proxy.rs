@@ -14,6 +14,7 @@ use crate::stores::{open_store_waiting, Access, Opening};
 pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
     let engine = a.config.resolve(Config::default())?;
     engine.validate()?;
+    let models = models(a)?;
     // Built before the store opens: a missing API key or a bad spec fails first.
     let summaries = summaries(a, &engine)?;
     let opening = Opening { pool: a.store_pool, wait: Duration::from_secs(a.store_wait), accept_loss };
@@ -31,6 +32,8 @@ pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), 
     cfg.header_timeout = Duration::from_secs(a.header_timeout.max(1));
     cfg.body_timeout = Duration::from_secs(a.body_timeout.max(1));
     cfg.drain_timeout = Duration::from_secs(a.drain_timeout);
+    cfg.cache_breakpoints = a.cache_breakpoints;
+    cfg.models = models;
     // `-v` installs its subscriber on this thread only; the proxy's work (and the engine's, in
     // `spawn_blocking`) runs on the runtime's threads, which would log nothing without it.
     let logs = tracing::dispatcher::get_default(Clone::clone);
@@ -55,6 +58,33 @@ pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), 
         handle.shutdown().await;
         Ok(())
     })
+}
+
+/// The context windows by model, unless `--budget` (a flag or the `--config` file) fixes every
+/// session's budget.
+fn models(a: &ProxyArgs) -> Result<Option<ctxlog_proxy::Models>, CliError> {
+    // A budget of 0 is refused by validation: left at 0, no budget was given.
+    let given = a.config.resolve(Config { budget: 0, ..Config::default() })?.budget != 0;
+    if given {
+        return Ok(None);
+    }
+    let mut m = ctxlog_proxy::Models::default();
+    if let Some(path) = &a.models {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| CliError::input(path, 0, format!("cannot read it: {e}")))?;
+        m.load_json(&path.display().to_string(), &text).map_err(|e| CliError::input(path, 0, e.message))?;
+    }
+    for entry in &a.model_window {
+        let parsed = entry.split_once('=').and_then(|(k, v)| Some((k, v.trim().parse::<u64>().ok().filter(|n| *n > 0)?)));
+        let Some((prefix, window)) = parsed else {
+            return Err(CliError::Flag {
+                flag: "--model-window",
+                message: format!("{entry:?}: expected MODEL_PREFIX=TOKENS, e.g. my-finetune=32768"),
+            });
+        };
+        m.set(prefix, window);
+    }
+    Ok(Some(m))
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM (what `kill`, systemd and container runtimes send).
