@@ -433,8 +433,8 @@ fn place(p: &Placement, sent: &[(usize, &ViewItem, &Arc<[u8]>)], state: &State) 
                 },
             };
             let done = match block.filter(|_| exact && k == target) {
-                Some(b) => mark_block(&mut m, b as usize, *ttl) || mark_last_block(&mut m, *ttl),
-                None => mark_last_block(&mut m, *ttl),
+                Some(b) => mark_block(&mut m, b as usize, *ttl) || mark_longest(&mut m, *ttl),
+                None => mark_longest(&mut m, *ttl),
             };
             if done || marks_in(&m) > 0 {
                 out.insert(k, m);
@@ -445,6 +445,40 @@ fn place(p: &Placement, sent: &[(usize, &ViewItem, &Arc<[u8]>)], state: &State) 
         }
     }
     out.into_iter().collect()
+}
+
+/// [`mark_last_block`], where a block marked already (by an earlier mark of the same placement)
+/// takes the longer TTL of the two.
+fn mark_longest(m: &mut Message, ttl: CacheTtl) -> bool {
+    if ttl == CacheTtl::OneHour {
+        let mut fresh = m.clone();
+        breakpoints::strip(&mut fresh);
+        if mark_last_block(&mut fresh, ttl) {
+            // The block the mark lands on, re-marked 1h; the others keep theirs.
+            let marked_at = last_markable(&fresh);
+            if let (Some(at), Some(Content::Blocks(blocks)), Some(Content::Blocks(new))) =
+                (marked_at, &mut m.content, &fresh.content)
+            {
+                if let (Some(b), Some(n)) = (blocks.get_mut(at), new.get(at)) {
+                    *b = n.clone();
+                }
+            }
+            return true;
+        }
+        return false;
+    }
+    mark_last_block(m, ttl)
+}
+
+/// The index of the last block of `m` that carries a `cache_control`.
+fn last_markable(m: &Message) -> Option<usize> {
+    m.blocks().iter().rposition(|b| marks_in(&one_block(b)) > 0)
+}
+
+fn one_block(b: &Block) -> Message {
+    let mut m = Message::text(Role::User, String::new());
+    m.content = Some(Content::Blocks(vec![b.clone()]));
+    m
 }
 
 /// Breakpoints on a message's blocks.
@@ -469,8 +503,10 @@ fn marks_in(m: &Message) -> usize {
 fn mark_block(m: &mut Message, at: usize, ttl: CacheTtl) -> bool {
     let Some(Content::Blocks(blocks)) = &mut m.content else { return false };
     let Some(b) = blocks.get_mut(at) else { return false };
-    let mut one = Message::text(Role::User, String::new());
-    one.content = Some(Content::Blocks(vec![b.clone()]));
+    let mut one = one_block(b);
+    if ttl == CacheTtl::OneHour {
+        breakpoints::strip(&mut one);
+    }
     if !mark_last_block(&mut one, ttl) {
         return false;
     }

@@ -63,7 +63,8 @@ async fn post(addr: std::net::SocketAddr, path: &str, body: &Value) -> Answer {
 /// The fake's exchange that answered `a` (the request id it set, passed back by the proxy).
 fn exchange_of(up: &FakeUpstream, a: &Answer) -> Exchange {
     let id = a.request_id().to_owned();
-    up.requests().into_iter().find(|x| x.response.header("request-id") == Some(id.as_str())).unwrap()
+    let seq: u64 = id.strip_prefix("req_fake_").unwrap().parse().unwrap();
+    up.requests().into_iter().find(|x| x.seq == seq).unwrap()
 }
 
 /// Every `cache_control` in a request body where Anthropic counts them: tools, system blocks,
@@ -121,7 +122,7 @@ fn prose(i: usize, words: usize) -> String {
 const SYSTEM: &str = "You are the build engineer of the ledger service. ";
 
 /// Anthropic's documented multi-turn pattern: the breakpoint moves to the last user message
-/// each turn (here with a 1-hour TTL), and the system prompt carries one too. Over 24 calls on
+/// each turn (here with a 1-hour TTL), and the system prompt carries one too. Over 30 calls on
 /// a small budget (compacting), every forwarded request carries exactly this request's two
 /// breakpoints — on the system prompt and on the last message, TTLs kept — never an old one;
 /// the strict fake accepts all, and each forwarded body is the one the log rebuilds.
@@ -133,7 +134,7 @@ async fn a_moving_breakpoint_is_mapped_onto_the_view_on_every_compacting_call() 
     let system = json!([{"type": "text", "text": SYSTEM.repeat(40), "cache_control": {"type": "ephemeral"}}]);
     let mut history: Vec<Value> = Vec::new();
     let mut compacting = 0;
-    for i in 0..24 {
+    for i in 0..30 {
         // The previous user message loses its mark; the new one gets it.
         for m in history.iter_mut().filter(|m| m["role"] == "user") {
             if let Some(blocks) = m["content"].as_array_mut() {
