@@ -17,7 +17,8 @@
 //! [`crate::view::ViewCache`] rendered and hashed them, without the trailing newline, with two
 //! deterministic exceptions: media stored as blobs are inlined as base64 (a provider cannot
 //! read a blob reference), and a requested breakpoint adds `cache_control` as the last key of
-//! the block it marks (with a placement, the logged `cache_control` members are cut out). A past call's request is rebuilt byte for byte from the log by
+//! the block it marks (with a placement, the logged `cache_control` members are cut out, and a
+//! marked message whose content is a string is written as one text block carrying the mark). A past call's request is rebuilt byte for byte from the log by
 //! [`crate::replay::served_request`].
 
 use std::borrow::Cow;
@@ -410,7 +411,8 @@ fn cuts_of(cuts: &[(usize, Cuts)], j: usize) -> Option<&[(u32, u32)]> {
 }
 
 /// The placement's message marks on the sent items: each on the item the view shows at or before
-/// its seq, walking back past items that cannot carry one. Returns the marked messages (every
+/// its seq (a string content written as one text block), walking back past items that cannot
+/// carry one (an empty content, only thinking). Returns the marked messages (every
 /// logged `cache_control` stripped) by index in `sent`, in order.
 fn place(p: &Placement, sent: &[(usize, &ViewItem, &Arc<[u8]>)], state: &State) -> Vec<(usize, Message)> {
     let mut out: std::collections::BTreeMap<usize, Message> = std::collections::BTreeMap::new();
@@ -427,6 +429,14 @@ fn place(p: &Placement, sent: &[(usize, &ViewItem, &Arc<[u8]>)], state: &State) 
                     Some(m) => {
                         let mut m = m.into_owned();
                         breakpoints::strip(&mut m);
+                        // A string content is one text block to the API (its documented
+                        // shorthand): written as that block, it can carry the mark.
+                        if let Some(Content::Text(text)) = &m.content {
+                            if !text.is_empty() {
+                                let text = text.clone();
+                                m.content = Some(Content::Blocks(vec![Block::Text { text, extra: Vec::new() }]));
+                            }
+                        }
                         m
                     }
                     None => continue,

@@ -103,7 +103,8 @@ fn anthropic_blocks(key: &[u8], body: &Value) -> Vec<Block> {
                 push(&mut h, b, "\0system\0", ttl_of(b));
             }
         }
-        Some(s @ Value::String(_)) => push(&mut h, s, "\0system\0", None),
+        // A string is the documented shorthand of one text block: the same prompt, cached alike.
+        Some(Value::String(s)) => push(&mut h, &serde_json::json!({"type": "text", "text": s}), "\0system\0", None),
         _ => {}
     }
     if let Some(Value::Array(messages)) = body.get("messages") {
@@ -115,6 +116,9 @@ fn anthropic_blocks(key: &[u8], body: &Value) -> Vec<Block> {
                         let tag = if j == 0 { format!("\0{role}\0") } else { "\0+\0".to_owned() };
                         push(&mut h, b, &tag, ttl_of(b));
                     }
+                }
+                Some(Value::String(s)) => {
+                    push(&mut h, &serde_json::json!({"type": "text", "text": s}), &format!("\0{role}\0"), None)
                 }
                 Some(c) => push(&mut h, c, &format!("\0{role}\0"), None),
                 None => {}

@@ -230,7 +230,8 @@ fn reported(x: &Exchange) -> Option<Usage> {
 
 /// The messages (and Anthropic `system`) of a request body, parsed.
 /// A body's `system` and `messages`, without their cache breakpoints (the proxy places its own
-/// on Anthropic requests: `breakpoints.rs` tests where), a string system as one text block.
+/// on Anthropic requests: `breakpoints.rs` tests where), a string system as one text block and a
+/// message's one text block as a string.
 fn conversation_of(body: &[u8]) -> (Value, Value) {
     let mut v: Value = serde_json::from_slice(body).unwrap();
     if let Some(s) = v["system"].as_str() {
@@ -244,6 +245,12 @@ fn conversation_of(body: &[u8]) -> (Value, Value) {
     unmark(&mut v["system"]);
     for m in v["messages"].as_array_mut().into_iter().flatten() {
         unmark(&mut m["content"]);
+        // A marked string content is written as the one text block it is to the API.
+        if let Some([b]) = m["content"].as_array().map(Vec::as_slice) {
+            if b["type"] == "text" && b.as_object().is_some_and(|o| o.len() == 2) {
+                m["content"] = b["text"].clone();
+            }
+        }
     }
     (v["system"].clone(), v["messages"].clone())
 }

@@ -129,10 +129,12 @@ fn a_placement_replaces_the_logged_breakpoints_on_every_compacting_call() {
     assert!(most_logged > 4, "the logged views carried at most {most_logged} marks: the test proves little");
 }
 
-/// With `Origin::Off` nothing is marked, the logged marks included; a mark on an item that
-/// cannot carry one (a string content) passes to the one before.
+/// With `Origin::Off` nothing is marked, the logged marks included. A mark on a string content
+/// writes it as one text block carrying the mark; one on a block that cannot carry it (thinking)
+/// goes to the message's last block that can; one on a message with none passes to the item
+/// before it.
 #[test]
-fn off_strips_and_a_mark_on_a_string_message_passes_to_the_item_before() {
+fn off_strips_and_marks_land_on_blocks_that_can_carry_them() {
     let store = MemoryStore::new();
     let id = StreamId::random();
     let mut s = Session::create(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(T0)).unwrap();
@@ -141,6 +143,7 @@ fn off_strips_and_a_mark_on_a_string_message_passes_to_the_item_before() {
         r#"{"role":"user","content":[{"type":"text","text":"one","cache_control":{"type":"ephemeral"}}]}"#,
         r#"{"role":"assistant","content":[{"type":"text","text":"two"},{"type":"thinking","thinking":"t","signature":"s"}]}"#,
         r#"{"role":"user","content":"three"}"#,
+        r#"{"role":"assistant","content":[{"type":"thinking","thinking":"u","signature":"s"}]}"#,
     ];
     s.append(msgs.iter().map(|m| parse_message(m).unwrap()).collect()).unwrap();
     let plan = s.plan(Timestamp::from_millis(T0 + 1_000)).unwrap();
@@ -148,13 +151,16 @@ fn off_strips_and_a_mark_on_a_string_message_passes_to_the_item_before() {
     let r = s.request(&plan, &off).unwrap();
     assert_eq!(marks(r.body()), Vec::<String>::new());
     assert!(!String::from_utf8_lossy(r.body()).contains("cache_control"));
-    let on_string = Placement {
-        origin: Origin::Auto,
-        marks: vec![Mark::Message { seq: 3, block: None, ttl: CacheTtl::FiveMinutes }],
+    let ttl = CacheTtl::FiveMinutes;
+    let placed = Placement {
+        origin: Origin::Client,
+        marks: vec![Mark::Message { seq: 2, block: Some(1), ttl }, Mark::Message { seq: 4, block: None, ttl }],
     };
-    let r = s.request(&plan, &RequestOptions::new().place_breakpoints(on_string)).unwrap();
-    // Not on the thinking block: on the assistant's text.
-    assert_eq!(marks(r.body()), ["messages.1.0 5m"]);
+    let r = s.request(&plan, &RequestOptions::new().place_breakpoints(placed)).unwrap();
+    assert_eq!(marks(r.body()), ["messages.1.0 5m", "messages.2.0 5m"]);
+    let sent: Value = serde_json::from_slice(r.body()).unwrap();
+    assert_eq!(sent["messages"][2]["content"], serde_json::json!([{"type":"text","text":"three","cache_control":{"type":"ephemeral"}}]));
+    assert_eq!(r.breakpoints(), 2);
 }
 
 /// The proxy's own breakpoints for a client that set none: the system prompt, the end of the
