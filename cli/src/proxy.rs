@@ -75,7 +75,8 @@ fn models(a: &ProxyArgs) -> Result<Option<ctxlog_proxy::Models>, CliError> {
         m.load_json(&path.display().to_string(), &text).map_err(|e| CliError::input(path, 0, e.message))?;
     }
     for entry in &a.model_window {
-        let parsed = entry.split_once('=').and_then(|(k, v)| Some((k, v.trim().parse::<u64>().ok().filter(|n| *n > 0)?)));
+        let parsed =
+            entry.split_once('=').and_then(|(k, v)| Some((k, v.trim().parse::<u64>().ok().filter(|n| *n > 0)?)));
         let Some((prefix, window)) = parsed else {
             return Err(CliError::Flag {
                 flag: "--model-window",
@@ -178,7 +179,10 @@ mod tests {
         let file = dir.join("models.json");
         std::fs::write(&file, r#"{"claude-": 150000, "my-tune": 32768}"#).unwrap();
         let a = proxy_args(&["--models", file.to_str().unwrap(), "--model-window", "my-tune-v2=8192"]);
-        assert_eq!((window(&a, "claude-x"), window(&a, "my-tune-1"), window(&a, "my-tune-v2-q")), (Some(150_000), Some(32_768), Some(8_192)));
+        assert_eq!(
+            (window(&a, "claude-x"), window(&a, "my-tune-1"), window(&a, "my-tune-v2-q")),
+            (Some(150_000), Some(32_768), Some(8_192))
+        );
         let (code, err) = run(&["ctxlog", "proxy", "--upstream", "http://x", "--store", "mem:", "--model-window", "x"]);
         assert_ne!(code, 0);
         assert!(err.contains("--model-window"), "{err}");
@@ -188,7 +192,15 @@ mod tests {
         assert_ne!(code, 0);
         assert!(err.contains("models.json"), "{err}");
         assert_eq!(proxy_args(&["--cache-breakpoints", "off"]).cache_breakpoints, ctxlog_proxy::CacheBreakpoints::Off);
-        assert!(<crate::args::Cli as clap::Parser>::try_parse_from(["ctxlog", "proxy", "--upstream", "u", "--cache-breakpoints", "x"]).is_err());
+        assert!(<crate::args::Cli as clap::Parser>::try_parse_from([
+            "ctxlog",
+            "proxy",
+            "--upstream",
+            "u",
+            "--cache-breakpoints",
+            "x"
+        ])
+        .is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

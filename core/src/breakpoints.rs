@@ -322,7 +322,12 @@ mod tests {
         let mut m = crate::parse_message(raw).unwrap_or_else(|_| Message::text(crate::message::Role::User, ""));
         strip(&mut m);
         let mut w = crate::json::JsonWriter::new();
-        crate::wire::write_message(&mut w, &m, crate::wire::RenderOpts { meta: false, media: crate::wire::Media::Refs }, &mut Vec::new());
+        crate::wire::write_message(
+            &mut w,
+            &m,
+            crate::wire::RenderOpts { meta: false, media: crate::wire::Media::Refs },
+            &mut Vec::new(),
+        );
         let out = String::from_utf8(w.into_bytes()).unwrap_or_default();
         assert!(!out.contains("cache_control"), "{out}");
         assert!(out.contains(r#""type":"search_result","source":"s""#), "{out}");

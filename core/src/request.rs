@@ -419,8 +419,8 @@ fn place(p: &Placement, sent: &[(usize, &ViewItem, &Arc<[u8]>)], state: &State) 
     for mark in &p.marks {
         let Mark::Message { seq, block, ttl } = mark else { continue };
         let Some(target) = sent.partition_point(|(_, it, _)| it.seq <= *seq).checked_sub(1) else { continue };
-        let exact = sent.get(target).is_some_and(|(_, it, _)| it.item == Item::Message(*seq))
-            && state.original(*seq).is_some();
+        let exact =
+            sent.get(target).is_some_and(|(_, it, _)| it.item == Item::Message(*seq)) && state.original(*seq).is_some();
         for k in (0..=target).rev() {
             let Some((_, it, _)) = sent.get(k) else { continue };
             let mut m = match out.remove(&k) {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
+use crate::breakpoints::{Mark, Origin, Placement};
 use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
@@ -19,7 +20,6 @@ use crate::event::{
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
 use crate::policy::guards;
-use crate::breakpoints::{Mark, Origin, Placement};
 use crate::request::{self, CacheTtl, Request, RequestOptions, ServedView};
 use crate::state::{State, Violation};
 use crate::store::{BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId, Version};
@@ -894,7 +894,12 @@ impl<S: Store> Session<S> {
     /// `opts`: appends, plan and render on a copy of the state; nothing is written (media
     /// stay inline, no blob is stored) and the session is left as it was. What a proxy answers
     /// `count_tokens` with.
-    pub fn preview(&self, messages: Vec<Message>, now: Timestamp, opts: &RequestOptions) -> Result<Request, SessionError> {
+    pub fn preview(
+        &self,
+        messages: Vec<Message>,
+        now: Timestamp,
+        opts: &RequestOptions,
+    ) -> Result<Request, SessionError> {
         let format = self.format();
         let estimator = self.config().estimator();
         let mut state = self.state.clone();
@@ -909,8 +914,13 @@ impl<S: Store> Session<S> {
         let mut cache = ViewCache::new();
         cache.sync(served);
         let digest = cache.digest();
-        let view =
-            ServedView { state: served, items: cache.items(), bytes: cache.bytes(), cuts: cache.cuts(), digest: &digest };
+        let view = ServedView {
+            state: served,
+            items: cache.items(),
+            bytes: cache.bytes(),
+            cuts: cache.cuts(),
+            digest: &digest,
+        };
         Ok(request::render(&view, format, opts, &StoreBlobs(&self.store)))
     }
 

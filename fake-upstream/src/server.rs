@@ -388,7 +388,8 @@ fn count_tokens(shared: &Shared, body: &[u8]) -> (u16, Bytes) {
         Ok(v @ serde_json::Value::Object(_)) => v,
         _ => return (400, anthropic::error(400, "body: expected a JSON object")),
     };
-    if let Some(extra) = parsed.as_object().and_then(|o| o.keys().find(|k| !COUNT_TOKENS_FIELDS.contains(&k.as_str()))) {
+    if let Some(extra) = parsed.as_object().and_then(|o| o.keys().find(|k| !COUNT_TOKENS_FIELDS.contains(&k.as_str())))
+    {
         return (400, anthropic::error(400, &format!("{extra}: Extra inputs are not permitted")));
     }
     for field in ["model", "messages"] {

@@ -62,9 +62,7 @@ impl Asked {
             return asked;
         }
         let finder = memchr::memmem::Finder::new(NEEDLE);
-        let parsed = |raw: &str| {
-            finder.find(raw.as_bytes()).and_then(|_| serde_json::from_str::<Value>(raw).ok())
-        };
+        let parsed = |raw: &str| finder.find(raw.as_bytes()).and_then(|_| serde_json::from_str::<Value>(raw).ok());
         if let Some((_, raw)) = body.fields.iter().find(|(k, _)| *k == "tools") {
             if let Some(Value::Array(tools)) = parsed(raw.get()) {
                 asked.tools = tools.iter().filter(|t| t.get("cache_control").is_some()).count();

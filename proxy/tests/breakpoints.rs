@@ -57,7 +57,11 @@ async fn post(addr: std::net::SocketAddr, path: &str, body: &Value) -> Answer {
         .unwrap();
     let resp = client.request(req).await.unwrap();
     let (parts, b) = resp.into_parts();
-    Answer { status: parts.status.as_u16(), headers: parts.headers, body: b.collect().await.unwrap().to_bytes().to_vec() }
+    Answer {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: b.collect().await.unwrap().to_bytes().to_vec(),
+    }
 }
 
 /// The fake's exchange that answered `a` (the request id it set, passed back by the proxy).
@@ -152,7 +156,7 @@ async fn a_moving_breakpoint_is_mapped_onto_the_view_on_every_compacting_call() 
         let x = exchange_of(&up, &a);
         let sent: Value = serde_json::from_slice(&x.request.body).unwrap();
         let last = sent["messages"].as_array().unwrap().len() - 1;
-        assert_eq!(breakpoints(&sent), [format!("system.0 5m"), format!("messages.{last}.0 1h")], "call {i}");
+        assert_eq!(breakpoints(&sent), ["system.0 5m".to_owned(), format!("messages.{last}.0 1h")], "call {i}");
         check_rebuilt(&*store, &a, &x);
         calls(&*store, a.stream(), a.call() as usize + 1).await;
         let evs = events(&*store, a.stream());
@@ -216,7 +220,8 @@ async fn a_client_without_breakpoints_gets_cache_reads_billed_from_its_second_ca
 /// cache; `client` forwards the client's only (none here), so no cache either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn off_strips_every_breakpoint_and_client_places_none_of_its_own() {
-    for (mode, marked, header) in [(CacheBreakpoints::Off, true, "0 off"), (CacheBreakpoints::Client, false, "0 client")]
+    for (mode, marked, header) in
+        [(CacheBreakpoints::Off, true, "0 off"), (CacheBreakpoints::Client, false, "0 client")]
     {
         let up = FakeUpstream::start().unwrap();
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -228,8 +233,9 @@ async fn off_strips_every_breakpoint_and_client_places_none_of_its_own() {
                 block["cache_control"] = json!({"type": "ephemeral"});
             }
             history.push(json!({"role": "user", "content": [block]}));
-            let a = post(p.addr(), "/v1/messages", &json!({"model": "claude-test", "max_tokens": 64, "messages": history}))
-                .await;
+            let a =
+                post(p.addr(), "/v1/messages", &json!({"model": "claude-test", "max_tokens": 64, "messages": history}))
+                    .await;
             assert_eq!(a.status, 200);
             assert_eq!(a.header("x-ctxlog-breakpoints"), Some(header), "{mode:?}");
             let x = exchange_of(&up, &a);
@@ -255,9 +261,12 @@ async fn count_tokens_counts_the_view_the_next_call_sends_and_writes_nothing() {
     let mut id = None;
     for i in 0..12 {
         history.push(json!({"role": "user", "content": format!("Step {i}: {}", prose(i, 120))}));
-        let a =
-            post(p.addr(), "/v1/messages", &json!({"model": "claude-test", "max_tokens": 64, "system": SYSTEM, "messages": history}))
-                .await;
+        let a = post(
+            p.addr(),
+            "/v1/messages",
+            &json!({"model": "claude-test", "max_tokens": 64, "system": SYSTEM, "messages": history}),
+        )
+        .await;
         assert_eq!(a.status, 200);
         id = Some(a.stream());
         history.push(json!({"role": "assistant", "content": a.json()["content"].clone()}));

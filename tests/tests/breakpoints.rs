@@ -137,7 +137,8 @@ fn a_placement_replaces_the_logged_breakpoints_on_every_compacting_call() {
 fn off_strips_and_marks_land_on_blocks_that_can_carry_them() {
     let store = MemoryStore::new();
     let id = StreamId::random();
-    let mut s = Session::create(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(T0)).unwrap();
+    let mut s =
+        Session::create(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(T0)).unwrap();
     let msgs = [
         SYSTEM,
         r#"{"role":"user","content":[{"type":"text","text":"one","cache_control":{"type":"ephemeral"}}]}"#,
@@ -159,7 +160,10 @@ fn off_strips_and_marks_land_on_blocks_that_can_carry_them() {
     let r = s.request(&plan, &RequestOptions::new().place_breakpoints(placed)).unwrap();
     assert_eq!(marks(r.body()), ["messages.1.0 5m", "messages.2.0 5m"]);
     let sent: Value = serde_json::from_slice(r.body()).unwrap();
-    assert_eq!(sent["messages"][2]["content"], serde_json::json!([{"type":"text","text":"three","cache_control":{"type":"ephemeral"}}]));
+    assert_eq!(
+        sent["messages"][2]["content"],
+        serde_json::json!([{"type":"text","text":"three","cache_control":{"type":"ephemeral"}}])
+    );
     assert_eq!(r.breakpoints(), 2);
 }
 
@@ -169,14 +173,21 @@ fn off_strips_and_marks_land_on_blocks_that_can_carry_them() {
 fn auto_breakpoints_mark_the_system_the_reused_prefix_and_the_last_message() {
     let store = MemoryStore::new();
     let id = StreamId::random();
-    let mut s = Session::create(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(T0)).unwrap();
-    let user = |i: u64| parse_message(&format!(r#"{{"role":"user","content":[{{"type":"text","text":"q{i}"}}]}}"#)).unwrap();
-    let answer = |i: u64| parse_message(&format!(r#"{{"role":"assistant","content":[{{"type":"text","text":"a{i}"}}]}}"#)).unwrap();
+    let mut s =
+        Session::create(&store, id, WireFormat::Anthropic, Config::default(), Timestamp::from_millis(T0)).unwrap();
+    let user =
+        |i: u64| parse_message(&format!(r#"{{"role":"user","content":[{{"type":"text","text":"q{i}"}}]}}"#)).unwrap();
+    let answer = |i: u64| {
+        parse_message(&format!(r#"{{"role":"assistant","content":[{{"type":"text","text":"a{i}"}}]}}"#)).unwrap()
+    };
     s.append(vec![parse_message(SYSTEM).unwrap(), user(0)]).unwrap();
     let plan = s.plan(Timestamp::from_millis(T0 + 1_000)).unwrap();
     let auto = s.auto_breakpoints(&plan, CacheTtl::FiveMinutes).unwrap();
     // First call: nothing reused, so the system and the last message.
-    assert_eq!(auto.marks, [Mark::System(CacheTtl::FiveMinutes), Mark::Message { seq: 1, block: None, ttl: CacheTtl::FiveMinutes }]);
+    assert_eq!(
+        auto.marks,
+        [Mark::System(CacheTtl::FiveMinutes), Mark::Message { seq: 1, block: None, ttl: CacheTtl::FiveMinutes }]
+    );
     s.commit(plan, Timestamp::from_millis(T0 + 2_000), None).unwrap();
     s.append(vec![answer(0), user(1)]).unwrap();
     let plan = s.plan(Timestamp::from_millis(T0 + 3_000)).unwrap();
