@@ -9,7 +9,9 @@
 
 use ctxlog::breakpoints::{Mark, Origin, Placement};
 use ctxlog::config::Config;
+use ctxlog::event::SummaryMode;
 use ctxlog::session::{Prepared, Produced};
+use ctxlog::SummaryCall;
 use ctxlog::{
     parse_message, replay, CacheTtl, Event, MemoryStore, RequestOptions, Session, StreamId, Timestamp, WireFormat,
 };
@@ -65,7 +67,7 @@ fn a_placement_replaces_the_logged_breakpoints_on_every_compacting_call() {
     let mut s = Session::create(&store, id, WireFormat::Anthropic, config, Timestamp::from_millis(T0)).unwrap();
     s.append(vec![parse_message(SYSTEM).unwrap()]).unwrap();
     let base = RequestOptions::new().model("claude-sonnet-4-5").max_tokens(1_024);
-    let (mut compacted, mut moved, mut most_logged) = (0, 0, 0);
+    let (mut compacted, mut moved, mut most_logged, mut forks) = (0, 0, 0, 0);
     for i in 0..30u64 {
         let user = format!(
             r#"{{"role":"user","content":[{{"type":"text","text":"Step {i}: {}","cache_control":{{"type":"ephemeral"}}}}]}}"#,
@@ -120,12 +122,28 @@ fn a_placement_replaces_the_logged_breakpoints_on_every_compacting_call() {
         // `ctxlog request --call N` (the client's fields only) rebuilds the body.
         let rebuilt = replay::served_request(&store, id, served.call, &base).unwrap();
         assert_eq!(String::from_utf8_lossy(rebuilt.body()), String::from_utf8_lossy(req.body()), "call {i}");
+        // A fork summary appends to exactly that request: the placement is its record's.
+        if let Some(job) = s.summary_job() {
+            let fork = s.summary_request(&job, &SummaryCall::new(SummaryMode::Fork)).unwrap();
+            if fork.mode_used == SummaryMode::Fork {
+                let m = req.messages_json();
+                let open = &m[..m.len() - 1];
+                assert!(
+                    fork.body().windows(open.len()).any(|w| w == open),
+                    "call {i}: the fork's prefix is not the request"
+                );
+                let system = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap()["system"].clone();
+                assert_eq!(system(fork.body()), system(req.body()));
+                forks += 1;
+            }
+        }
         summaries(&mut s);
         let answer = format!(r#"{{"role":"assistant","content":[{{"type":"text","text":"ack {i}"}}]}}"#);
         s.append(vec![parse_message(&answer).unwrap()]).unwrap();
     }
     assert!(compacted >= 20, "only {compacted} calls compacted");
     assert!(moved >= 10, "the early mark never moved: {moved}");
+    assert!(forks > 0, "no fork summary was built: the test proves little");
     assert!(most_logged > 4, "the logged views carried at most {most_logged} marks: the test proves little");
 }
 
