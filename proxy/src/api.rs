@@ -74,7 +74,12 @@ pub(crate) async fn call(
     let asked = Arc::new(crate::breakpoints::Asked::of(&body, format, proxy.cfg.cache_breakpoints));
     let base = session_of(&parts.headers, format, &body);
     let model = opts.model_name();
-    let max_tokens = body.fields.iter().find(|(k, _)| *k == "max_tokens").and_then(|(_, v)| v.get().parse().ok());
+    // The output the request reserves (OpenAI's newer name included).
+    let max_tokens = body
+        .fields
+        .iter()
+        .find(|(k, _)| matches!(*k, "max_tokens" | "max_completion_tokens" | "max_output_tokens"))
+        .and_then(|(_, v)| v.get().parse().ok());
     let sse = body.streams();
     // Shutdown waits for this call, through its commit and summaries.
     let ticket = Ticket::new(&proxy);
