@@ -826,8 +826,9 @@ impl<S: Store> Session<S> {
         let digest = cache.as_ref().unwrap_or(&self.cache).digest();
         let prefix_reused = self.state.calls() > 0 && view_state.prefix_stable_since_last_call();
         let previous = self.state.last_served().map_or(0, |l| usize::try_from(l.view_messages).unwrap_or(usize::MAX));
-        // Between calls the view only grows (flushes and edits are a call's), so the previous
-        // view is the head of the current one; this call's edits end the shared part.
+        // Between calls the view only grows (flushes and edits are a call's; a restore is the
+        // exception, and only costs a breakpoint that misses), so the previous view is the head
+        // of the current one; this call's flush or edits end the shared part.
         let reused = if prefix_reused || decision.scratch.is_none() {
             previous.min(view_state.view().len())
         } else {
