@@ -71,7 +71,15 @@ pub(crate) async fn call(
             (at..at + raw.len(), digest(raw))
         })
         .collect();
+    let asked = Arc::new(crate::breakpoints::Asked::of(&body, format, proxy.cfg.cache_breakpoints));
     let base = session_of(&parts.headers, format, &body);
+    let model = opts.model_name();
+    // The output the request reserves (OpenAI's newer name included).
+    let max_tokens = body
+        .fields
+        .iter()
+        .find(|(k, _)| matches!(*k, "max_tokens" | "max_completion_tokens" | "max_output_tokens"))
+        .and_then(|(_, v)| v.get().parse().ok());
     let sse = body.streams();
     // Shutdown waits for this call, through its commit and summaries.
     let ticket = Ticket::new(&proxy);
@@ -90,12 +98,13 @@ pub(crate) async fn call(
             return unavailable("the session is busy with another call past --session-wait; retry");
         };
         let store = Arc::clone(&proxy.store);
-        let config = proxy.cfg.engine.clone();
+        let config = proxy.cfg.engine_for(model.as_deref(), max_tokens);
         let raw = bytes.clone();
         let Some((span_list, o)) = pending.take() else {
             return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: lost the request");
         };
         let system = system.clone();
+        let asked = Arc::clone(&asked);
         let step = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
             let lease = match store.try_lease(base) {
@@ -110,14 +119,18 @@ pub(crate) async fn call(
             for (i, (span, digest)) in span_list.iter().enumerate() {
                 items.push(Item { raw: raw.get(span.clone()).unwrap_or_default(), digest: *digest, index: Some(i) });
             }
-            match prepare(&mut guard, &store, base, format, &config, &items, &o, ctxlog_now()) {
-                Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p), o),
+            match prepare(&mut guard, &store, base, format, &config, &items, &o, &asked, ctxlog_now()) {
+                Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p)),
                 Err(e) => Step::Failed(e),
             }
         })
         .await;
         match step {
-            Ok(Step::Ready(held, prepared, o)) => break (held, *prepared, o),
+            Ok(Step::Ready(held, prepared)) => {
+                let mut prepared = *prepared;
+                let opts = std::mem::take(&mut prepared.opts);
+                break (held, prepared, opts);
+            }
             Ok(Step::LeaseTaken(sp, o)) => {
                 // Another proxy holds the session: wait for it, bounded, without a busy loop.
                 proxy.metrics.lease_waits.fetch_add(1, Relaxed);
@@ -156,6 +169,7 @@ pub(crate) async fn call(
     let stream = prepared.stream;
     let call_no = prepared.plan.call();
     let told = crate::headers::what_was_done(&prepared.plan);
+    let prepared_breakpoints = prepared.breakpoints.clone();
     let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
     if let Some(h) = up.headers_mut() {
         *h = crate::headers::request(&parts.headers, true);
@@ -190,6 +204,9 @@ pub(crate) async fn call(
     }
     headers.insert(crate::headers::call_header(), http::HeaderValue::from(call_no));
     headers.extend(told);
+    if let Some(v) = prepared_breakpoints {
+        headers.insert(http::HeaderName::from_static(crate::BREAKPOINTS_HEADER), v);
+    }
     let reply = |status, headers, body: Body| {
         let mut out = Response::builder().status(status);
         if let Some(h) = out.headers_mut() {
@@ -286,7 +303,7 @@ fn with_usage(body: &ClientBody<'_>) -> String {
 
 /// One prepare attempt's result, carried out of the blocking task.
 enum Step {
-    Ready(Held, Box<crate::sessions::Prepared>, RequestOptions),
+    Ready(Held, Box<crate::sessions::Prepared>),
     LeaseTaken(Vec<(std::ops::Range<usize>, u128)>, RequestOptions),
     Failed(PrepareError),
 }
