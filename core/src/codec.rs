@@ -90,6 +90,8 @@ pub mod kind {
     pub const SUMMARY_FAILED: u8 = 22;
     /// `AnswerReceived`.
     pub const ANSWER_RECEIVED: u8 = 23;
+    /// `Branched`.
+    pub const BRANCHED: u8 = 24;
 }
 
 pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
@@ -113,6 +115,7 @@ pub fn encode(event: &Event) -> Result<Record, String> {
         Event::ImportCompleted(e) => payload(kind::IMPORT_COMPLETED, e),
         Event::SummaryFailed(e) => payload(kind::SUMMARY_FAILED, e),
         Event::AnswerReceived(e) => payload(kind::ANSWER_RECEIVED, e),
+        Event::Branched(e) => payload(kind::BRANCHED, e),
     }
 }
 
@@ -148,6 +151,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
         kind::SUMMARY_FAILED => body(rest).map(Event::SummaryFailed),
         kind::ANSWER_RECEIVED => body(rest).map(Event::AnswerReceived),
+        kind::BRANCHED => body(rest).map(Event::Branched),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),

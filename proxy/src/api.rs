@@ -71,7 +71,7 @@ pub(crate) async fn call(
             (at..at + raw.len(), digest(raw))
         })
         .collect();
-    let base = session_of(&parts.headers, format, &body);
+    let base = session_of(&parts.headers, format, &body, &proxy.sessions.derived);
     let sse = body.streams();
     // Shutdown waits for this call, through its commit and summaries.
     let ticket = Ticket::new(&proxy);
@@ -147,15 +147,16 @@ pub(crate) async fn call(
     if prepared.compaction {
         proxy.metrics.compactions.fetch_add(1, Relaxed);
     }
-    if prepared.diverged {
-        proxy.metrics.diverged.fetch_add(1, Relaxed);
+    if prepared.branched {
+        proxy.metrics.branched.fetch_add(1, Relaxed);
     }
     if prepared.caught_up {
         proxy.metrics.catch_ups.fetch_add(1, Relaxed);
     }
     let stream = prepared.stream;
     let call_no = prepared.plan.call();
-    let told = crate::headers::what_was_done(&prepared.plan);
+    let mut told = crate::headers::what_was_done(&prepared.plan);
+    told.extend(crate::headers::branch(prepared.fork));
     let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
     if let Some(h) = up.headers_mut() {
         *h = crate::headers::request(&parts.headers, true);
