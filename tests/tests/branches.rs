@@ -7,8 +7,8 @@ use ctxlog::event::Branched;
 use ctxlog::replay::{replay, verify, Mode};
 use ctxlog::state::Invariant;
 use ctxlog::{
-    codec, parse_message, Config, Event, ExpectedVersion, MemoryStore, Message, Session, SessionError, Store,
-    StreamId, Timestamp, WireFormat,
+    codec, parse_message, Config, Event, ExpectedVersion, MemoryStore, Message, Session, SessionError, Store, StreamId,
+    Timestamp, WireFormat,
 };
 
 fn user(i: usize) -> Message {
@@ -23,9 +23,15 @@ fn assistant(i: usize) -> Message {
 fn compacted_session(store: &MemoryStore, turns: usize) -> Session<&MemoryStore> {
     let config = Config { budget: 2_000, ..Config::default() };
     let system = parse_message(r#"{"role":"system","content":"be brief"}"#).unwrap();
-    let (mut s, _) =
-        Session::create_with(store, StreamId::random(), WireFormat::Anthropic, config, Timestamp::from_millis(1_000), vec![system])
-            .unwrap();
+    let (mut s, _) = Session::create_with(
+        store,
+        StreamId::random(),
+        WireFormat::Anthropic,
+        config,
+        Timestamp::from_millis(1_000),
+        vec![system],
+    )
+    .unwrap();
     for i in 0..turns {
         let mut m = vec![user(i)];
         if i > 0 {
@@ -37,7 +43,8 @@ fn compacted_session(store: &MemoryStore, turns: usize) -> Session<&MemoryStore>
         s.commit(plan, now, None).unwrap();
         while let Some(job) = s.summary_job() {
             let text = s.summarize(&job).unwrap();
-            if matches!(s.prepare(&job, text, ctxlog::Produced::extractive()).unwrap(), ctxlog::Prepared::Discarded(_)) {
+            if matches!(s.prepare(&job, text, ctxlog::Produced::extractive()).unwrap(), ctxlog::Prepared::Discarded(_))
+            {
                 break;
             }
         }
@@ -60,7 +67,12 @@ fn a_branch_starts_from_its_parents_state_at_the_fork_point() {
     let (mut branch, _) = parent.branch(child, at, Timestamp::from_millis(90_000), vec![user(1_000)]).unwrap();
     assert_eq!(branch.state().message_count(), at + 1);
     assert_eq!(
-        (branch.state().compacted(), branch.state().flushed(), branch.state().calls(), branch.state().summaries().len()),
+        (
+            branch.state().compacted(),
+            branch.state().flushed(),
+            branch.state().calls(),
+            branch.state().summaries().len()
+        ),
         (before.compacted(), before.flushed(), before.calls(), before.summaries().len()),
         "the branch does not start from the parent's compaction state"
     );
@@ -82,12 +94,7 @@ fn a_branch_starts_from_its_parents_state_at_the_fork_point() {
     let branched = codec::decode(child, fork_version + 1, &ours[fork_version as usize].record).unwrap();
     assert_eq!(
         branched,
-        Event::Branched(Branched {
-            parent: parent.id().0,
-            parent_version: fork_version,
-            messages: at,
-            at: 90_000
-        })
+        Event::Branched(Branched { parent: parent.id().0, parent_version: fork_version, messages: at, at: 90_000 })
     );
     // Readers see an ordinary session; the parent is untouched.
     assert!(verify(&store, child).unwrap().problems.is_empty());
@@ -103,7 +110,8 @@ fn a_refused_branch_writes_nothing_and_an_id_is_made_once() {
     let store = MemoryStore::new();
     let parent = compacted_session(&store, 3);
     let orphan =
-        parse_message(r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"nope","content":"x"}]}"#).unwrap();
+        parse_message(r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"nope","content":"x"}]}"#)
+            .unwrap();
     let child = StreamId::random();
     let refused = parent.branch(child, 2, Timestamp::from_millis(9_000), vec![orphan]);
     assert!(matches!(refused, Err(SessionError::Refused { .. })), "{:?}", refused.err());
@@ -112,7 +120,8 @@ fn a_refused_branch_writes_nothing_and_an_id_is_made_once() {
     let again = parent.branch(child, 2, Timestamp::from_millis(9_000), vec![user(7)]);
     assert!(matches!(again, Err(SessionError::Exists(_))));
     // A fork point past the end is refused too.
-    let past = parent.branch(StreamId::random(), parent.state().message_count() + 1, Timestamp::from_millis(9_000), vec![]);
+    let past =
+        parent.branch(StreamId::random(), parent.state().message_count() + 1, Timestamp::from_millis(9_000), vec![]);
     assert!(matches!(past, Err(SessionError::Refused { .. })), "{:?}", past.err());
     // At the very end: a branch sharing everything.
     let all = parent.state().message_count();

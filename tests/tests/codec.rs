@@ -259,7 +259,9 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
         let neutral = match ev {
             Event::SessionStarted(e) => e.import.is_none(),
             Event::MessageAppended(_) | Event::Edited(_) | Event::Restored(_) => true,
-            Event::ImportCompleted(_) | Event::SummaryFailed(_) | Event::AnswerReceived(_) | Event::Branched(_) => false,
+            Event::ImportCompleted(_) | Event::SummaryFailed(_) | Event::AnswerReceived(_) | Event::Branched(_) => {
+                false
+            }
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty() && e.prefix_call.is_none() && e.usage.is_none(),
             Event::Flushed(e) => e.condensed.is_empty(),
