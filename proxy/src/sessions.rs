@@ -496,6 +496,9 @@ impl Slot {
 
     /// Shrinks the least recently used branches past [`OPEN_BRANCHES`] to their digests.
     fn limit_open(&mut self) {
+        if self.branches.len() <= OPEN_BRANCHES {
+            return;
+        }
         let mut open: Vec<(Instant, StreamId)> =
             self.branches.iter().filter(|(_, b)| b.session.is_some()).map(|(id, b)| (b.last_used, *id)).collect();
         if open.len() <= OPEN_BRANCHES {
