@@ -59,7 +59,7 @@ impl Branch {
         let mut i = 0;
         while i < upto {
             let known = self.digests.len().min(upto);
-            let same_run = self.digests.get(i..known).unwrap_or_default().iter().zip(&items[i..known]);
+            let same_run = self.digests.get(i..known).unwrap_or_default().iter().zip(items.get(i..known).unwrap_or_default());
             i += same_run.take_while(|(d, it)| **d == it.digest).count();
             if i == upto {
                 break;
@@ -67,7 +67,7 @@ impl Branch {
             // A digest that differs: that one message; none known (reopened): all the rest.
             let end = if i < known { i + 1 } else { upto };
             let stored = s.messages(i as u64..end as u64)?;
-            for (logged_msg, item) in stored.iter().zip(&items[i..end]) {
+            for (logged_msg, item) in stored.iter().zip(items.get(i..end).unwrap_or_default()) {
                 if !same(item, logged_msg) {
                     return Ok(Relation::SharesFirst(i as u64));
                 }
