@@ -24,6 +24,8 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
+mod stale_breakpoints;
+
 use crate::json::JsonWriter;
 use crate::message::{Block, Content, MediaData, MediaSource, Message, RawJson, Role};
 use crate::state::{Item, State, ViewItem};
@@ -294,6 +296,7 @@ pub(crate) fn render(
     }
     let mut breakpoints = 0;
     let mut system = None;
+    let mut system_marks = 0;
     if anthropic {
         let system_msgs: Vec<Message> = view
             .items
@@ -306,6 +309,7 @@ pub(crate) fn render(
             let start = body.len();
             let mut w = JsonWriter::new();
             let content = system_content(system_msgs, marks, &mut breakpoints);
+            system_marks = stale_breakpoints::in_content(&content);
             wire::write_content_value(&mut w, &content, inline(blobs), &mut missing);
             body.extend_from_slice(&w.into_bytes());
             system = Some(start..body.len());
@@ -324,6 +328,17 @@ pub(crate) fn render(
             mark_last_block(&mut m, ttl).then_some((i, m))
         })
     });
+    // Breakpoints the client set on earlier calls and moved since: the oldest beyond the limit.
+    let stale = if anthropic {
+        let logged = sent.iter().enumerate().map(|(i, (it, _))| match (&marked, it.item) {
+            (Some((at, m)), _) if *at == i => Some(m),
+            (_, Item::Message(seq)) => view.state.shown(seq).map(|m| m.as_ref()),
+            (_, Item::Summary(_)) => None,
+        });
+        stale_breakpoints::stale(logged, system_marks, &opts.fields)
+    } else {
+        Vec::new()
+    };
     for (i, (it, bytes)) in sent.into_iter().enumerate() {
         if i > 0 {
             body.push(b',');
@@ -333,6 +348,10 @@ pub(crate) fn render(
                 breakpoints += 1;
                 Cow::Borrowed(m)
             }
+            _ if stale.contains(&i) => match item_message(view.state, it.item) {
+                Some(m) => Cow::Owned(stale_breakpoints::strip(&m)),
+                None => continue,
+            },
             _ if has_blobs(view.state, it.item) => match item_message(view.state, it.item) {
                 Some(m) => m,
                 None => continue,

@@ -59,7 +59,8 @@ impl Branch {
         let mut i = 0;
         while i < upto {
             let known = self.digests.len().min(upto);
-            let same_run = self.digests.get(i..known).unwrap_or_default().iter().zip(items.get(i..known).unwrap_or_default());
+            let same_run =
+                self.digests.get(i..known).unwrap_or_default().iter().zip(items.get(i..known).unwrap_or_default());
             i += same_run.take_while(|(d, it)| **d == it.digest).count();
             if i == upto {
                 break;

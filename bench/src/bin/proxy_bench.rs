@@ -329,11 +329,6 @@ async fn latency(tokens: usize, stream: bool, calls: usize, moving: bool) {
     for i in 0..calls + 5 {
         if i % 10 == 0 {
             r.fake.reset(); // its record keeps every body
-            if moving {
-                // The view keeps every logged breakpoint (where the proxy places breakpoints is
-                // another part of issue 20): more than the four Anthropic allows.
-                r.fake.relax(ctxlog_fake_upstream::Rule::CacheBreakpoints);
-            }
         }
         let body = h.body(stream);
         sizes = (sizes.0.min(body.len()), sizes.1.max(body.len()));
