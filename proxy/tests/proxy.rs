@@ -1081,3 +1081,58 @@ async fn an_idle_session_leaves_memory_and_continues_from_the_store() {
     assert_eq!(appended(&evs), 4);
     p.shutdown().await;
 }
+
+/// A log of an earlier version, where a diverged history moved to a successor session named
+/// by a `history_diverged` guard: the proxy follows the chain and the conversation goes on at
+/// its end, branching from there when it forks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_successor_chain_is_followed_to_its_end() {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let hdr = [("x-api-key", KEY), ("x-ctxlog-session", "old-agent")];
+    let first = post(p.addr(), ANTHROPIC, &hdr, &anthropic_body(&[("user", "one")], false)).await;
+    let old = first.stream();
+    calls(&*store, old, 1).await;
+    p.shutdown().await;
+    // What an earlier proxy wrote when the client edited "one": a successor holding the
+    // client's whole history, and the guard naming it.
+    let edited = [("user", "ONE"), ("assistant", "a"), ("user", "two")];
+    let successor = StreamId::random();
+    let history: Vec<ctxlog::Message> = std::iter::once(r#"{"role":"system","content":"You are terse."}"#.to_owned())
+        .chain(edited.iter().map(|(r, t)| json!({"role": r, "content": t}).to_string()))
+        .map(|m| ctxlog::parse_message(&m).unwrap())
+        .collect();
+    let now = ctxlog::Timestamp::from_system_time(std::time::SystemTime::now());
+    ctxlog::Session::create_with(
+        Arc::clone(&store),
+        successor,
+        ctxlog::WireFormat::Anthropic,
+        ctxlog::Config::default(),
+        now,
+        history,
+    )
+    .unwrap();
+    let mut s = ctxlog::Session::open(Arc::clone(&store), old).unwrap();
+    s.raise_guard(
+        GuardKind::HistoryDiverged { seq: 1, successor: successor.to_string() },
+        "edited".into(),
+        "x-ctxlog-session",
+    )
+    .unwrap();
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let mut longer = edited.to_vec();
+    longer.extend([("assistant", "b"), ("user", "three")]);
+    let a = post(p.addr(), ANTHROPIC, &hdr, &anthropic_body(&longer, false)).await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!((a.stream(), fork_of(&a)), (successor, None), "the chain was not followed");
+    // Forking again: a branch of the chain's end.
+    let forked = [("user", "ONE"), ("assistant", "a"), ("user", "TWO")];
+    let b = post(p.addr(), ANTHROPIC, &hdr, &anthropic_body(&forked, false)).await;
+    assert_eq!(b.status, 200, "{}", b.text());
+    assert_eq!(fork_of(&b), Some((successor, 3)));
+    for id in [old, successor, b.stream()] {
+        assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
+    }
+    p.shutdown().await;
+}
