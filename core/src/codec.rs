@@ -92,7 +92,9 @@ pub mod kind {
     pub const SUMMARY_FAILED: u8 = 22;
     /// `AnswerReceived`.
     pub const ANSWER_RECEIVED: u8 = 23;
-    // 24-29 are left to other branches of the same release.
+    /// `Branched`.
+    pub const BRANCHED: u8 = 24;
+    // 25-29 are left to other branches of the same release.
     /// `RequestServed` whose request record has the breakpoints placed by position.
     pub const REQUEST_SERVED: u8 = 30;
 }
@@ -118,6 +120,7 @@ pub fn encode(event: &Event) -> Result<Record, String> {
         Event::ImportCompleted(e) => payload(kind::IMPORT_COMPLETED, e),
         Event::SummaryFailed(e) => payload(kind::SUMMARY_FAILED, e),
         Event::AnswerReceived(e) => payload(kind::ANSWER_RECEIVED, e),
+        Event::Branched(e) => payload(kind::BRANCHED, e),
     }
 }
 
@@ -153,6 +156,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
         kind::SUMMARY_FAILED => body(rest).map(Event::SummaryFailed),
         kind::ANSWER_RECEIVED => body(rest).map(Event::AnswerReceived),
+        kind::BRANCHED => body(rest).map(Event::Branched),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V4 => body::<legacy::RequestServedV4>(rest).map(|e| Event::RequestServed(e.into())),

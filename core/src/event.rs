@@ -42,6 +42,9 @@ pub enum Event {
     /// The assistant message a served call was answered with, as the host that relayed it saw
     /// it; it changes nothing else (see [`AnswerReceived`]).
     AnswerReceived(AnswerReceived),
+    /// This session is a branch of another: the records before this one are the parent's,
+    /// copied up to the fork point (see [`Branched`]).
+    Branched(Branched),
 }
 
 impl Event {
@@ -60,6 +63,7 @@ impl Event {
             Event::ImportCompleted(_) => "ImportCompleted",
             Event::SummaryFailed(_) => "SummaryFailed",
             Event::AnswerReceived(_) => "AnswerReceived",
+            Event::Branched(_) => "Branched",
         }
     }
 }
@@ -107,6 +111,26 @@ pub struct AnswerReceived {
     pub call: u64,
     /// The assistant message, in the session's wire format.
     pub message: Message,
+}
+
+/// `Branched`: the session continues another session's history from a fork point. Every record
+/// before this one is a copy of the parent's first `parent_version` records (the first,
+/// `SessionStarted`, with this session's id), so the state here is the parent's as it was when
+/// it held `messages` messages: the summaries, flushes and edits of the shared prefix are this
+/// session's too, and `replay`, `export` and `verify` read a branch like any session. A
+/// branch of a branch carries its ancestors' `Branched` records in its copy, oldest first: the
+/// lineage from the root, each with its fork point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Branched {
+    /// The session it branched from.
+    pub parent: Uuid,
+    /// How many of the parent's records were copied (this record's version is one more).
+    pub parent_version: u64,
+    /// The fork point: the messages shared with the parent (seqs `0..messages`); this branch's
+    /// own messages start at seq `messages`.
+    pub messages: u64,
+    /// When the branch was made.
+    pub at: Millis,
 }
 
 /// `ImportCompleted`: the last record an import writes; before it, the session is an unfinished

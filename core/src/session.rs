@@ -4,6 +4,8 @@
 //! the state without touching it, appended to the store as one atomic batch, and applied only
 //! after the store acknowledged them.
 
+mod branch;
+
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -196,7 +198,7 @@ impl StaleCause {
             }
             Event::SummaryPrepared(_) => Some(StaleCause::SummaryPrepared),
             Event::Restored(_) => Some(StaleCause::Restored),
-            Event::SessionStarted(_) => Some(StaleCause::Reopened),
+            Event::SessionStarted(_) | Event::Branched(_) => Some(StaleCause::Reopened),
             _ => Some(StaleCause::CallCommitted),
         }
     }

@@ -174,6 +174,9 @@ pub enum Invariant {
     /// messages below seq 2^32 − 1 (bounds no real session nears; beyond them an append is
     /// refused rather than mis-indexed).
     ToolCapacity,
+    /// A `Branched` record follows exactly the records it says it copied, with the messages
+    /// they hold.
+    BranchPoint,
 }
 
 impl fmt::Display for Invariant {
@@ -660,6 +663,17 @@ impl State {
                 format!("an answer to call {} after {} calls were served", e.call, self.calls),
             ),
             Event::AnswerReceived(_) => Ok(()),
+            Event::Branched(e) if e.parent_version + 1 != version || e.messages != self.count() => fail(
+                Invariant::BranchPoint,
+                format!(
+                    "it says {} records holding {} messages were copied; {} records holding {} messages precede it",
+                    e.parent_version,
+                    e.messages,
+                    version - 1,
+                    self.count()
+                ),
+            ),
+            Event::Branched(_) => Ok(()),
             Event::MessageAppended(e) => self.check_append(version, ev, e, self.count(), &|_| false, &|_| false),
             Event::SummaryPrepared(e) if e.is_condensed() => self
                 .summaries
@@ -995,6 +1009,8 @@ impl State {
             }
             // A record of the call: the conversation and its view do not change.
             Event::AnswerReceived(_) => {}
+            // A record of the lineage: the copied prefix is the state.
+            Event::Branched(_) => {}
             Event::SummaryFailed(e) => {
                 self.summary_failures = self.summary_failures.saturating_add(1);
                 if let Some(r) = &e.refusal {

@@ -72,7 +72,7 @@ pub(crate) async fn call(
         })
         .collect();
     let asked = Arc::new(crate::breakpoints::Asked::of(&body, format, proxy.cfg.cache_breakpoints));
-    let base = session_of(&parts.headers, format, &body);
+    let base = session_of(&parts.headers, format, &body, &proxy.sessions.derived);
     let model = opts.model_name();
     // The output the request reserves (OpenAI's newer name included).
     let max_tokens = body
@@ -160,15 +160,16 @@ pub(crate) async fn call(
     if prepared.compaction {
         proxy.metrics.compactions.fetch_add(1, Relaxed);
     }
-    if prepared.diverged {
-        proxy.metrics.diverged.fetch_add(1, Relaxed);
+    if prepared.branched {
+        proxy.metrics.branched.fetch_add(1, Relaxed);
     }
     if prepared.caught_up {
         proxy.metrics.catch_ups.fetch_add(1, Relaxed);
     }
     let stream = prepared.stream;
     let call_no = prepared.plan.call();
-    let told = crate::headers::what_was_done(&prepared.plan);
+    let mut told = crate::headers::what_was_done(&prepared.plan);
+    told.extend(crate::headers::branch(prepared.fork));
     let prepared_breakpoints = prepared.breakpoints.clone();
     let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
     if let Some(h) = up.headers_mut() {

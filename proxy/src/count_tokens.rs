@@ -47,7 +47,7 @@ async fn view_body(
     }
     // Breakpoints do not count, and the logged ones may be more than 4: none are sent.
     let opts = opts.place_breakpoints(Placement { origin: Origin::Off, marks: Vec::new() });
-    let base = session_of(&parts.headers, WireFormat::Anthropic, &body);
+    let base = session_of(&parts.headers, WireFormat::Anthropic, &body, &proxy.sessions.derived);
     let system = body.system.map(system_message);
     let start = bytes.as_ptr() as usize;
     let spans: Vec<std::ops::Range<usize>> = body

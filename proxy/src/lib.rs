@@ -18,8 +18,10 @@ mod answer;
 mod api;
 mod body;
 mod breakpoints;
+mod canonical;
 mod count_tokens;
 mod headers;
+mod history;
 mod identity;
 mod metrics;
 mod models;
@@ -46,6 +48,10 @@ pub const SESSION_HEADER: &str = "x-ctxlog-session";
 pub const TOKEN_HEADER: &str = "x-ctxlog-token";
 /// Response header telling the client which stream its call was logged in.
 pub const STREAM_HEADER: &str = "x-ctxlog-stream";
+/// Response header naming the stream a branch forked from (only on a branch's calls).
+pub const BRANCH_OF_HEADER: &str = "x-ctxlog-branch-of";
+/// Response header telling how many messages a branch shares with the stream it forked from.
+pub const FORK_AT_HEADER: &str = "x-ctxlog-fork-at";
 /// Response header telling the client the call's number in that stream.
 pub const CALL_HEADER: &str = "x-ctxlog-call";
 /// Response header telling an Anthropic client how many cache breakpoints its forwarded request

@@ -211,6 +211,13 @@ fn build_every_kind() -> Vec<Event> {
             )
             .unwrap(),
         }),
+        // Kind 24: a branch's fork point.
+        Event::Branched(ctxlog::event::Branched {
+            parent: uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+            parent_version: 41,
+            messages: 17,
+            at: T0 + 9,
+        }),
     ]
 }
 
@@ -244,6 +251,7 @@ fn every_event_kind_round_trips_through_the_envelope() {
         SESSION_STARTED,
         SUMMARY_FAILED,
         ANSWER_RECEIVED,
+        BRANCHED,
     ];
     assert_eq!(kinds, current.into_iter().collect(), "written kinds");
 }
@@ -259,7 +267,9 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
         let neutral = match ev {
             Event::SessionStarted(e) => e.import.is_none(),
             Event::MessageAppended(_) | Event::Edited(_) | Event::Restored(_) => true,
-            Event::ImportCompleted(_) | Event::SummaryFailed(_) | Event::AnswerReceived(_) => false,
+            Event::ImportCompleted(_) | Event::SummaryFailed(_) | Event::AnswerReceived(_) | Event::Branched(_) => {
+                false
+            }
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty() && e.prefix_call.is_none() && e.usage.is_none(),
             Event::Flushed(e) => e.condensed.is_empty(),

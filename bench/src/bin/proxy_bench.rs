@@ -63,6 +63,11 @@ struct Args {
     /// Latency cases' sizes in tokens.
     #[arg(long, default_value = "10000,150000")]
     tokens: String,
+    /// Latency: the client moves a `cache_control` breakpoint to its last user message on every
+    /// call (Anthropic's documented multi-turn caching), so the previous one comes back
+    /// respelled and is recognized by its canonical form.
+    #[arg(long)]
+    moving_breakpoint: bool,
 }
 
 /// A budget no case reaches: nothing is compacted.
@@ -80,7 +85,7 @@ fn main() {
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         for tokens in args.tokens.split(',').map(|t| t.trim().parse::<usize>().unwrap()) {
             for stream in [false, true] {
-                rt.block_on(latency(tokens, stream, args.calls));
+                rt.block_on(latency(tokens, stream, args.calls, args.moving_breakpoint));
             }
         }
     }
@@ -220,6 +225,8 @@ fn text(seed: usize, n: usize) -> String {
 struct History {
     system: String,
     messages: Vec<String>,
+    /// The last message carries a breakpoint (as a one-block content), moved every turn.
+    moving: bool,
 }
 
 impl History {
@@ -236,7 +243,7 @@ impl History {
             messages.push(format!(r#"{{"role":"{role}","content":"{t}"}}"#));
             i += 1;
         }
-        History { system, messages }
+        History { system, messages, moving: false }
     }
 
     /// One more turn: the assistant's answer to the last call and the next user message.
@@ -258,7 +265,15 @@ impl History {
             if i > 0 {
                 b.push(',');
             }
-            b.push_str(m);
+            match m.strip_suffix("\"}").and_then(|m| m.split_once(r#""content":""#)) {
+                Some((head, text)) if self.moving && i + 1 == self.messages.len() => {
+                    b.push_str(head);
+                    b.push_str(r#""content":[{"type":"text","text":""#);
+                    b.push_str(text);
+                    b.push_str(r#"","cache_control":{"type":"ephemeral"}}]}"#);
+                }
+                _ => b.push_str(m),
+            }
         }
         b.push_str("]}");
         Bytes::from(b)
@@ -299,11 +314,12 @@ async fn wait_committed(proxy: &ctxlog_proxy::ProxyHandle, n: u64) {
     }
 }
 
-async fn latency(tokens: usize, stream: bool, calls: usize) {
+async fn latency(tokens: usize, stream: bool, calls: usize, moving: bool) {
     let r = rig(|_| {}).await;
     // Centre the measured calls on the nominal size: each turn adds ~2×60 chars.
     let growth = (calls + 5) * 2 * 110;
     let mut h = History::new(tokens, (tokens * 4).saturating_sub(growth / 2));
+    h.moving = moving;
     let session = format!("lat-{tokens}-{stream}");
     let (proxy_url, direct_url) = (format!("http://{}", r.proxy.addr()), r.fake.url());
     let (mut direct, mut through, mut added, mut commit) = (vec![], vec![], vec![], vec![]);
