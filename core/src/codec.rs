@@ -90,6 +90,9 @@ pub mod kind {
     pub const SUMMARY_FAILED: u8 = 22;
     /// `AnswerReceived`.
     pub const ANSWER_RECEIVED: u8 = 23;
+    // 24 is left to the identity branch's branch event (issue 20, items 1-2).
+    /// `SessionNamed`.
+    pub const SESSION_NAMED: u8 = 25;
 }
 
 pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
@@ -113,6 +116,7 @@ pub fn encode(event: &Event) -> Result<Record, String> {
         Event::ImportCompleted(e) => payload(kind::IMPORT_COMPLETED, e),
         Event::SummaryFailed(e) => payload(kind::SUMMARY_FAILED, e),
         Event::AnswerReceived(e) => payload(kind::ANSWER_RECEIVED, e),
+        Event::SessionNamed(e) => payload(kind::SESSION_NAMED, e),
     }
 }
 
@@ -148,6 +152,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
         kind::SUMMARY_FAILED => body(rest).map(Event::SummaryFailed),
         kind::ANSWER_RECEIVED => body(rest).map(Event::AnswerReceived),
+        kind::SESSION_NAMED => body(rest).map(Event::SessionNamed),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),

@@ -42,6 +42,9 @@ pub enum Event {
     /// The assistant message a served call was answered with, as the host that relayed it saw
     /// it; it changes nothing else (see [`AnswerReceived`]).
     AnswerReceived(AnswerReceived),
+    /// The client's own name for the conversation, written with `SessionStarted` (see
+    /// [`SessionNamed`]); it changes nothing else.
+    SessionNamed(SessionNamed),
 }
 
 impl Event {
@@ -60,6 +63,7 @@ impl Event {
             Event::ImportCompleted(_) => "ImportCompleted",
             Event::SummaryFailed(_) => "SummaryFailed",
             Event::AnswerReceived(_) => "AnswerReceived",
+            Event::SessionNamed(_) => "SessionNamed",
         }
     }
 }
@@ -107,6 +111,17 @@ pub struct AnswerReceived {
     pub call: u64,
     /// The assistant message, in the session's wire format.
     pub message: Message,
+}
+
+/// `SessionNamed`: the name a client gave its conversation (the proxy: the `x-ctxlog-session`
+/// header), written in the batch that creates the session, right after `SessionStarted`. The
+/// stream id a host derives from a name is a one-way hash (it mixes in the tenant's key), so
+/// without this record a person could not find a named session again. A record for readers
+/// (`ctxlog sessions`, `--session NAME`): the fold only checks it follows `SessionStarted`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionNamed {
+    /// The name as the client sent it (not unique: two tenants may use the same one).
+    pub name: String,
 }
 
 /// `ImportCompleted`: the last record an import writes; before it, the session is an unfinished

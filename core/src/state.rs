@@ -660,6 +660,11 @@ impl State {
                 format!("an answer to call {} after {} calls were served", e.call, self.calls),
             ),
             Event::AnswerReceived(_) => Ok(()),
+            // Readers find a session's name at version 2 without reading further.
+            Event::SessionNamed(_) if version != 2 => {
+                fail(Invariant::SessionStart, "SessionNamed must directly follow SessionStarted".into())
+            }
+            Event::SessionNamed(_) => Ok(()),
             Event::MessageAppended(e) => self.check_append(version, ev, e, self.count(), &|_| false, &|_| false),
             Event::SummaryPrepared(e) if e.is_condensed() => self
                 .summaries
@@ -994,7 +999,7 @@ impl State {
                 }
             }
             // A record of the call: the conversation and its view do not change.
-            Event::AnswerReceived(_) => {}
+            Event::AnswerReceived(_) | Event::SessionNamed(_) => {}
             Event::SummaryFailed(e) => {
                 self.summary_failures = self.summary_failures.saturating_add(1);
                 if let Some(r) = &e.refusal {

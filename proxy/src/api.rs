@@ -72,6 +72,9 @@ pub(crate) async fn call(
         })
         .collect();
     let base = session_of(&parts.headers, format, &body);
+    // The header's bytes as text (a header value is visible ASCII in practice; anything else
+    // is kept readable rather than refused: the id already depends on the exact bytes).
+    let name = parts.headers.get(crate::SESSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let sse = body.streams();
     // Shutdown waits for this call, through its commit and summaries.
     let ticket = Ticket::new(&proxy);
@@ -96,8 +99,10 @@ pub(crate) async fn call(
             return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: lost the request");
         };
         let system = system.clone();
+        let name = name.clone();
         let step = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
+            guard.name = name;
             let lease = match store.try_lease(base) {
                 Ok(Some(lease)) => lease,
                 Ok(None) => return Step::LeaseTaken(span_list, o),

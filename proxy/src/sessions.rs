@@ -34,6 +34,9 @@ pub(crate) struct Slot {
     digests: Vec<u128>,
     digests_of: Option<StreamId>,
     last_used: Instant,
+    /// The client's `x-ctxlog-session` header, recorded (`SessionNamed`) in every session this
+    /// slot creates, successors included, so a person can find them by it.
+    pub name: Option<String>,
 }
 
 /// The slots, by the id a request resolves to (a diverged session's successor lives in the
@@ -53,6 +56,7 @@ impl Sessions {
                 digests: Vec::new(),
                 digests_of: None,
                 last_used: Instant::now(),
+                name: None,
             }))
         }))
     }
@@ -268,7 +272,8 @@ fn bring_up(
             Some(s) => Some(s),
             None => {
                 let messages = parse_all(items, format)?;
-                let created = Session::create_with(Arc::clone(store), id, format, config.clone(), now, messages);
+                let name = slot.name.clone();
+                let created = Session::create_named(Arc::clone(store), id, format, config.clone(), now, name, messages);
                 // Version 1 is `SessionStarted`: the items' appends start at 2.
                 let (s, _) = created.map_err(|e| refused_at(e, items, 2))?;
                 slot.digests = items.iter().map(|i| i.digest).collect();
@@ -284,7 +289,8 @@ fn bring_up(
         // no guard pointing at a session that does not exist. If it exists already (another
         // proxy diverged first, or our guard's write failed last time), the guard is written
         // and the chain followed again.
-        let created = Session::create_with(Arc::clone(store), successor, format, config.clone(), now, messages);
+        let name = slot.name.clone();
+        let created = Session::create_named(Arc::clone(store), successor, format, config.clone(), now, name, messages);
         let s = match created {
             Ok((s, _)) => Some(s),
             Err(SessionError::Exists(_)) => None,

@@ -650,6 +650,13 @@ async fn divergence_starts_a_linked_session_from_the_clients_history() {
     assert_eq!(diverged(&events(&*store, third)), vec![(3, fourth.to_string())]);
     for id in [first, second, third, fourth] {
         assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
+        // The header's name is recorded at version 2 of every session of the chain, so
+        // `ctxlog sessions` shows it and `--session agent-7` finds the current one.
+        let named = events(&*store, id).into_iter().nth(1);
+        assert!(
+            matches!(&named, Some(Event::SessionNamed(n)) if n.name == "agent-7"),
+            "session {id} is not named: {named:?}"
+        );
     }
     assert_eq!(counter(&p, "ctxlog_proxy_diverged_total") + counter(&p2, "ctxlog_proxy_diverged_total"), 3);
     p.shutdown().await;
