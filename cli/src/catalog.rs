@@ -13,10 +13,12 @@ use serde_json::{json, Value};
 
 use crate::lineage::{link_of, Lineage, Link};
 
-/// Records read at a time from the start of a log.
-const FRONT_CHUNK: usize = 64;
-/// Records first read back from its end (doubled until the last call and message are found).
-const TAIL_WINDOW: u64 = 32;
+/// Records first read from the start of a log (a proxy session's first call is its 5th record;
+/// doubled, up to [`READ_CHUNK`](ctxlog::session::READ_CHUNK), until the first call is found).
+const FRONT_CHUNK: usize = 8;
+/// Records first read back from its end (a call's batch and its answer; doubled until the last
+/// call and the last message are found).
+const TAIL_WINDOW: u64 = 8;
 /// Characters of the first user message shown.
 const EXCERPT: usize = 60;
 
@@ -89,6 +91,9 @@ struct Found {
     /// `(call, at, model)` of the last `RequestServed` seen.
     last_call: Option<(u64, Millis, Option<String>)>,
     last_seq: Option<u64>,
+    /// `MessageAppended` records seen going forward (seqs are dense from 0: their count is the
+    /// next seq), counted by kind, without decoding.
+    appended: u64,
     import_completed: bool,
     links: Vec<Link>,
 }
@@ -97,8 +102,17 @@ impl Found {
     /// Looks at one record; decodes it only when its kind says it tells something.
     fn observe(&mut self, id: StreamId, rec: &StoredRecord, forward: bool) -> Result<(), SessionError> {
         let k = kind_of(rec);
+        if forward && k == kind::MESSAGE_APPENDED {
+            self.appended += 1;
+        }
         let wanted = match k {
-            kind::MESSAGE_APPENDED => (forward && self.first_user.is_none()) || (!forward && self.last_seq.is_none()),
+            kind::MESSAGE_APPENDED => {
+                if forward {
+                    self.first_user.is_none()
+                } else {
+                    self.last_seq.is_none()
+                }
+            }
             // Forward reads stop at the first call; backward ones at the last.
             k if is_request_served(k) => forward || self.last_call.is_none(),
             kind::ANSWER_RECEIVED => false,
@@ -114,7 +128,7 @@ impl Found {
                 if forward && self.first_user.is_none() && m.message.role == Role::User {
                     self.first_user = Some(excerpt(&m.message));
                 }
-                if !forward || self.last_seq.is_none_or(|s| m.seq > s) {
+                if !forward {
                     self.last_seq = Some(m.seq);
                 }
             }
@@ -143,8 +157,10 @@ pub fn entry(store: &dyn Store, id: StreamId) -> Result<Entry, SessionError> {
     let mut front = Found::default();
     let mut read_to = 0;
     let mut from = 1;
+    let mut chunk = FRONT_CHUNK;
     'front: while from <= head {
-        let batch = store.read(id, from, FRONT_CHUNK)?;
+        let batch = store.read(id, from, chunk)?;
+        chunk = (chunk * 2).min(ctxlog::session::READ_CHUNK);
         let Some(last) = batch.last().map(|r| r.version) else { break };
         for rec in &batch {
             front.observe(id, rec, true)?;
@@ -194,7 +210,8 @@ pub fn entry(store: &dyn Store, id: StreamId) -> Result<Entry, SessionError> {
         first_call_ms: front.first_call,
         last_call_ms: last_call.as_ref().map(|(_, at, _)| *at),
         calls: last_call.as_ref().map_or(0, |(c, ..)| c + 1),
-        messages: back.last_seq.or(front.last_seq).map_or(0, |s| s + 1),
+        // The last append the backward read found, else every append was in the forward read.
+        messages: back.last_seq.map_or(front.appended, |s| s + 1),
         model: last_call.and_then(|(_, _, m)| m),
         first_user: front.first_user,
         name: front.name,
@@ -238,6 +255,17 @@ impl Catalog {
     /// The lineage of `id` as the whole store records it.
     pub fn lineage(&self, id: StreamId) -> Lineage {
         Lineage::of(id, self.links())
+    }
+
+    /// The lineage of every listed session, in the order of [`Catalog::entries`] (one pass over
+    /// the edges, not one per session).
+    pub fn lineages(&self) -> Vec<Lineage> {
+        let mut touching: std::collections::HashMap<StreamId, Vec<Link>> = std::collections::HashMap::new();
+        for l in self.links() {
+            touching.entry(l.from).or_default().push(l);
+            touching.entry(l.to).or_default().push(l);
+        }
+        self.entries.iter().map(|e| Lineage::of(e.id, touching.remove(&e.id).unwrap_or_default())).collect()
     }
 
     /// The entry of `id`.

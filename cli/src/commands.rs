@@ -53,7 +53,7 @@ pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     for (id, e) in &catalog.damaged {
         out.err(&format!("damaged: session {id}: {e}"))?;
     }
-    let rows: Vec<(&Entry, Lineage)> = catalog.entries.iter().map(|e| (e, catalog.lineage(e.id))).collect();
+    let rows: Vec<(&Entry, Lineage)> = catalog.entries.iter().zip(catalog.lineages()).collect();
     let short = catalog.short_ids();
     let short = |id: StreamId| short.get(&id).cloned().unwrap_or_else(|| id.to_string());
     if args.json {

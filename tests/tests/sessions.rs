@@ -325,3 +325,25 @@ fn a_name_is_only_recorded_right_after_session_started() {
     let refused = state.apply(state.version() + 1, &again).unwrap_err();
     assert_eq!(refused.invariant, ctxlog::state::Invariant::SessionStart, "{refused}");
 }
+
+#[test]
+fn a_session_without_calls_counts_all_its_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nocall.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = StreamId::random();
+    let at = Timestamp::from_millis(T0);
+    let (mut s, _) =
+        Session::create_named(&store, id, WireFormat::OpenAi, Config::default(), at, None, vec![msg("user", "a")])
+            .unwrap();
+    for i in 0..40 {
+        s.append(vec![msg("assistant", &format!("r{i}")), msg("user", &format!("u{i}"))]).unwrap();
+    }
+    drop(s);
+    drop(store);
+    let (code, out, err) = cli(&["sessions", "--json", "--store", &format!("sqlite:{}", path.display())]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((v[0]["messages"].as_u64(), v[0]["calls"].as_u64()), (Some(81), Some(0)));
+    assert_eq!((v[0]["first_call"].clone(), v[0]["last_call"].clone()), (Value::Null, Value::Null));
+}
