@@ -46,7 +46,7 @@ impl Follower {
                     lines.push(Line::Guard(HostGuard { version, after_call, record }));
                 }
             }
-            lines.extend(timeline.feed(version, &ev, state).map(Line::Call));
+            lines.extend(timeline.feed(version, &ev, state).map(|r| Line::Call(Box::new(r))));
             Ok(())
         })?;
         Ok(lines)
@@ -56,7 +56,7 @@ impl Follower {
 /// What `tail` prints: a call, or a guard a host raised after one (its own line: the call's
 /// line is out already).
 enum Line {
-    Call(CallRecord),
+    Call(Box<CallRecord>),
     Guard(HostGuard),
 }
 

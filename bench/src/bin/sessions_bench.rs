@@ -31,7 +31,7 @@ fn message(role: &str, text: &str) -> ctxlog::Message {
 fn build(mem: &MemoryStore, i: usize, calls: usize) -> StreamId {
     let id = StreamId::random();
     let t0 = 1_780_000_000_000 + i as u64 * 1_000;
-    let name = (i % 2 == 0).then(|| format!("agent-{i}"));
+    let name = i.is_multiple_of(2).then(|| format!("agent-{i}"));
     let first = vec![
         message("system", &"You are a coding agent. Follow the repository's conventions. ".repeat(8)),
         message("user", &format!("Task {i}: fix the flaky test in the payment module and explain the cause.")),
