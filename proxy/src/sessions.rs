@@ -273,9 +273,9 @@ fn bring_up(
             None => {
                 let messages = parse_all(items, format)?;
                 let name = slot.name.clone();
+                let first = first_append(&name);
                 let created = Session::create_named(Arc::clone(store), id, format, config.clone(), now, name, messages);
-                // Version 1 is `SessionStarted`: the items' appends start at 2.
-                let (s, _) = created.map_err(|e| refused_at(e, items, 2))?;
+                let (s, _) = created.map_err(|e| refused_at(e, items, first))?;
                 slot.digests = items.iter().map(|i| i.digest).collect();
                 Some(s)
             }
@@ -290,11 +290,12 @@ fn bring_up(
         // proxy diverged first, or our guard's write failed last time), the guard is written
         // and the chain followed again.
         let name = slot.name.clone();
+        let first = first_append(&name);
         let created = Session::create_named(Arc::clone(store), successor, format, config.clone(), now, name, messages);
         let s = match created {
             Ok((s, _)) => Some(s),
             Err(SessionError::Exists(_)) => None,
-            Err(e) => return Err(refused_at(e, items, 2)),
+            Err(e) => return Err(refused_at(e, items, first)),
         };
         let detail = format!(
             "the client's history ({} messages) differs from the log ({} messages) from message {at} on; \
@@ -324,6 +325,12 @@ fn bring_up(
         }
     }
     Ok((false, caught_up))
+}
+
+/// The version of a new session's first append: after `SessionStarted` (1) and, for a named
+/// session, its `SessionNamed` (2).
+fn first_append(name: &Option<String>) -> u64 {
+    2 + u64::from(name.is_some())
 }
 
 /// A refused append names the request's field it came from: the violation's version is the
