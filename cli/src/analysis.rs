@@ -10,7 +10,7 @@ use ctxlog::codec;
 use ctxlog::cost::{PrefixCache, Totals};
 use ctxlog::event::{EditReason, Event, FlushReason, SummaryMode};
 use ctxlog::message::{Block, MediaKind, Message};
-use ctxlog::replay::{CallRecord, Mode, Timeline};
+use ctxlog::replay::{CallRecord, GuardRecord, Mode, Timeline};
 use ctxlog::session::READ_CHUNK;
 use ctxlog::state::{Item, State, Violation};
 use ctxlog::time::Millis;
@@ -20,6 +20,7 @@ use ctxlog::{Session, SessionError, Store, StreamId, Version};
 use crate::args::SessionArgs;
 use crate::commands::pick_session;
 use crate::error::CliError;
+use crate::lineage::{link_of, Link};
 use crate::stores::{open_store, Access};
 
 /// Where the fold stops.
@@ -57,6 +58,35 @@ pub struct Analysis {
     pub totals: Totals,
     /// Violations a lenient fold went past.
     pub violations: Vec<Violation>,
+    /// Guards a host raised between calls (a `history_diverged`), in log order.
+    pub host_guards: Vec<HostGuard>,
+    /// Edges to other sessions this log records (see [`crate::lineage`]).
+    pub links: Vec<Link>,
+}
+
+/// A guard raised outside any call (by a host: the proxy's `history_diverged`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostGuard {
+    /// Stream version of its `GuardRaised`.
+    pub version: Version,
+    /// The last call before it (`None`: before the first call).
+    pub after_call: Option<u64>,
+    /// Kind and sentence, as the timeline shows a call's guards.
+    pub record: GuardRecord,
+}
+
+impl HostGuard {
+    /// The detail line under the row of the call it follows.
+    pub fn detail_line(&self) -> String {
+        let when = self.after_call.map_or_else(|| "before the first call".to_owned(), |c| format!("after call {c}"));
+        format!("      guard {} ({when}, version {}): {}", self.record.kind, self.version, self.record.detail)
+    }
+
+    /// As JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"kind": self.record.kind, "detail": self.record.detail, "version": self.version,
+                           "after_call": self.after_call})
+    }
 }
 
 /// One call.
@@ -327,6 +357,8 @@ struct Fold {
     pricing: PrefixCache,
     /// Tool names by call id, to say what a tool result answers.
     tool_names: BTreeMap<String, String>,
+    host_guards: Vec<HostGuard>,
+    links: Vec<Link>,
 }
 
 impl Fold {
@@ -346,6 +378,8 @@ impl Fold {
             previous_view: Vec::new(),
             pricing: PrefixCache::new(),
             tool_names: BTreeMap::new(),
+            host_guards: Vec::new(),
+            links: Vec::new(),
         }
     }
 
@@ -441,8 +475,13 @@ impl Fold {
                     self.decide(p, version, None, last_call, what(Some(r.seq)));
                 }
             }
+            Event::GuardRaised(g) if g.call.is_none() => {
+                let record = GuardRecord { kind: g.kind.name(), detail: format!("{} (knob: {})", g.detail, g.knob) };
+                self.host_guards.push(HostGuard { version, after_call: last_call, record });
+            }
             _ => {}
         }
+        self.links.extend(link_of(stream, version, ev));
         let record = self.timeline.feed(version, ev, &self.state);
         let Event::RequestServed(s) = ev else { return Ok(None) };
         let Some(record) = record else { return Ok(None) };
@@ -499,6 +538,8 @@ impl Fold {
             summaries: self.summaries,
             totals: self.pricing.totals,
             violations: self.violations,
+            host_guards: self.host_guards,
+            links: self.links,
         }
     }
 }

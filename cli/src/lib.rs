@@ -2,11 +2,13 @@
 
 pub mod analysis;
 pub mod args;
+pub mod catalog;
 pub mod chart;
 pub mod commands;
 pub mod diff;
 pub mod error;
 pub mod import;
+pub mod lineage;
 pub mod logs;
 pub mod markup;
 pub mod model_client;
@@ -15,6 +17,7 @@ pub mod proxy;
 pub mod report;
 pub mod request;
 pub mod rerun;
+pub mod select;
 pub mod stores;
 pub mod summarizer;
 pub mod table;
@@ -223,7 +226,7 @@ fn run_import(
         std::fs::rename(tmp, path).map_err(out_err(&path.display().to_string()))?;
     }
     if !json {
-        for l in summary(&done.timeline) {
+        for l in summary(&done.timeline, 0) {
             out.line(&l)?;
         }
         out.line(&format!(

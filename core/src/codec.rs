@@ -94,7 +94,9 @@ pub mod kind {
     pub const ANSWER_RECEIVED: u8 = 23;
     /// `Branched`.
     pub const BRANCHED: u8 = 24;
-    // 25-29 are left to other branches of the same release.
+    /// `SessionNamed`.
+    pub const SESSION_NAMED: u8 = 25;
+    // 26-29 are left to other branches of the same release.
     /// `RequestServed` whose request record has the breakpoints placed by position.
     pub const REQUEST_SERVED: u8 = 30;
 }
@@ -121,6 +123,7 @@ pub fn encode(event: &Event) -> Result<Record, String> {
         Event::SummaryFailed(e) => payload(kind::SUMMARY_FAILED, e),
         Event::AnswerReceived(e) => payload(kind::ANSWER_RECEIVED, e),
         Event::Branched(e) => payload(kind::BRANCHED, e),
+        Event::SessionNamed(e) => payload(kind::SESSION_NAMED, e),
     }
 }
 
@@ -157,6 +160,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::SUMMARY_FAILED => body(rest).map(Event::SummaryFailed),
         kind::ANSWER_RECEIVED => body(rest).map(Event::AnswerReceived),
         kind::BRANCHED => body(rest).map(Event::Branched),
+        kind::SESSION_NAMED => body(rest).map(Event::SessionNamed),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V4 => body::<legacy::RequestServedV4>(rest).map(|e| Event::RequestServed(e.into())),

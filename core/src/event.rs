@@ -45,6 +45,9 @@ pub enum Event {
     /// This session is a branch of another: the records before this one are the parent's,
     /// copied up to the fork point (see [`Branched`]).
     Branched(Branched),
+    /// The client's own name for the conversation, written with `SessionStarted` (see
+    /// [`SessionNamed`]); it changes nothing else.
+    SessionNamed(SessionNamed),
 }
 
 impl Event {
@@ -64,6 +67,7 @@ impl Event {
             Event::SummaryFailed(_) => "SummaryFailed",
             Event::AnswerReceived(_) => "AnswerReceived",
             Event::Branched(_) => "Branched",
+            Event::SessionNamed(_) => "SessionNamed",
         }
     }
 }
@@ -131,6 +135,17 @@ pub struct Branched {
     pub messages: u64,
     /// When the branch was made.
     pub at: Millis,
+}
+
+/// `SessionNamed`: the name a client gave its conversation (the proxy: the `x-ctxlog-session`
+/// header), written in the batch that creates the session, right after `SessionStarted`. The
+/// stream id a host derives from a name is a one-way hash (it mixes in the tenant's key), so
+/// without this record a person could not find a named session again. A record for readers
+/// (`ctxlog sessions`, `--session NAME`): the fold only checks it follows `SessionStarted`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionNamed {
+    /// The name as the client sent it (not unique: two tenants may use the same one).
+    pub name: String,
 }
 
 /// `ImportCompleted`: the last record an import writes; before it, the session is an unfinished

@@ -190,7 +190,10 @@ impl StaleCause {
     /// (an append, or the import's completion marker: neither is part of a served view).
     fn of(ev: &Event) -> Option<StaleCause> {
         match ev {
-            Event::MessageAppended(_) | Event::ImportCompleted(_) | Event::AnswerReceived(_) => None,
+            Event::MessageAppended(_)
+            | Event::ImportCompleted(_)
+            | Event::AnswerReceived(_)
+            | Event::SessionNamed(_) => None,
             // A failed summary attempt and the summarizer's guards change no view.
             Event::SummaryFailed(_) => None,
             Event::GuardRaised(g) if matches!(g.kind, GuardKind::ForkRefused { .. } | GuardKind::SummarizerPaused) => {
@@ -493,6 +496,22 @@ impl<S: Store> Session<S> {
         now: Timestamp,
         messages: Vec<Message>,
     ) -> Result<(Self, Appended), SessionError> {
+        Self::create_named(store, id, format, config, now, None, messages)
+    }
+
+    /// [`Session::create_with`], recording the client's name for the conversation (a
+    /// [`SessionNamed`](crate::event::SessionNamed) event right after `SessionStarted`, in the
+    /// same batch) when `name` is given: the proxy passes its `x-ctxlog-session` header, so
+    /// `ctxlog sessions` can show it and `--session NAME` find the session.
+    pub fn create_named(
+        store: S,
+        id: StreamId,
+        format: WireFormat,
+        config: Config,
+        now: Timestamp,
+        name: Option<String>,
+        messages: Vec<Message>,
+    ) -> Result<(Self, Appended), SessionError> {
         config.validate()?;
         if store.head(id)?.is_some() {
             return Err(SessionError::Exists(id));
@@ -504,9 +523,16 @@ impl<S: Store> Session<S> {
         // The appends are validated against the started state; nothing is durable until the
         // one batch below is, so on any error the session is simply dropped.
         s.state.apply(1, &started).map_err(|v| s.refused(v))?;
+        let named = name.map(|name| Event::SessionNamed(crate::event::SessionNamed { name }));
+        if let Some(ev) = &named {
+            s.state.apply(2, ev).map_err(|v| s.refused(v))?;
+        }
+        // `SessionStarted` and the name are applied already; the appends follow them.
+        let applied = s.state.version() as usize;
         let (events, mut report) = s.append_events(messages)?;
-        let mut batch = Vec::with_capacity(events.len() + 1);
+        let mut batch = Vec::with_capacity(events.len() + 2);
         batch.push(started);
+        batch.extend(named);
         batch.extend(events);
         let records =
             batch.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
@@ -514,7 +540,7 @@ impl<S: Store> Session<S> {
             Err(StoreError::Conflict { .. }) => return Err(SessionError::Exists(id)),
             other => other?,
         };
-        for (ev, v) in batch.iter().zip(1..).skip(1) {
+        for (ev, v) in batch.iter().zip(1..).skip(applied) {
             s.state.apply(v, ev).map_err(|violation| SessionError::Invariant { stream: id, violation })?;
         }
         report.version = version;
@@ -1319,8 +1345,12 @@ impl<S: Store> Session<S> {
         if self.state.raised().contains(&kind) {
             return Ok(self.state.version());
         }
-        let event = Event::GuardRaised(crate::event::GuardRaised { call: None, kind, detail, knob: knob.into() });
-        self.persist_then_apply(vec![event])
+        let events =
+            vec![Event::GuardRaised(crate::event::GuardRaised { call: None, kind, detail, knob: knob.into() })];
+        let version = self.persist_then_apply(events.clone())?;
+        // `-v` shows a host's guard (a divergence) like the engine's own.
+        crate::trace::committed(&events, version);
+        Ok(version)
     }
 
     /// The next summary the host should write (an effect): a span of messages when the meter is

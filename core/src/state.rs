@@ -674,6 +674,11 @@ impl State {
                 ),
             ),
             Event::Branched(_) => Ok(()),
+            // Readers find a session's name at version 2 without reading further.
+            Event::SessionNamed(_) if version != 2 => {
+                fail(Invariant::SessionStart, "SessionNamed must directly follow SessionStarted".into())
+            }
+            Event::SessionNamed(_) => Ok(()),
             Event::MessageAppended(e) => self.check_append(version, ev, e, self.count(), &|_| false, &|_| false),
             Event::SummaryPrepared(e) if e.is_condensed() => self
                 .summaries
@@ -1008,7 +1013,7 @@ impl State {
                 }
             }
             // A record of the call: the conversation and its view do not change.
-            Event::AnswerReceived(_) => {}
+            Event::AnswerReceived(_) | Event::SessionNamed(_) => {}
             // A record of the lineage: the copied prefix is the state.
             Event::Branched(_) => {}
             Event::SummaryFailed(e) => {

@@ -80,6 +80,9 @@ pub(crate) async fn call(
         .iter()
         .find(|(k, _)| matches!(*k, "max_tokens" | "max_completion_tokens" | "max_output_tokens"))
         .and_then(|(_, v)| v.get().parse().ok());
+    // The header's bytes as text (a header value is visible ASCII in practice; anything else
+    // is kept readable rather than refused: the id already depends on the exact bytes).
+    let name = parts.headers.get(crate::SESSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let sse = body.streams();
     // Shutdown waits for this call, through its commit and summaries.
     let ticket = Ticket::new(&proxy);
@@ -105,8 +108,10 @@ pub(crate) async fn call(
         };
         let system = system.clone();
         let asked = Arc::clone(&asked);
+        let name = name.clone();
         let step = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
+            guard.name = name;
             let lease = match store.try_lease(base) {
                 Ok(Some(lease)) => lease,
                 Ok(None) => return Step::LeaseTaken(span_list, o),

@@ -41,6 +41,9 @@ pub(crate) struct Slot {
     /// The branch the last call was logged in: the next request tries it first.
     current: Option<StreamId>,
     last_used: Instant,
+    /// The client's `x-ctxlog-session` header, recorded (`SessionNamed`) in every session this
+    /// slot creates, successors included, so a person can find them by it.
+    pub name: Option<String>,
 }
 
 /// The slots, by the id a request resolves to.
@@ -60,6 +63,7 @@ impl Sessions {
                 branches: HashMap::new(),
                 current: None,
                 last_used: Instant::now(),
+                name: None,
             }))
         }))
     }
@@ -330,9 +334,11 @@ fn bring_up(
         match slot.load(store, node, &mut caught_up)? {
             None => {
                 let messages = parse_all(items, format)?;
-                let created = Session::create_with(Arc::clone(store), node, format, config.clone(), now, messages);
-                // Version 1 is `SessionStarted`: the items' appends start at 2.
-                let (s, _) = created.map_err(|e| refused_at(e, items, 2))?;
+                let name = slot.name.clone();
+                let first = first_append(&name);
+                let created =
+                    Session::create_named(Arc::clone(store), node, format, config.clone(), now, name, messages);
+                let (s, _) = created.map_err(|e| refused_at(e, items, first))?;
                 slot.branches.insert(node, Branch::new(s, items.iter().map(|i| i.digest).collect(), None));
                 return Ok(Brought { stream: node, fork: None, branched: false, caught_up });
             }
@@ -427,6 +433,12 @@ fn append_new(b: &mut Branch, items: &[Item<'_>], format: WireFormat) -> Result<
 fn canonical_of(item: &Item<'_>) -> Result<u128, PrepareError> {
     let m = parse_message(item.text()?).map_err(|e| invalid(&item.field(), &e.field, e.message))?;
     Ok(crate::canonical::digest(&m))
+}
+
+/// The version of a new session's first append: after `SessionStarted` (1) and, for a named
+/// session, its `SessionNamed` (2).
+fn first_append(name: &Option<String>) -> u64 {
+    2 + u64::from(name.is_some())
 }
 
 /// A refused append names the request's field it came from: the violation's version is the

@@ -566,6 +566,23 @@ async fn bad_bodies_are_refused_and_nothing_is_written() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_history_names_its_field_in_a_named_session_too() {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    // An orphan tool result at messages[1]: the refusal names it whether or not the session is
+    // named (a name is one more record before the appends).
+    let body = r#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"x"}]}]}"#;
+    for headers in [&[("x-api-key", KEY)][..], &[("x-api-key", KEY), ("x-ctxlog-session", "named")][..]] {
+        let a = post(p.addr(), ANTHROPIC, headers, body).await;
+        assert_eq!(a.status, 400, "{}", a.text());
+        assert!(a.text().contains("messages[1]"), "{headers:?}: {}", a.text());
+    }
+    assert!(store.streams().unwrap().is_empty(), "a refused request wrote a session");
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_token_is_required_when_set() {
     let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -699,6 +716,13 @@ async fn a_changed_history_is_a_branch_with_its_fork_point() {
     for id in [first, second, third, fourth] {
         assert!(diverged(&events(&*store, id)).is_empty());
         assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
+        // The header's name is recorded at version 2 of every session of the chain, so
+        // `ctxlog sessions` shows it and `--session agent-7` finds the current one.
+        let named = events(&*store, id).into_iter().nth(1);
+        assert!(
+            matches!(&named, Some(Event::SessionNamed(n)) if n.name == "agent-7"),
+            "session {id} is not named: {named:?}"
+        );
     }
     assert_eq!(counter(&p, "ctxlog_proxy_branched_total") + counter(&p2, "ctxlog_proxy_branched_total"), 3);
     p.shutdown().await;

@@ -203,6 +203,8 @@ fn build_every_kind() -> Vec<Event> {
             detail: "3 in a row".into(),
             knob: "--summarizer".into(),
         }),
+        // Kind 25: the client's name for the conversation.
+        Event::SessionNamed(ctxlog::event::SessionNamed { name: "agent-7".into() }),
         // Kind 23: what a relayed call was answered with.
         Event::AnswerReceived(ctxlog::event::AnswerReceived {
             call: 2,
@@ -252,6 +254,7 @@ fn every_event_kind_round_trips_through_the_envelope() {
         SUMMARY_FAILED,
         ANSWER_RECEIVED,
         BRANCHED,
+        SESSION_NAMED,
     ];
     assert_eq!(kinds, current.into_iter().collect(), "written kinds");
 }
@@ -267,9 +270,11 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
         let neutral = match ev {
             Event::SessionStarted(e) => e.import.is_none(),
             Event::MessageAppended(_) | Event::Edited(_) | Event::Restored(_) => true,
-            Event::ImportCompleted(_) | Event::SummaryFailed(_) | Event::AnswerReceived(_) | Event::Branched(_) => {
-                false
-            }
+            Event::ImportCompleted(_)
+            | Event::SummaryFailed(_)
+            | Event::AnswerReceived(_)
+            | Event::Branched(_)
+            | Event::SessionNamed(_) => false,
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty() && e.prefix_call.is_none() && e.usage.is_none(),
             Event::Flushed(e) => e.condensed.is_empty(),

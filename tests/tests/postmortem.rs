@@ -162,7 +162,20 @@ fn tables_stay_aligned_whatever_the_width_of_their_numbers() {
             assert!(chars[end - 1] != ' ' && chars.get(end).is_none_or(|c| *c == ' '), "misaligned at {end}: {line:?}");
         }
     }
+    // The sessions table: numbers end under their headers, text starts under its header.
     let sessions = r.ok(&["sessions"]);
-    let widths: Vec<usize> = sessions.lines().map(|l| l.len()).collect();
-    assert!(widths.windows(2).all(|w| w[0] == w[1]), "{sessions}");
+    let mut lines = sessions.lines();
+    let header: Vec<char> = lines.next().unwrap().chars().collect();
+    let at = |h: &str| header.iter().collect::<String>().find(h).unwrap();
+    for line in lines {
+        let chars: Vec<char> = line.chars().collect();
+        for h in ["calls", "msgs"] {
+            let end = at(h) + h.len();
+            assert!(chars[end - 1] != ' ' && chars[end] == ' ', "{h} misaligned: {line:?}");
+        }
+        for h in ["first call", "model", "first user message"] {
+            let start = at(h);
+            assert!(chars[start] != ' ' && chars[start - 1] == ' ', "{h} misaligned: {line:?}");
+        }
+    }
 }

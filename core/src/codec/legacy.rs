@@ -626,7 +626,8 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
         | Event::ImportCompleted(_)
         | Event::SummaryFailed(_)
         | Event::AnswerReceived(_)
-        | Event::Branched(_) => return None,
+        | Event::Branched(_)
+        | Event::SessionNamed(_) => return None,
         other => super::encode(other),
     })
 }
