@@ -106,6 +106,29 @@ fn a_wrong_view_digest_is_one_problem_naming_the_version() {
 }
 
 #[test]
+fn a_request_rebuilt_from_a_view_that_no_longer_matches_its_digest_is_an_error() {
+    let h = recorded();
+    let id = h.session.id();
+    let opts = ctxlog::RequestOptions::new();
+    for (v, s) in served(&h) {
+        // Given a log whose RequestServed records a digest the view it served does not hash to,
+        let wrong = format!("{:064x}", 0xbad_u64 + s.call);
+        let copy = with_rewritten_served(&h, v, |s| s.digest.clone_from(&wrong));
+        // when the request of that call is rebuilt (`ctxlog request`, a fork summary's prefix),
+        // then it is refused with both digests, never served as if it were what was sent,
+        match replay::served_request(&copy, id, s.call, &opts) {
+            Err(ctxlog::SessionError::ViewMismatch { stream, call, recorded, rebuilt }) => {
+                assert_eq!((stream, call), (id, s.call));
+                assert_eq!((recorded, rebuilt), (wrong, s.digest.clone()));
+            }
+            other => panic!("call {}: expected ViewMismatch, got {:?}", s.call, other.map(|r| r.body().len())),
+        }
+        // while the untouched log rebuilds it.
+        assert!(replay::served_request(h.store.as_ref(), id, s.call, &opts).is_ok());
+    }
+}
+
+#[test]
 fn a_wrong_view_token_count_is_one_problem_naming_the_version() {
     let h = recorded();
     for (v, s) in served(&h) {
