@@ -332,14 +332,17 @@ pub fn verify(args: &VerifyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             // A stream the store cannot read at all (its head is damaged) is a finding like any
             // other: report it and go on with the next session.
             Err(e) if is_log_damage(&e) => {
-                ctxlog::replay::VerifyReport { problems: vec![e.to_string()], ..Default::default() }
+                let kind = ctxlog::replay::ProblemKind::Damaged { error: e.to_string() };
+                let problem = ctxlog::replay::Problem { stream: id, version: None, kind };
+                ctxlog::replay::VerifyReport { problems: vec![problem], ..Default::default() }
             }
             Err(e) => return Err(e.into()),
         };
         if json {
             out.line(
                 &json!({"session": id.to_string(), "ok": report.ok(), "events": report.events, "calls": report.calls,
-                        "blobs": report.blobs, "snapshot_checked": report.snapshot_checked, "problems": report.problems})
+                        "blobs": report.blobs, "snapshot_checked": report.snapshot_checked,
+                        "problems": report.problems.iter().map(ToString::to_string).collect::<Vec<_>>()})
                 .to_string(),
             )?;
         } else if report.ok() {

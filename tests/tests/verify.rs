@@ -73,7 +73,8 @@ fn verify(store: &MemoryStore, id: StreamId) -> VerifyReport {
 /// Exactly one problem, naming `version` and containing every one of `words`.
 fn assert_one_problem(report: &VerifyReport, version: Version, words: &[&str]) {
     assert_eq!(report.problems.len(), 1, "{:#?}", report.problems);
-    let p = &report.problems[0];
+    assert_eq!(report.problems[0].version, Some(version));
+    let p = report.problems[0].to_string();
     assert!(p.contains(&format!("version {version} ")), "names the version {version}: {p}");
     for w in words {
         assert!(p.contains(w), "mentions {w:?}: {p}");
@@ -182,7 +183,7 @@ fn a_record_lying_about_every_field_gets_one_problem_per_field() {
     // when verified, then each field is its own problem, each naming the version and the call,
     let report = verify(&copy, h.session.id());
     assert_eq!(report.problems.len(), 4, "{:#?}", report.problems);
-    for (p, field) in report.problems.iter().zip(["view digest", "view tokens", "view messages", "prefix_reused"]) {
+    for (p, field) in report.problems.iter().map(ToString::to_string).zip(["view digest", "view tokens", "view messages", "prefix_reused"]) {
         assert!(p.contains(&format!("version {v} (call {})", s.call)) && p.contains(field), "{field}: {p}");
     }
     // and the calls around it are still checked and found clean.
@@ -225,7 +226,19 @@ fn a_well_sealed_snapshot_of_this_layout_that_does_not_decode_is_a_problem() {
     // made, not another build's cache), and no note excuses it.
     let report = verify(&copy, h.session.id());
     assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
-    assert!(report.problems[0].contains(&format!("snapshot at version {head} is unusable")), "{:?}", report.problems);
+    assert!(
+        matches!(
+            &report.problems[0].kind,
+            replay::ProblemKind::SnapshotUnusable { error: ctxlog::session::SnapshotError::Payload(_) }
+        ),
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.problems[0].to_string().contains(&format!("snapshot at version {head} is unusable")),
+        "{:?}",
+        report.problems
+    );
     assert!(report.notes.is_empty(), "{:?}", report.notes);
 }
 
@@ -242,9 +255,10 @@ fn a_snapshot_past_the_readable_log_is_reported_with_the_damage_before_it() {
     // problems, each naming its version.
     let report = verify(&copy, h.session.id());
     assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
-    assert!(report.problems[0].contains("version 5"), "{}", report.problems[0]);
+    assert!(report.problems[0].to_string().contains("version 5"), "{}", report.problems[0]);
+    assert_eq!(report.problems[0].version, Some(5));
     assert!(
-        report.problems[1].contains(&format!("snapshot at version {head} is beyond the log")),
+        report.problems[1].to_string().contains(&format!("snapshot at version {head} is beyond the log")),
         "{:?}",
         report.problems
     );
@@ -324,7 +338,7 @@ fn every_referenced_blob_is_checked_including_images_inside_tool_results() {
         let report = replay::verify(&copy, h.session.id()).unwrap();
         assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
         assert!(
-            report.problems[0].contains(&format!("blob {lost} is referenced but missing")),
+            report.problems[0].to_string().contains(&format!("blob {lost} is referenced but missing")),
             "{:?}",
             report.problems
         );
