@@ -18,7 +18,7 @@ use ctxlog::view::ViewCache;
 use ctxlog::{Session, SessionError, Store, StreamId, Version};
 
 use crate::args::SessionArgs;
-use crate::commands::pick_session;
+use crate::session_id::pick_session;
 use crate::error::CliError;
 use crate::stores::{open_store, Access};
 

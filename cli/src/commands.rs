@@ -14,33 +14,9 @@ use crate::analysis::{analyze, unfinished, Decision, Keep, Until, What};
 use crate::args::{CopyArgs, ExportArgs, InspectArgs, ReplayArgs, RestoreArgs, SessionArgs, StoreArgs, VerifyArgs};
 use crate::error::{is_damage, output, CliError};
 use crate::output::{print_timeline, Out};
+pub use crate::session_id::{parse_session, pick_session};
 use crate::stores::{open_store, open_store_with, Access};
 use crate::table::{Align, Columns};
-
-/// Resolves `--session`, or the only session of the store.
-pub fn pick_session(store: &dyn Store, arg: Option<&str>) -> Result<StreamId, CliError> {
-    if let Some(s) = arg {
-        return parse_session(s);
-    }
-    let streams = store.streams()?;
-    match streams.as_slice() {
-        [one] => Ok(*one),
-        [] => Err(CliError::Flag { flag: "--session", message: "the store holds no session".into() }),
-        many => Err(CliError::Flag {
-            flag: "--session",
-            message: format!(
-                "the store holds {} sessions; choose one with --session ({})",
-                many.len(),
-                many.iter().take(5).map(ToString::to_string).collect::<Vec<_>>().join(", ")
-            ),
-        }),
-    }
-}
-
-/// Parses a session id.
-pub fn parse_session(s: &str) -> Result<StreamId, CliError> {
-    s.parse().map_err(|e| CliError::Flag { flag: "--session", message: format!("--session {s:?} is not a UUID: {e}") })
-}
 
 fn open_selected(args: &SessionArgs, access: Access) -> Result<(Box<dyn Store>, StreamId), CliError> {
     open_selected_with(args, access, false)

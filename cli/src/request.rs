@@ -8,7 +8,7 @@ use ctxlog::{RequestOptions, SessionError};
 use serde_json::value::RawValue;
 
 use crate::args::RequestArgs;
-use crate::commands::pick_session;
+use crate::session_id::pick_session;
 use crate::error::CliError;
 use crate::output::Out;
 use crate::stores::{open_store, Access};

@@ -12,7 +12,7 @@ use ctxlog::{SessionError, State, Store, StreamId};
 use ctxlog_store_postgres::Listener;
 
 use crate::args::TailArgs;
-use crate::commands::pick_session;
+use crate::session_id::pick_session;
 use crate::error::CliError;
 use crate::output::{details, header, json_line, row, Out};
 use crate::stores::{open_store, Access};

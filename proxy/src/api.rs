@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use crate::body::ClientBody;
 use crate::identity::{digest, session_of, system_message};
 use crate::reply::{error, full, Body, Shape};
-use crate::server::{Proxy, Ticket};
+use crate::shared::{Proxy, Ticket};
 use crate::sessions::{prepare, Held, Item, PrepareError};
 use crate::tee::{json_outcome, Outcome, Scan, Tee};
 

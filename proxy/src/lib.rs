@@ -23,6 +23,7 @@ mod metrics;
 mod reply;
 mod server;
 mod sessions;
+mod shared;
 mod summaries;
 mod tee;
 #[cfg(test)]
