@@ -1397,7 +1397,7 @@ impl<S: Store> Session<S> {
         if text.trim().is_empty() {
             return Err(SummaryFailure::Empty);
         }
-        summary::still_valid(&self.state, job).map_err(SummaryFailure::Stale)?;
+        summary::still_valid(&self.state, job).map_err(|why| SummaryFailure::Stale(why.to_string()))?;
         let replaced_tokens = self.replaced_tokens(job);
         let tokens = text_tokens(&text);
         if u64::from(tokens) >= replaced_tokens {
@@ -1473,7 +1473,7 @@ impl<S: Store> Session<S> {
 
     fn try_prepare(&mut self, job: &SummaryJob, text: String, produced: Produced) -> Result<Prepared, SessionError> {
         if let Err(why) = summary::still_valid(&self.state, job) {
-            return Ok(Prepared::Discarded(why));
+            return Ok(Prepared::Discarded(why.to_string()));
         }
         let replaced_tokens = self.replaced_tokens(job);
         let tokens = text_tokens(&text);
