@@ -420,10 +420,41 @@ pub fn skipped(test: &str, why: &str) {
     let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());
 }
 
+/// Why a test that needs PostgreSQL cannot have a database.
+#[derive(Debug, thiserror::Error)]
+pub enum TestDbError {
+    /// No server here, and CI requires one.
+    #[error("{test}: PostgreSQL is required here (CI is set) but: {source}")]
+    Required {
+        /// The test.
+        test: String,
+        /// Why no cluster started.
+        source: ClusterError,
+    },
+    /// The server did not take a connection.
+    #[error("{test}: connect to {url}: {source}")]
+    Connect {
+        /// The test.
+        test: String,
+        /// The admin URL.
+        url: String,
+        /// The client's error.
+        source: postgres::Error,
+    },
+    /// The test's schema could not be created.
+    #[error("{test}: create schema: {source}")]
+    Schema {
+        /// The test.
+        test: String,
+        /// The client's error.
+        source: postgres::Error,
+    },
+}
+
 /// The tests' policy: a fresh schema on `CTXLOG_TEST_POSTGRES_URL` if set, else on a new
 /// private cluster. `Ok(None)` means "skip": no PostgreSQL here and not in CI (a message
 /// naming `test` and how to enable it has been printed). In CI that is an error instead.
-pub fn test_database(test: &str) -> Result<Option<TestDatabase>, String> {
+pub fn test_database(test: &str) -> Result<Option<TestDatabase>, TestDbError> {
     let (admin_url, cluster) = match std::env::var(URL_ENV) {
         Ok(url) if !url.is_empty() => (url, None),
         _ => match Cluster::start_with(ClusterOptions { fsync: false, ..ClusterOptions::default() }) {
@@ -432,12 +463,15 @@ pub fn test_database(test: &str) -> Result<Option<TestDatabase>, String> {
                 skipped(test, &format!("no PostgreSQL ({why})"));
                 return Ok(None);
             }
-            Err(e) => return Err(format!("{test}: PostgreSQL is required here (CI is set) but: {e}")),
+            Err(source) => return Err(TestDbError::Required { test: test.to_owned(), source }),
         },
     };
     let schema = format!("t{}_{}", std::process::id(), SCHEMAS.fetch_add(1, Ordering::Relaxed));
-    let mut admin = Client::connect(&admin_url, NoTls).map_err(|e| format!("{test}: connect to {admin_url}: {e}"))?;
-    admin.batch_execute(&format!("CREATE SCHEMA {schema}")).map_err(|e| format!("{test}: create schema: {e}"))?;
+    let mut admin = Client::connect(&admin_url, NoTls)
+        .map_err(|source| TestDbError::Connect { test: test.to_owned(), url: admin_url.clone(), source })?;
+    admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .map_err(|source| TestDbError::Schema { test: test.to_owned(), source })?;
     Ok(Some(TestDatabase { url: with_search_path(&admin_url, &schema), admin_url, schema, cluster }))
 }
 
