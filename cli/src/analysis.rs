@@ -18,8 +18,8 @@ use ctxlog::view::ViewCache;
 use ctxlog::{Session, SessionError, Store, StreamId, Version};
 
 use crate::args::SessionArgs;
-use crate::session_id::pick_session;
 use crate::error::CliError;
+use crate::session_id::pick_session;
 use crate::stores::{open_store, Access};
 
 /// Where the fold stops.

@@ -12,9 +12,9 @@ use ctxlog::{SessionError, State, Store, StreamId};
 use ctxlog_store_postgres::Listener;
 
 use crate::args::TailArgs;
-use crate::session_id::pick_session;
 use crate::error::CliError;
 use crate::output::{details, header, json_line, row, Out};
+use crate::session_id::pick_session;
 use crate::stores::{open_store, Access};
 
 /// Folds a stream incrementally and turns each committed call into its timeline record.

@@ -6,8 +6,8 @@ use serde::Serialize;
 use crate::codec;
 use crate::event::{Event, GuardRaised, SummaryMode};
 use crate::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message};
-use crate::request::{self, Request, RequestOptions, ServedView};
 pub use crate::problem::{Problem, ProblemKind};
+use crate::request::{self, Request, RequestOptions, ServedView};
 use crate::session::{decode_snapshot, hydrate, SessionError, StoreBlobs, READ_CHUNK};
 use crate::state::{State, Violation};
 use crate::store::{SnapshotError, Store, StoreError, StreamId, Version};
@@ -489,7 +489,9 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
         report.blobs += 1;
         match store.get_blob(&id) {
             Ok(Some(_)) => {}
-            Ok(None) => report.problems.push(Problem { stream, version: None, kind: ProblemKind::BlobMissing { blob: id } }),
+            Ok(None) => {
+                report.problems.push(Problem { stream, version: None, kind: ProblemKind::BlobMissing { blob: id } })
+            }
             Err(e) => report.problems.push(Problem {
                 stream,
                 version: None,

@@ -432,7 +432,11 @@ enum RecordedTools {
 
 /// The recorded fields as request options: model, the summary's `max_tokens`, the recorded
 /// tools verbatim, the recorded breakpoints.
-fn options(record: &RequestRecord, call: &SummaryCall, blobs: &dyn BlobSource) -> Result<RequestOptions, RecordedTools> {
+fn options(
+    record: &RequestRecord,
+    call: &SummaryCall,
+    blobs: &dyn BlobSource,
+) -> Result<RequestOptions, RecordedTools> {
     let mut opts = RequestOptions::new();
     if let Some(m) = &record.model {
         opts = opts.model(m);

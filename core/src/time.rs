@@ -122,7 +122,8 @@ pub fn parse_rfc3339_ms(s: &str) -> Result<Millis, TimestampError> {
 /// an optional `.` fraction, `Z`/`z` or `±HH:MM` with HH ≤ 23 and MM ≤ 59); returns where the
 /// fraction ends (19 without one). Ranges of the fields are jiff's to check.
 fn rfc3339_shape(b: &[u8]) -> Option<usize> {
-    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit));
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit));
     let at = |i: usize, set: &[u8]| b.get(i).is_some_and(|c| set.contains(c));
     let fields = digits(0..4)
         && at(4, b"-")
@@ -245,7 +246,12 @@ mod tests {
             assert_eq!(ms(s) == utc, same, "{s}");
         }
         assert_eq!(ms("1970-01-01T01:00:00+01:00"), 0);
-        for bad in ["2026-03-02T09:00:00+24:00", "2026-03-02T09:00:00+05:60", "2026-03-02T09:00:00+05", "2026-03-02T09:00:00+0530"] {
+        for bad in [
+            "2026-03-02T09:00:00+24:00",
+            "2026-03-02T09:00:00+05:60",
+            "2026-03-02T09:00:00+05",
+            "2026-03-02T09:00:00+0530",
+        ] {
             assert!(matches!(parse_rfc3339_ms(bad), Err(TimestampError::NotRfc3339(_))), "{bad}");
         }
         assert_eq!(
@@ -261,7 +267,9 @@ mod tests {
     #[test]
     fn fractions_of_any_length_are_cut_to_the_millisecond() {
         let base = parse_rfc3339_ms("2026-03-02T09:00:00Z").unwrap();
-        for (frac, extra) in [(".1", 100), (".12", 120), (".123", 123), (".1239", 123), (".123456789999", 123), (".000001", 0)] {
+        for (frac, extra) in
+            [(".1", 100), (".12", 120), (".123", 123), (".1239", 123), (".123456789999", 123), (".000001", 0)]
+        {
             assert_eq!(parse_rfc3339_ms(&format!("2026-03-02T09:00:00{frac}Z")).unwrap(), base + extra, "{frac}");
         }
         for bad in ["2026-03-02T09:00:00.Z", "2026-03-02T09:00:00,5Z", "2026-03-02T09:00:00.5"] {
@@ -409,7 +417,7 @@ mod before_jiff {
         let ms = secs * 1000 + millis;
         u64::try_from(ms).map_err(|_| format!("{s:?} is before 1970"))
     }
-    
+
     /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
     fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
         let y = if m <= 2 { y - 1 } else { y };

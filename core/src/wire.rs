@@ -256,8 +256,7 @@ fn parse_tool_calls(raw: &RawValue, path: &str) -> Result<Vec<ToolCall>, WireErr
 /// RFC 3339 string.
 pub fn parse_timestamp_ms(ts: &RawJson) -> Result<u64, crate::time::TimestampError> {
     use crate::time::TimestampError;
-    let v: serde_json::Value =
-        serde_json::from_str(ts.as_str()).map_err(|e| TimestampError::Json(e.to_string()))?;
+    let v: serde_json::Value = serde_json::from_str(ts.as_str()).map_err(|e| TimestampError::Json(e.to_string()))?;
     match v {
         serde_json::Value::Number(n) => match n.as_f64() {
             Some(secs) if (0.0..1e11).contains(&secs) => Ok((secs * 1000.0).round() as u64),

@@ -15,8 +15,8 @@ use tokio::sync::oneshot;
 use crate::body::ClientBody;
 use crate::identity::{digest, session_of, system_message};
 use crate::reply::{error, full, Body, Shape};
-use crate::shared::{Proxy, Ticket};
 use crate::sessions::{prepare, Held, Item, PrepareError};
+use crate::shared::{Proxy, Ticket};
 use crate::tee::{json_outcome, Incomplete, NotRecorded, Outcome, Scan, Tee};
 
 /// Serves one call of `format`. The body is already read (and within the limit).

@@ -181,10 +181,8 @@ pub struct Payload {
 /// Parses a payload's structure. Every length is checked against the buffer, and the
 /// records must fill it exactly.
 pub fn parse_payload(payload: &[u8]) -> Result<Payload, PayloadError> {
-    let stream_bytes: [u8; 16] = payload
-        .get(..16)
-        .and_then(|s| s.try_into().ok())
-        .ok_or(PayloadError::Short { len: payload.len() })?;
+    let stream_bytes: [u8; 16] =
+        payload.get(..16).and_then(|s| s.try_into().ok()).ok_or(PayloadError::Short { len: payload.len() })?;
     let stream = StreamId(uuid::Uuid::from_bytes(stream_bytes));
     let first = le64(payload, 16).ok_or(PayloadError::ShortField { field: "first_version" })?;
     let count = le32(payload, 24).ok_or(PayloadError::ShortField { field: "count" })?;

@@ -66,8 +66,9 @@ pub(crate) fn client_config_in(
     opts: &PgOptions,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Connector, usize), StoreError> {
-    let bad =
-        |location: &str, e: &dyn std::fmt::Display| backend(location, "parse the connection string", PgError::Url(e.to_string()));
+    let bad = |location: &str, e: &dyn std::fmt::Display| {
+        backend(location, "parse the connection string", PgError::Url(e.to_string()))
+    };
     let (rest, params) = params::split(url).map_err(|e| bad(&redact(url), &e))?;
     let mut config = postgres::Config::from_str(&rest).map_err(|e| bad(&redact(url), &e))?;
     let location = describe(&config);

@@ -399,7 +399,10 @@ mod tests {
         }
         let gone = Params { passfile: Some(dir.join("missing")), ..Params::default() };
         let e = resolve_password(&mut config("postgres://u@h/db"), &gone, &env).unwrap_err();
-        assert!(matches!(&e, ParamError::Passfile { source, .. } if source.kind() == std::io::ErrorKind::NotFound), "{e}");
+        assert!(
+            matches!(&e, ParamError::Passfile { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+            "{e}"
+        );
         assert!(e.to_string().contains("missing"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

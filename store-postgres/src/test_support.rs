@@ -414,7 +414,9 @@ pub fn skipped(test: &str, why: &str) {
     static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let mut line = format!("NOTICE: PostgreSQL test SKIPPED (it passes without running): {test}: {why}\n");
     if !TOLD.swap(true, Ordering::Relaxed) {
-        line.push_str(&format!("NOTICE: to run the PostgreSQL tests, {HOW_TO_ENABLE}; in CI (CI set) they fail instead\n"));
+        line.push_str(&format!(
+            "NOTICE: to run the PostgreSQL tests, {HOW_TO_ENABLE}; in CI (CI set) they fail instead\n"
+        ));
     }
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());
@@ -467,8 +469,11 @@ pub fn test_database(test: &str) -> Result<Option<TestDatabase>, TestDbError> {
         },
     };
     let schema = format!("t{}_{}", std::process::id(), SCHEMAS.fetch_add(1, Ordering::Relaxed));
-    let mut admin = Client::connect(&admin_url, NoTls)
-        .map_err(|source| TestDbError::Connect { test: test.to_owned(), url: admin_url.clone(), source })?;
+    let mut admin = Client::connect(&admin_url, NoTls).map_err(|source| TestDbError::Connect {
+        test: test.to_owned(),
+        url: admin_url.clone(),
+        source,
+    })?;
     admin
         .batch_execute(&format!("CREATE SCHEMA {schema}"))
         .map_err(|source| TestDbError::Schema { test: test.to_owned(), source })?;

@@ -32,7 +32,9 @@ pub fn available() -> bool {
         Err(e) if test_support::in_ci() => panic!("PostgreSQL is required in CI: {e}"),
         Err(e) => {
             static ONCE: std::sync::Once = std::sync::Once::new();
-            ONCE.call_once(|| test_support::skipped("every conformance test on PostgreSQL", &format!("no PostgreSQL ({e})")));
+            ONCE.call_once(|| {
+                test_support::skipped("every conformance test on PostgreSQL", &format!("no PostgreSQL ({e})"))
+            });
             false
         }
     }

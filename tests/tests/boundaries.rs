@@ -275,7 +275,9 @@ fn summaries_retire_at_one_token_over_budget_times_target_times_share() {
         assert!(s.state().view_summary_tokens() <= cap, "cap {cap}: {}", s.state().view_summary_tokens());
         if retires {
             assert_eq!(retired[0].summary, st.oldest_summary_in_view().unwrap());
-            assert!(retired[0].reason.contains(&format!("takes {shown}")) || retired[0].reason.contains("over their share"));
+            assert!(
+                retired[0].reason.contains(&format!("takes {shown}")) || retired[0].reason.contains("over their share")
+            );
         }
     }
 }

@@ -635,7 +635,11 @@ fn a_corrupt_snapshot_is_ignored_by_open_and_reported_by_verify() {
     assert_eq!(reopened.state(), s.state(), "fell back to a full replay");
     let report = replay::verify(&store, STREAM).unwrap();
     assert!(report.snapshot_checked);
-    assert!(report.problems.iter().map(ToString::to_string).any(|p| p.contains("snapshot") && p.contains("unusable")), "{:?}", report.problems);
+    assert!(
+        report.problems.iter().map(ToString::to_string).any(|p| p.contains("snapshot") && p.contains("unusable")),
+        "{:?}",
+        report.problems
+    );
 }
 
 #[test]
@@ -660,7 +664,11 @@ fn a_snapshot_that_disagrees_with_the_log_is_reported_by_verify() {
     }
     store.put_snapshot(STREAM, &ctxlog::session::encode_snapshot(&other).unwrap()).unwrap();
     let report = replay::verify(&store, STREAM).unwrap();
-    assert!(report.problems.iter().any(|p| p.to_string().contains("differs from a full replay")), "{:?}", report.problems);
+    assert!(
+        report.problems.iter().any(|p| p.to_string().contains("differs from a full replay")),
+        "{:?}",
+        report.problems
+    );
 }
 
 // ---- Hostile records ---------------------------------------------------------------------------

@@ -312,9 +312,8 @@ fn no_crate_has_an_import_circle_between_its_files_but_cores_known_ones() {
                 failures.push(format!("core: a new (or grown) import circle: {}", describe(&g, c)));
             }
             for k in known.iter().filter(|k| !found.contains(k)) {
-                failures.push(format!(
-                    "core: the known circle {k:?} is gone (or changed): take it off KNOWN_CORE_CIRCLES"
-                ));
+                failures
+                    .push(format!("core: the known circle {k:?} is gone (or changed): take it off KNOWN_CORE_CIRCLES"));
             }
         } else {
             failures.extend(found.iter().map(|c| format!("{name}: import circle {}", describe(&g, c))));

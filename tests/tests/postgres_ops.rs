@@ -299,7 +299,10 @@ fn a_service_started_during_an_outage_waits_for_the_store_within_its_bound() {
     use std::time::{Duration, Instant};
     let Some(mut db) = database("store_wait") else { return };
     if db.cluster().is_none() {
-        ctxlog_store_postgres::test_support::skipped("store_wait", "it stops the server, so it needs a private cluster");
+        ctxlog_store_postgres::test_support::skipped(
+            "store_wait",
+            "it stops the server, so it needs a private cluster",
+        );
         return;
     }
     let url = db.url().to_owned();

@@ -183,7 +183,12 @@ fn a_record_lying_about_every_field_gets_one_problem_per_field() {
     // when verified, then each field is its own problem, each naming the version and the call,
     let report = verify(&copy, h.session.id());
     assert_eq!(report.problems.len(), 4, "{:#?}", report.problems);
-    for (p, field) in report.problems.iter().map(ToString::to_string).zip(["view digest", "view tokens", "view messages", "prefix_reused"]) {
+    for (p, field) in report.problems.iter().map(ToString::to_string).zip([
+        "view digest",
+        "view tokens",
+        "view messages",
+        "prefix_reused",
+    ]) {
         assert!(p.contains(&format!("version {v} (call {})", s.call)) && p.contains(field), "{field}: {p}");
     }
     // and the calls around it are still checked and found clean.
