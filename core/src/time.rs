@@ -107,7 +107,7 @@ pub fn parse_rfc3339_ms(s: &str) -> Result<Millis, TimestampError> {
     let frac_end = rfc3339_shape(s.as_bytes()).ok_or_else(bad)?;
     let leap = s.get(17..19) == Some("60");
     // `frac_end` is past the fraction's last digit; only nine of them reach jiff.
-    let cut = frac_end.min(20 + 9).max(19);
+    let cut = frac_end.min(20 + 9);
     let (head, tail) = (s.get(..cut).ok_or_else(bad)?, s.get(frac_end..).ok_or_else(bad)?);
     let mut text = format!("{head}{tail}");
     if leap {
