@@ -18,9 +18,9 @@ use ctxlog::view::ViewCache;
 use ctxlog::{Session, SessionError, Store, StreamId, Version};
 
 use crate::args::SessionArgs;
-use crate::commands::pick_session;
 use crate::error::CliError;
 use crate::lineage::{link_of, Link};
+use crate::session_id::pick_session;
 use crate::stores::{open_store, Access};
 
 /// Where the fold stops.

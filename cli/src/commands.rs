@@ -16,15 +16,9 @@ use crate::catalog::{self, is_log_damage, Catalog, Entry};
 use crate::error::{output, CliError};
 use crate::lineage::Lineage;
 use crate::output::{print_calls, Out};
+pub use crate::session_id::{parse_session, pick_session};
 use crate::stores::{open_store, open_store_with, Access};
 use crate::table::{Align, Columns};
-
-/// Resolves `--session` (see [`crate::select`]), or the only session of the store.
-pub fn pick_session(store: &dyn Store, arg: Option<&str>) -> Result<StreamId, CliError> {
-    crate::select::resolve(store, arg)
-}
-
-pub use crate::select::parse_session;
 
 fn open_selected(args: &SessionArgs, access: Access) -> Result<(Box<dyn Store>, StreamId), CliError> {
     open_selected_with(args, access, false)
@@ -336,14 +330,17 @@ pub fn verify(args: &VerifyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             // A stream the store cannot read at all (its head is damaged) is a finding like any
             // other: report it and go on with the next session.
             Err(e) if is_log_damage(&e) => {
-                ctxlog::replay::VerifyReport { problems: vec![e.to_string()], ..Default::default() }
+                let kind = ctxlog::replay::ProblemKind::Damaged { error: e.to_string() };
+                let problem = ctxlog::replay::Problem { stream: id, version: None, kind };
+                ctxlog::replay::VerifyReport { problems: vec![problem], ..Default::default() }
             }
             Err(e) => return Err(e.into()),
         };
         if json {
             out.line(
                 &json!({"session": id.to_string(), "ok": report.ok(), "events": report.events, "calls": report.calls,
-                        "blobs": report.blobs, "snapshot_checked": report.snapshot_checked, "problems": report.problems})
+                        "blobs": report.blobs, "snapshot_checked": report.snapshot_checked,
+                        "problems": report.problems.iter().map(ToString::to_string).collect::<Vec<_>>()})
                 .to_string(),
             )?;
         } else if report.ok() {

@@ -12,10 +12,10 @@ use serde_json::{json, Value};
 use crate::analysis::{analyze, Analysis, Call, Keep, Until};
 use crate::args::DiffArgs;
 use crate::chart::cache_class;
-use crate::commands::pick_session;
 use crate::error::CliError;
 use crate::output::Out;
-use crate::rerun::Notes;
+use crate::rerun_notes::Notes;
+use crate::session_id::pick_session;
 use crate::stores::{open_store, Access};
 use crate::table::{Align, Columns};
 

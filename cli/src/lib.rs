@@ -17,7 +17,9 @@ pub mod proxy;
 pub mod report;
 pub mod request;
 pub mod rerun;
+pub mod rerun_notes;
 pub mod select;
+pub mod session_id;
 pub mod stores;
 pub mod summarizer;
 pub mod table;
@@ -119,7 +121,7 @@ fn dispatch(command: Command, accept_loss: bool, out: &mut Out<'_>) -> Result<()
 fn config_of(args: &ConfigArgs, base: Config) -> Result<(Config, Option<ctxlog::StreamId>), CliError> {
     let config = args.resolve(base)?;
     config.validate()?;
-    let session = args.session.as_deref().map(commands::parse_session).transpose()?;
+    let session = args.session.as_deref().map(session_id::parse_session).transpose()?;
     Ok((config, session))
 }
 

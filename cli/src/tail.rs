@@ -14,9 +14,9 @@ use ctxlog_store_postgres::Listener;
 
 use crate::analysis::HostGuard;
 use crate::args::TailArgs;
-use crate::commands::pick_session;
 use crate::error::CliError;
 use crate::output::{details, header, json_line, row, Out};
+use crate::session_id::pick_session;
 use crate::stores::{open_store, Access};
 
 /// Folds a stream incrementally and turns each committed call into its timeline record.

@@ -101,14 +101,23 @@ pub mod kind {
     pub const REQUEST_SERVED: u8 = 30;
 }
 
-pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
+/// An event bincode could not encode: a bug, not bad input (every event's fields have a
+/// bincode form); the detail is bincode's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{detail}")]
+pub struct EncodeError {
+    detail: String,
+}
+
+pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, EncodeError> {
     let mut body = vec![FORMAT_VERSION, k];
-    bincode::serde::encode_into_std_write(value, &mut body, config()).map_err(|e| e.to_string())?;
+    bincode::serde::encode_into_std_write(value, &mut body, config())
+        .map_err(|e| EncodeError { detail: e.to_string() })?;
     Ok(Record::seal(body))
 }
 
 /// Encodes an event. Fails only for values bincode cannot represent (a bug, not bad input).
-pub fn encode(event: &Event) -> Result<Record, String> {
+pub fn encode(event: &Event) -> Result<Record, EncodeError> {
     match event {
         Event::SessionStarted(e) => payload(kind::SESSION_STARTED, e),
         Event::MessageAppended(e) => payload(kind::MESSAGE_APPENDED, e),
@@ -127,10 +136,19 @@ pub fn encode(event: &Event) -> Result<Record, String> {
     }
 }
 
-fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    let (value, read) = bincode::serde::decode_from_slice(bytes, config()).map_err(|e| e.to_string())?;
+/// Why a payload does not decode as its kind.
+#[derive(Debug, thiserror::Error)]
+enum PayloadError {
+    #[error(transparent)]
+    Bincode(#[from] bincode::error::DecodeError),
+    #[error("{0} trailing bytes after the payload")]
+    Trailing(usize),
+}
+
+fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, PayloadError> {
+    let (value, read) = bincode::serde::decode_from_slice(bytes, config())?;
     if read != bytes.len() {
-        return Err(format!("{} trailing bytes after the payload", bytes.len() - read));
+        return Err(PayloadError::Trailing(bytes.len() - read));
     }
     Ok(value)
 }

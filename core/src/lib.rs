@@ -67,6 +67,7 @@ pub mod media;
 pub mod message;
 #[doc(hidden)]
 pub mod policy;
+mod problem;
 pub mod replay;
 pub mod request;
 pub mod session;

@@ -24,6 +24,7 @@ use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, 
 use crate::policy::guards;
 use crate::request::{self, CacheTtl, Request, RequestOptions, ServedView};
 use crate::state::{State, Violation};
+pub use crate::store::SnapshotError;
 use crate::store::{BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId, Version};
 use crate::summary::{self, SummaryJob};
 use crate::summary_call::{self, SummaryCall, SummaryRequest};
@@ -159,7 +160,10 @@ pub enum SessionError {
     },
     /// Encoding an event failed (a bug).
     #[error("cannot encode event: {0}")]
-    Encode(String),
+    Encode(codec::EncodeError),
+    /// Encoding the state as a snapshot failed (a bug).
+    #[error("cannot encode the snapshot: {0}")]
+    Snapshot(SnapshotError),
     /// A summary attempt is already in flight in this session (at most one at a time): finish
     /// or cancel it first.
     #[error("stream {0}: a summary attempt is already in flight; finish or cancel it first")]
@@ -1527,7 +1531,7 @@ impl<S: Store> Session<S> {
         if text.trim().is_empty() {
             return Err(SummaryFailure::Empty);
         }
-        summary::still_valid(&self.state, job).map_err(SummaryFailure::Stale)?;
+        summary::still_valid(&self.state, job).map_err(|why| SummaryFailure::Stale(why.to_string()))?;
         let replaced_tokens = self.replaced_tokens(job);
         let tokens = text_tokens(&text);
         if u64::from(tokens) >= replaced_tokens {
@@ -1603,7 +1607,7 @@ impl<S: Store> Session<S> {
 
     fn try_prepare(&mut self, job: &SummaryJob, text: String, produced: Produced) -> Result<Prepared, SessionError> {
         if let Err(why) = summary::still_valid(&self.state, job) {
-            return Ok(Prepared::Discarded(why));
+            return Ok(Prepared::Discarded(why.to_string()));
         }
         let replaced_tokens = self.replaced_tokens(job);
         let tokens = text_tokens(&text);
@@ -1638,7 +1642,7 @@ impl<S: Store> Session<S> {
 
     /// Writes a snapshot of the current state (a cache for faster opens).
     pub fn snapshot(&self) -> Result<(), SessionError> {
-        let snap = encode_snapshot(&self.state).map_err(SessionError::Encode)?;
+        let snap = encode_snapshot(&self.state).map_err(SessionError::Snapshot)?;
         self.store.put_snapshot(self.stream, &snap)?;
         tracing::debug!(session = %self.stream, version = snap.version, bytes = snap.bytes.len(), "snapshot written");
         Ok(())
@@ -1721,25 +1725,27 @@ impl<S: Store + ?Sized> BlobSource for StoreBlobs<'_, S> {
 }
 
 /// Encodes a state as a sealed snapshot.
-pub fn encode_snapshot(state: &State) -> Result<Snapshot, String> {
+pub fn encode_snapshot(state: &State) -> Result<Snapshot, SnapshotError> {
     let mut body = SNAPSHOT_LAYOUT.to_le_bytes().to_vec();
-    bincode::serde::encode_into_std_write(state, &mut body, bincode::config::standard()).map_err(|e| e.to_string())?;
+    bincode::serde::encode_into_std_write(state, &mut body, bincode::config::standard())
+        .map_err(|e| SnapshotError::Payload(e.to_string()))?;
     Ok(Snapshot::seal(state.version(), body))
 }
 
 /// Decodes a snapshot; any problem (seal, layout, payload, version mismatch) is reported so
 /// the caller can fall back to a full replay.
-pub fn decode_snapshot(snap: &Snapshot) -> Result<State, String> {
+pub fn decode_snapshot(snap: &Snapshot) -> Result<State, SnapshotError> {
     let body = snap.body()?;
-    let (layout, rest) = body.split_at_checked(4).ok_or("snapshot shorter than its header")?;
-    let layout = u32::from_le_bytes([layout[0], layout[1], layout[2], layout[3]]);
-    if layout != SNAPSHOT_LAYOUT {
-        return Err(format!("snapshot layout {layout}, this build reads {SNAPSHOT_LAYOUT}"));
+    let (layout, rest) = body.split_at_checked(4).ok_or(SnapshotError::Short)?;
+    let found = u32::from_le_bytes([layout[0], layout[1], layout[2], layout[3]]);
+    if found != SNAPSHOT_LAYOUT {
+        return Err(SnapshotError::Layout { found, reads: SNAPSHOT_LAYOUT });
     }
     let config = bincode::config::standard().with_limit::<{ codec::MAX_PAYLOAD_BYTES }>();
-    let (state, _): (State, usize) = bincode::serde::decode_from_slice(rest, config).map_err(|e| e.to_string())?;
+    let (state, _): (State, usize) =
+        bincode::serde::decode_from_slice(rest, config).map_err(|e| SnapshotError::Payload(e.to_string()))?;
     if state.version() != snap.version {
-        return Err(format!("snapshot claims version {} but holds state at version {}", snap.version, state.version()));
+        return Err(SnapshotError::Version { claimed: snap.version, held: state.version() });
     }
     Ok(state)
 }

@@ -28,10 +28,12 @@ use crate::view;
 use crate::wire::WireFormat;
 
 mod entry;
+pub mod findings;
 pub mod heap;
 mod summaries;
 pub mod tools;
 pub use entry::{has_media, EditRecord, Entry};
+use findings::{BodyError, PairError};
 use heap::{btree_bytes, HeapSize};
 pub use summaries::{Standing, Summaries, SummaryState};
 use tools::{grow, Link, ToolIndex};
@@ -249,8 +251,8 @@ pub struct LastServed {
     pub request: Option<crate::event::RequestRecord>,
 }
 
-fn violation(version: Version, ev: &Event, invariant: Invariant, detail: impl Into<String>) -> Violation {
-    Violation { version, event: ev.name(), invariant, detail: detail.into() }
+fn violation(version: Version, ev: &Event, invariant: Invariant, detail: impl fmt::Display) -> Violation {
+    Violation { version, event: ev.name(), invariant, detail: detail.to_string() }
 }
 
 impl State {
@@ -774,11 +776,9 @@ impl State {
     }
 
     /// Every seq of `seqs` has its original at hand (in the view unedited, or hydrated).
-    fn check_loaded(&self, mut seqs: impl Iterator<Item = u64>) -> Result<(), String> {
+    fn check_loaded(&self, mut seqs: impl Iterator<Item = u64>) -> Result<(), BodyError> {
         match seqs.find(|&s| self.original_for_event(s).is_none()) {
-            Some(s) => Err(format!(
-                "seq {s} is out of the view or edited and its message was not loaded from the log (State::hydrate)"
-            )),
+            Some(s) => Err(BodyError::NotLoaded(s)),
             None => Ok(()),
         }
     }
@@ -904,23 +904,20 @@ impl State {
     }
 
     /// A span `[from, to)` must contain both ends of every tool pair it touches.
-    pub fn span_pairs_ok(&self, from: u64, to: u64) -> Result<(), String> {
+    pub fn span_pairs_ok(&self, from: u64, to: u64) -> Result<(), PairError> {
         let inside = |s: u64| (from..to).contains(&s);
         for seq in from..to {
             for link in self.tool_links(seq) {
                 match link {
                     Link::Call(p) => match p.result() {
-                        Some(r) if !inside(r) => {
-                            return Err(format!("a call at seq {seq} is answered at seq {r}, outside {from}..{to}"))
+                        Some(result) if !inside(result) => {
+                            return Err(PairError::AnsweredOutside { call: seq, result, from, to })
                         }
-                        None => return Err(format!("a call at seq {seq} has no result yet")),
+                        None => return Err(PairError::Unanswered(seq)),
                         _ => {}
                     },
                     Link::Result(p) if !inside(p.call()) => {
-                        return Err(format!(
-                            "the result at seq {seq} answers the call at seq {}, outside {from}..{to}",
-                            p.call()
-                        ))
+                        return Err(PairError::CallOutside { result: seq, call: p.call(), from, to })
                     }
                     Link::Result(_) => {}
                 }
@@ -1133,19 +1130,16 @@ impl State {
     }
 
     /// No orphan tool result, and no answered call whose result is missing from the view.
-    pub fn check_tool_pairs(&self) -> Result<(), String> {
+    pub fn check_tool_pairs(&self) -> Result<(), PairError> {
         for it in &self.view {
             let Item::Message(seq) = it.item else { continue };
             for link in self.tool_links(seq) {
                 match link {
                     Link::Result(p) if !self.in_view(p.call()) => {
-                        return Err(format!("seq {seq} answers a call of seq {}, which is not in the view", p.call()))
+                        return Err(PairError::OrphanResult { result: seq, call: p.call() })
                     }
                     Link::Call(p) if p.result().is_some_and(|r| !self.in_view(r)) => {
-                        return Err(format!(
-                            "seq {seq} makes a call whose result (seq {}) is not in the view",
-                            p.result().unwrap_or_default()
-                        ))
+                        return Err(PairError::MissingResult { call: seq, result: p.result().unwrap_or_default() })
                     }
                     _ => {}
                 }
@@ -1156,7 +1150,7 @@ impl State {
 
     /// Every message in the view holds its body (as appended, or as its edit shows it) and no
     /// other message holds one: the bound on a session's memory.
-    pub fn check_bodies(&self) -> Result<(), String> {
+    pub fn check_bodies(&self) -> Result<(), BodyError> {
         let mut view = self.view.iter().filter_map(|it| match it.item {
             Item::Message(seq) => Some(seq),
             Item::Summary(_) => None,
@@ -1170,18 +1164,18 @@ impl State {
             }
             let body = self.bodies.get(&seq);
             if body.is_some() != in_view {
-                return Err(format!("seq {seq}: in the view {in_view}, holds a body {}", body.is_some()));
+                return Err(BodyError::Misplaced { seq, in_view, holds: body.is_some() });
             }
             // An edited message holds its rendering, never its (bigger) original.
             if let (Some(body), Some(edit)) = (body, e.edit) {
                 let seen = self.estimator().message(body);
                 if seen != edit.tokens {
-                    return Err(format!("seq {seq}: its body counts {seen} tokens, its edit {}", edit.tokens));
+                    return Err(BodyError::EditTokens { seq, seen, edit: edit.tokens });
                 }
             }
         }
         if self.bodies.len() != self.view.iter().filter(|it| matches!(it.item, Item::Message(_))).count() {
-            return Err(format!("{} bodies for the view's messages", self.bodies.len()));
+            return Err(BodyError::Count(self.bodies.len()));
         }
         Ok(())
     }

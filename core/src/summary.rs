@@ -218,31 +218,52 @@ fn condense_job(state: &State, config: &Config, current: &[(u32, u64)], threshol
     })
 }
 
+/// Why a summary job no longer describes the state (recorded as the reason of a stale
+/// `SummaryFailed` or a discarded summary).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StaleJob {
+    /// The summaries a condense job named are no longer the oldest current ones.
+    #[error("the summaries to condense {condense:?} are no longer the oldest current ones {current:?}")]
+    Condensed {
+        /// What the job condenses.
+        condense: Vec<u32>,
+        /// The oldest current summaries now (as many as the job names).
+        current: Vec<u32>,
+    },
+    /// Another summary moved the compacted prefix past the job's start.
+    #[error("the span starts at {from} but compacted_prefix_messages is now {compacted}")]
+    Moved {
+        /// The job's first message.
+        from: u64,
+        /// `compacted_prefix_messages` now.
+        compacted: u64,
+    },
+    /// A message of the span was edited (or restored) since.
+    #[error("seq {0} was edited after the job was made")]
+    Edited(u64),
+}
+
 /// Whether a job still describes the state (same start, span not edited since; for a condense
 /// job, the same summaries are still the oldest current ones).
-pub fn still_valid(state: &State, job: &SummaryJob) -> Result<(), String> {
+pub fn still_valid(state: &State, job: &SummaryJob) -> Result<(), StaleJob> {
     if job.is_condense() {
         let current = state.summary_ledger().current();
         if !current.starts_with(&job.condense) {
-            return Err(format!(
-                "the summaries to condense {:?} are no longer the oldest current ones {:?}",
-                job.condense,
-                current.get(..job.condense.len().min(current.len())).unwrap_or_default()
-            ));
+            return Err(StaleJob::Condensed {
+                condense: job.condense.clone(),
+                current: current.get(..job.condense.len().min(current.len())).unwrap_or_default().to_vec(),
+            });
         }
         return Ok(());
     }
     if job.from != state.compacted() {
-        return Err(format!(
-            "the span starts at {} but compacted_prefix_messages is now {}",
-            job.from,
-            state.compacted()
-        ));
+        return Err(StaleJob::Moved { from: job.from, compacted: state.compacted() });
     }
     for (seq, kind) in &job.edits {
         let now = state.entry(*seq).and_then(|e| e.edit.map(|e| e.kind));
         if now != *kind {
-            return Err(format!("seq {seq} was edited after the job was made"));
+            return Err(StaleJob::Edited(*seq));
         }
     }
     Ok(())

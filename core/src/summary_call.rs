@@ -406,7 +406,7 @@ fn fork(
             last.digest
         )));
     }
-    let opts = options(record, call, blobs).map_err(ForkRefusal::Unbuildable)?;
+    let opts = options(record, call, blobs).map_err(|e| ForkRefusal::Unbuildable(e.to_string()))?;
     let view =
         ServedView { state, items: cache.items(), bytes: cache.bytes(), cuts: cache.cuts(), digest: &last.digest };
     let served = request::render(&view, format, &opts, blobs);
@@ -420,18 +420,33 @@ fn fork(
     Ok((body, last.call))
 }
 
+/// Why a call's recorded tools cannot be sent again.
+#[derive(Debug, thiserror::Error)]
+enum RecordedTools {
+    #[error("the recorded tools (blob {0}) are missing")]
+    Missing(crate::store::BlobId),
+    #[error("the recorded tools (blob {0}) are not UTF-8")]
+    NotUtf8(crate::store::BlobId),
+    #[error("the recorded tools (blob {id}): {error}")]
+    Invalid { id: crate::store::BlobId, error: crate::request::RequestError },
+}
+
 /// The recorded fields as request options: model, the summary's `max_tokens`, the recorded
 /// tools verbatim, the recorded breakpoints.
-fn options(record: &RequestRecord, call: &SummaryCall, blobs: &dyn BlobSource) -> Result<RequestOptions, String> {
+fn options(
+    record: &RequestRecord,
+    call: &SummaryCall,
+    blobs: &dyn BlobSource,
+) -> Result<RequestOptions, RecordedTools> {
     let mut opts = RequestOptions::new();
     if let Some(m) = &record.model {
         opts = opts.model(m);
     }
     opts = opts.max_tokens(call.max_tokens);
     if let ToolsRecord::Blob { id, .. } = &record.tools {
-        let bytes = blobs.blob(id).ok_or_else(|| format!("the recorded tools (blob {id}) are missing"))?;
-        let json = String::from_utf8(bytes).map_err(|_| format!("the recorded tools (blob {id}) are not UTF-8"))?;
-        opts = opts.field("tools", &json).map_err(|e| format!("the recorded tools (blob {id}): {e}"))?;
+        let bytes = blobs.blob(id).ok_or_else(|| RecordedTools::Missing(id.clone()))?;
+        let json = String::from_utf8(bytes).map_err(|_| RecordedTools::NotUtf8(id.clone()))?;
+        opts = opts.field("tools", &json).map_err(|error| RecordedTools::Invalid { id: id.clone(), error })?;
     }
     if let Some(ttl) = record.breakpoints {
         opts = opts.cache_breakpoints(ttl);

@@ -15,9 +15,9 @@ use tokio::sync::oneshot;
 use crate::body::ClientBody;
 use crate::identity::{digest, session_of, system_message};
 use crate::reply::{error, full, Body, Shape};
-use crate::server::{Proxy, Ticket};
 use crate::sessions::{prepare, Held, Item, PrepareError};
-use crate::tee::{json_outcome, Outcome, Scan, Tee};
+use crate::shared::{Proxy, Ticket};
+use crate::tee::{json_outcome, Incomplete, NotRecorded, Outcome, Scan, Tee};
 
 /// Serves one call of `format`. The body is already read (and within the limit).
 pub(crate) async fn call(
@@ -242,7 +242,7 @@ pub(crate) async fn call(
             tee = tee.without_usage_chunk();
         }
         tokio::spawn(async move {
-            let outcome = rx.await.unwrap_or(Outcome::Failed("the answer was dropped".into()));
+            let outcome = rx.await.unwrap_or(Outcome::Failed(Incomplete::Dropped));
             call.settle(outcome, |r| {
                 let _ = committed_tx.send(r);
             })
@@ -327,14 +327,14 @@ impl Call {
     /// Commits the call when its answer completed (else drops the plan), tells `told` whether
     /// the log has it — the client's final event or status waits for that — then runs the
     /// session's summary jobs before releasing the slot and the lease.
-    async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), String>)) {
+    async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), NotRecorded>)) {
         let Call { proxy, held, plan, opts, _ticket } = self;
         let (usage, answer) = match outcome {
             Outcome::Complete(usage, answer) => (usage, answer),
             Outcome::Failed(why) => {
                 proxy.metrics.aborted.fetch_add(1, Relaxed);
                 tracing::warn!(%why, "call aborted: only its appended messages stay in the log");
-                told(Err(why));
+                told(Err(why.into()));
                 return;
             }
         };
@@ -360,25 +360,25 @@ impl Call {
                 tracing::error!(error = %e, "commit failed: the client gets an error instead of the answer's end");
                 // The write may or may not have landed: the next call reopens from the store.
                 held.reset();
-                told(Err(e.to_string()));
+                told(Err(NotRecorded::Commit(e.to_string())));
             }
             Err(_) => {
                 proxy.metrics.failed_commits.fetch_add(1, Relaxed);
                 tracing::error!("commit task failed");
-                told(Err("the commit task failed".into()));
+                told(Err(NotRecorded::CommitTask));
             }
         }
     }
 }
 
 /// Reads a whole JSON answer, each chunk within `idle` of the one before.
-async fn read_answer(mut body: Incoming, idle: std::time::Duration) -> Result<Bytes, String> {
+async fn read_answer(mut body: Incoming, idle: std::time::Duration) -> Result<Bytes, Incomplete> {
     let mut buf = bytes::BytesMut::new();
     loop {
         match tokio::time::timeout(idle, body.frame()).await {
-            Err(_) => return Err("upstream went quiet past the timeout".into()),
+            Err(_) => return Err(Incomplete::Quiet),
             Ok(None) => return Ok(buf.freeze()),
-            Ok(Some(Err(e))) => return Err(format!("upstream body: {e}")),
+            Ok(Some(Err(e))) => return Err(Incomplete::Upstream(e.to_string())),
             Ok(Some(Ok(frame))) => {
                 if let Ok(d) = frame.into_data() {
                     buf.extend_from_slice(&d);
@@ -392,11 +392,16 @@ fn ctxlog_now() -> ctxlog::Timestamp {
     ctxlog::Timestamp::from_system_time(std::time::SystemTime::now())
 }
 
+/// A request body that could not be read (the connection's error).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct ReadError(Box<dyn std::error::Error + Send + Sync>);
+
 /// Reads a request body up to `limit` bytes; `None` when it is larger.
-pub(crate) async fn read_limited(body: Incoming, limit: usize) -> Result<Option<Bytes>, String> {
+pub(crate) async fn read_limited(body: Incoming, limit: usize) -> Result<Option<Bytes>, ReadError> {
     match http_body_util::Limited::new(body, limit).collect().await {
         Ok(c) => Ok(Some(c.to_bytes())),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(ReadError(e)),
     }
 }

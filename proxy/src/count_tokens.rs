@@ -15,8 +15,8 @@ use http::{HeaderName, HeaderValue, Response, StatusCode};
 use crate::body::ClientBody;
 use crate::identity::{digest, session_of, system_message};
 use crate::reply::{error, full, Body, Shape};
-use crate::server::Proxy;
 use crate::sessions::{preview, Item, PrepareError};
+use crate::shared::Proxy;
 
 /// Answers one `count_tokens` request (its body already read, within the limit).
 pub(crate) async fn count(proxy: Arc<Proxy>, parts: http::request::Parts, bytes: Bytes) -> Response<Body> {

@@ -28,6 +28,7 @@ mod models;
 mod reply;
 mod server;
 mod sessions;
+mod shared;
 mod summaries;
 mod tee;
 #[cfg(test)]

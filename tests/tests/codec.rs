@@ -514,7 +514,8 @@ fn a_tampered_record_in_a_store_fails_replay_naming_stream_and_version() {
     }
     let report = replay::verify(&store, STREAM).unwrap();
     assert!(!report.ok());
-    assert!(report.problems[0].contains("version 4") && report.problems[0].contains(&STREAM.to_string()));
+    let p = report.problems[0].to_string();
+    assert!(p.contains("version 4") && p.contains(&STREAM.to_string()), "{p}");
 }
 
 fn decode_err(body: Vec<u8>, version: u64) -> DecodeError {
@@ -680,7 +681,11 @@ fn a_corrupt_snapshot_is_ignored_by_open_and_reported_by_verify() {
     assert_eq!(reopened.state(), s.state(), "fell back to a full replay");
     let report = replay::verify(&store, STREAM).unwrap();
     assert!(report.snapshot_checked);
-    assert!(report.problems.iter().any(|p| p.contains("snapshot") && p.contains("unusable")), "{:?}", report.problems);
+    assert!(
+        report.problems.iter().map(ToString::to_string).any(|p| p.contains("snapshot") && p.contains("unusable")),
+        "{:?}",
+        report.problems
+    );
 }
 
 #[test]
@@ -705,7 +710,11 @@ fn a_snapshot_that_disagrees_with_the_log_is_reported_by_verify() {
     }
     store.put_snapshot(STREAM, &ctxlog::session::encode_snapshot(&other).unwrap()).unwrap();
     let report = replay::verify(&store, STREAM).unwrap();
-    assert!(report.problems.iter().any(|p| p.contains("differs from a full replay")), "{:?}", report.problems);
+    assert!(
+        report.problems.iter().any(|p| p.to_string().contains("differs from a full replay")),
+        "{:?}",
+        report.problems
+    );
 }
 
 // ---- Hostile records ---------------------------------------------------------------------------

@@ -514,7 +514,11 @@ fn strict_replay_of_a_bad_log_names_the_version_and_the_invariant() {
     // And verify reports it.
     let report = replay::verify(&store, id).unwrap();
     assert!(!report.ok());
-    assert!(report.problems.iter().any(|p| p.contains(&format!("version {bad_version}"))), "{:?}", report.problems);
+    assert!(
+        report.problems.iter().any(|p| p.to_string().contains(&format!("version {bad_version}"))),
+        "{:?}",
+        report.problems
+    );
 }
 
 #[test]

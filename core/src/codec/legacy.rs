@@ -17,7 +17,7 @@ use crate::time::Millis;
 use crate::usage::Usage;
 use crate::wire::WireFormat;
 
-use super::{kind, payload};
+use super::{kind, payload, EncodeError};
 
 /// The twelve knobs of the first release (inside kind 1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -550,7 +550,7 @@ impl From<RequestServedV1> for RequestServed {
 /// Encodes `event` the way the first release did, if that layout can hold it: new knobs at
 /// their defaults, no condensed summary, no deferral; events whose layout never changed are
 /// encoded as today. `None` when the event needs a newer kind.
-pub fn encode(event: &Event) -> Option<Result<Record, String>> {
+pub fn encode(event: &Event) -> Option<Result<Record, EncodeError>> {
     Some(match event {
         Event::SessionStarted(e) => {
             let c = &e.config;
@@ -636,7 +636,7 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
 /// `usage_floor_ratio`), 14 (the same, of an import) and 11 (`RequestServed` without `usage`
 /// and `anchored`), if that layout can hold it; `None` for other events, or when the event
 /// needs a newer kind.
-pub fn encode_v2(event: &Event) -> Option<Result<Record, String>> {
+pub fn encode_v2(event: &Event) -> Option<Result<Record, EncodeError>> {
     match event {
         Event::SessionStarted(e) => {
             let c = &e.config;
@@ -698,7 +698,7 @@ pub fn encode_v2(event: &Event) -> Option<Result<Record, String>> {
 
 /// Encodes a `SessionStarted` that is not an import in kind 16 (before `import`); `None` for
 /// other events and for imports.
-pub fn encode_v3(event: &Event) -> Option<Result<Record, String>> {
+pub fn encode_v3(event: &Event) -> Option<Result<Record, EncodeError>> {
     match event {
         Event::SessionStarted(e) if e.import.is_none() => {
             let v3 = SessionStartedV3 { session: e.session, format: e.format, config: e.config.clone(), at: e.at };
@@ -716,7 +716,7 @@ fn summary_facts_absent(e: &SummaryPrepared) -> bool {
 /// Encodes in the fourth layout set's kinds 10 (`SummaryPrepared` before the summarizer's
 /// facts) and 17 (`RequestServed` before the request record), if that layout can hold the
 /// event; `None` otherwise.
-pub fn encode_v4(event: &Event) -> Option<Result<Record, String>> {
+pub fn encode_v4(event: &Event) -> Option<Result<Record, EncodeError>> {
     match event {
         Event::SummaryPrepared(e) if summary_facts_absent(e) => {
             let v2 = SummaryPreparedV2 {
@@ -756,7 +756,7 @@ pub fn encode_v4(event: &Event) -> Option<Result<Record, String>> {
 
 /// Encodes a `RequestServed` whose request record places no breakpoints by position in kind 20
 /// (before the placement); `None` for other events, and when the record has a placement.
-pub fn encode_v5(event: &Event) -> Option<Result<Record, String>> {
+pub fn encode_v5(event: &Event) -> Option<Result<Record, EncodeError>> {
     match event {
         Event::RequestServed(e) if e.request.as_ref().is_none_or(|r| r.placement.is_none()) => {
             let v4 = RequestServedV4 {
