@@ -65,6 +65,8 @@ mod json;
 pub mod media;
 pub mod message;
 #[doc(hidden)]
+pub mod placeholder;
+#[doc(hidden)]
 pub mod policy;
 pub mod replay;
 pub mod request;

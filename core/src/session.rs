@@ -45,7 +45,10 @@ pub const READ_CHUNK: usize = 1024;
 /// usage guard.
 /// 7: the last served request (its record of model and tools), consecutive summary failures,
 /// fork refusal counts; a call that needs no compaction ends a paused summarizer's wait.
-pub const SNAPSHOT_LAYOUT: u32 = 7;
+/// 8: the config holds `view_version`; views of version 2 hold placeholders; the meter keeps the
+/// provider's rate across history changes; restored messages and when; the first human message
+/// over the target may be truncated once.
+pub const SNAPSHOT_LAYOUT: u32 = 8;
 
 /// Everything a session command can fail with.
 #[derive(Debug, thiserror::Error)]

@@ -1,11 +1,13 @@
 //! Prepare: choosing the span to summarize, and the built-in deterministic extractive
 //! summarizer (the embedded default; an LLM summarizer is a host-side effect).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::config::{ratio_of, Config, SummarizerKind};
 use crate::event::{EditKind, SummaryPrepared};
 use crate::message::{Block, Content, Message};
+use crate::state::tools::Link;
 use crate::state::{Item, State};
 use crate::tokens::text_tokens;
 use crate::view::{summary_message, thousands};
@@ -73,7 +75,7 @@ fn current_summaries(state: &State, config: &Config) -> Vec<(u32, u64)> {
         .iter()
         .filter_map(|it| match it.item {
             Item::Summary(i) => Some((i, u64::from(it.tokens))),
-            Item::Message(_) => None,
+            _ => None,
         })
         .collect();
     state
@@ -90,10 +92,12 @@ fn current_summaries(state: &State, config: &Config) -> Vec<(u32, u64)> {
         .collect()
 }
 
-/// The oldest unprepared messages, cut at the start of a human turn (so whole turns and whole
-/// tool pairs go together), outside the protected recent window of the view and before the
-/// last human message, long enough to bring the view down to the target once flushed
-/// (counting what prepared summaries not yet flushed will already free).
+/// The oldest unprepared messages, cut at the start of a human turn or after a complete tool
+/// exchange (an assistant's calls with all their results, so no tool pair is split and a session
+/// of one instruction and thousands of tool calls is summarized as it goes), outside the
+/// protected recent window of the view and before the last human message (unless a flush keeps
+/// that one verbatim anyway, as it does the first), long enough to bring the view down to the
+/// target once flushed (counting what prepared summaries not yet flushed will already free).
 fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
     let metered = state.metered_tokens(state.view_tokens());
     if metered < config.prepare_tokens() {
@@ -108,26 +112,49 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
         .iter()
         .filter_map(|it| match it.item {
             Item::Message(seq) => Some(seq),
-            Item::Summary(_) => None,
+            _ => None,
         })
         .collect();
     let cut = live.len() - ratio_of(live.len() as u64, config.protected_recent_ratio) as usize;
     let recent = live.get(cut).copied().unwrap_or(count);
-    let boundary = recent.min(state.last_human()?);
+    let last_human = state.last_human()?;
+    // A flush would hide the last human message (the request being worked on) unless it is kept
+    // verbatim: only then may a span run past it.
+    let boundary = if state.kept_through_flush(last_human) { recent } else { recent.min(last_human) };
     let excess = metered.saturating_sub(config.target_tokens()).saturating_sub(pending_savings(state, config));
     if excess == 0 {
         return None;
     }
     let mut acc = 0u64;
     let mut best = None;
+    // Tool pairs the span has opened and not closed yet: the latest result they wait for. A cut
+    // is whole when every call made inside the span is answered inside it.
+    let mut open_until = 0u64;
     for p in from..boundary {
+        let entry = state.entry(p)?;
         // Messages a flush keeps verbatim (system, pinned, first human) free nothing.
         if !state.kept_through_flush(p) {
-            acc += u64::from(state.entry(p)?.tokens);
+            acc += u64::from(entry.tokens);
+        }
+        for link in state.tool_links(p) {
+            match link {
+                Link::Call(pair) => match pair.result() {
+                    Some(r) => open_until = open_until.max(r),
+                    // An unanswered call: no span may end after it.
+                    None => open_until = u64::MAX,
+                },
+                // A result whose call is before the span: the span can never be whole (a
+                // log whose earlier span split a pair); the check below refuses it.
+                Link::Result(pair) if pair.call() < from => open_until = u64::MAX,
+                Link::Result(_) => {}
+            }
         }
         let cut = p + 1;
-        let starts_turn = state.entry(cut).is_some_and(|e| e.is_human());
-        if starts_turn && acc > 0 && state.span_pairs_ok(from, cut).is_ok() {
+        let next = state.entry(cut);
+        let starts_turn = next.is_some_and(|e| e.is_human());
+        // After a complete exchange: the message is a result and nothing opened is pending.
+        let ends_exchange = entry.is_tool_result() && open_until < cut && !next.is_some_and(|e| e.is_tool_result());
+        if (starts_turn || ends_exchange) && acc > 0 && open_until < cut {
             best = Some((cut, acc));
             if acc >= excess {
                 break;
@@ -135,6 +162,7 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
         }
     }
     let (to, span_tokens) = best?;
+    state.span_pairs_ok(from, to).ok()?;
     let edits = (from..to).filter_map(|s| Some((s, state.entry(s)?.edit.map(|e| e.kind)))).collect();
     Some(SummaryJob { from, to, edits, span_tokens, condense: Vec::new(), max_tokens: None })
 }
@@ -153,7 +181,12 @@ fn pending_savings(state: &State, config: &Config) -> u64 {
         .get(start..end)
         .unwrap_or_default()
         .iter()
-        .filter(|it| matches!(it.item, Item::Message(seq) if !state.kept_through_flush(seq)))
+        .filter(|it| match it.item {
+            Item::Message(seq) => !state.kept_through_flush(seq),
+            // A placeholder in the flushed range goes with the messages it stands for.
+            Item::Placeholder { .. } => true,
+            Item::Summary(_) => false,
+        })
         .map(|it| u64::from(it.tokens))
         .sum();
     let summaries: u64 = state
@@ -272,29 +305,58 @@ fn content_text(c: &Option<Content>) -> String {
     }
 }
 
-fn describe(state: &State, seq: u64, m: &Message) -> String {
+/// What a tool result says, in one short phrase: its size, whether it is an error, its first line.
+fn outcome(body: &str, is_error: bool) -> String {
+    let err = if is_error { " (error)" } else { "" };
+    format!(
+        "{} chars{err}: {}",
+        thousands(body.chars().count() as u64),
+        one_line(body.lines().find(|l| !l.trim().is_empty()).unwrap_or(""), TOOL_CHARS)
+    )
+}
+
+/// The outcome of every call answered in `span`, by call id.
+fn outcomes(span: &[Arc<Message>]) -> BTreeMap<&str, String> {
+    let mut out = BTreeMap::new();
+    for m in span {
+        for b in m.blocks() {
+            if let Block::ToolResult { tool_use_id, content, is_error, .. } = b {
+                out.insert(tool_use_id.as_str(), outcome(&content_text(content), *is_error == Some(true)));
+            }
+        }
+        if let (crate::message::Role::Tool, Some(id)) = (m.role, m.tool_call_id.as_deref()) {
+            out.insert(id, outcome(&content_text(&m.content), false));
+        }
+    }
+    out
+}
+
+/// One line for a message. A call answered within the span is described with its outcome
+/// (`read_file {"path":"a.rs"} → 8,000 chars: …`), so a tool exchange takes one line and its
+/// result message none; `None` for a result message whose calls are all described so.
+fn describe(state: &State, seq: u64, m: &Message, answered: &BTreeMap<&str, String>, called: &BTreeSet<&str>) -> Option<String> {
     let role = m.role.as_str();
     let mut parts = Vec::new();
     let text = m.plain_text();
-    if !text.trim().is_empty() {
+    if !text.trim().is_empty() && m.role != crate::message::Role::Tool {
         let max = if m.is_human() { HUMAN_CHARS } else { ASSISTANT_CHARS };
         parts.push(one_line(&text, max));
     }
+    let call = |name: &str, input: &str, id: &str| match answered.get(id) {
+        Some(o) => format!("{name} {} → {o}", one_line(input, TOOL_CHARS)),
+        None => format!("called {name} {}", one_line(input, TOOL_CHARS)),
+    };
+    let mut results = 0usize;
     for b in m.blocks() {
         match b {
-            Block::ToolUse { name, input, .. } => {
-                parts.push(format!("called {name} {}", one_line(input.as_str(), TOOL_CHARS)))
-            }
+            Block::ToolUse { id, name, input, .. } => parts.push(call(name, input.as_str(), id)),
             Block::ToolResult { tool_use_id, content, is_error, .. } => {
-                let body = content_text(content);
-                let name = state.tool_name(tool_use_id);
-                let err = if *is_error == Some(true) { " (error)" } else { "" };
-                parts.push(format!(
-                    "{} returned {} chars{err}: {}",
-                    name.unwrap_or("tool"),
-                    thousands(body.chars().count() as u64),
-                    one_line(body.lines().next().unwrap_or(""), TOOL_CHARS)
-                ));
+                results += 1;
+                if called.contains(tool_use_id.as_str()) {
+                    continue;
+                }
+                let name = state.tool_name(tool_use_id).unwrap_or("tool");
+                parts.push(format!("{name} returned {}", outcome(&content_text(content), *is_error == Some(true))));
             }
             Block::Media { kind, .. } => parts.push(format!("[{}]", kind.as_str())),
             Block::ImageUrl { .. } => parts.push("[image]".into()),
@@ -302,21 +364,27 @@ fn describe(state: &State, seq: u64, m: &Message) -> String {
         }
     }
     for c in m.tool_calls.iter().flatten() {
-        parts.push(format!("called {} {}", c.name, one_line(&c.arguments, TOOL_CHARS)));
+        parts.push(call(&c.name, &c.arguments, &c.id));
     }
     if m.role == crate::message::Role::Tool {
-        let body = content_text(&m.content);
-        parts = vec![format!(
-            "returned {} chars: {}",
-            thousands(body.chars().count() as u64),
-            one_line(body.lines().next().unwrap_or(""), TOOL_CHARS)
-        )];
+        results += 1;
+        match m.tool_call_id.as_deref() {
+            Some(id) if called.contains(id) => {}
+            id => {
+                let name = id.and_then(|id| state.tool_name(id)).unwrap_or("tool");
+                parts.push(format!("{name} returned {}", outcome(&content_text(&m.content), false)));
+            }
+        }
     }
-    format!("- [{seq}] {role}: {}", parts.join(" | "))
+    if parts.is_empty() && results > 0 {
+        return None;
+    }
+    Some(format!("- [{seq}] {role}: {}", parts.join(" | ")))
 }
 
 /// The built-in extractive summary of `[from, to)`: one line per message with the beginning of
-/// what was said, the tools called and what they returned. Deterministic. `span` holds the
+/// what was said, and one per tool exchange (the tool, its arguments, what it returned or the
+/// error: the call's line carries its result's outcome). Deterministic. `span` holds the
 /// messages of the span as appended, in order (`Session::messages`: those out of the view or
 /// edited are read back from the log).
 pub fn extractive(state: &State, job: &SummaryJob, span: &[Arc<Message>]) -> String {
@@ -327,12 +395,16 @@ pub fn extractive(state: &State, job: &SummaryJob, span: &[Arc<Message>]) -> Str
         job.to - job.from,
         thousands(job.span_tokens)
     );
+    let answered = outcomes(span);
+    let called: BTreeSet<&str> = span.iter().flat_map(|m| m.call_ids()).filter(|id| answered.contains_key(id)).collect();
     for (seq, m) in (job.from..job.to).zip(span) {
         if m.role.is_system() || m.is_pinned() || Some(seq) == state.first_human() {
             continue; // kept verbatim in the view anyway
         }
-        out.push('\n');
-        out.push_str(&describe(state, seq, m));
+        if let Some(line) = describe(state, seq, m, &answered, &called) {
+            out.push('\n');
+            out.push_str(&line);
+        }
     }
     out
 }

@@ -423,7 +423,7 @@ fn unit_consistency_estimates_sum_exactly_before_and_after_edits() {
             .iter()
             .filter_map(|it| match it.item {
                 Item::Message(s) => Some((s, u64::from(it.tokens))),
-                Item::Summary(_) => None,
+                Item::Summary(_) | Item::Placeholder { .. } => None,
             })
             .collect();
         for ev in &c.events {
