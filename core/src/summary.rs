@@ -121,10 +121,17 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
     // A flush would hide the last human message (the request being worked on) unless it is kept
     // verbatim: only then may a span run past it.
     let boundary = if state.kept_through_flush(last_human) { recent } else { recent.min(last_human) };
-    let excess = metered.saturating_sub(config.target_tokens()).saturating_sub(pending_savings(state, config));
-    if excess == 0 {
+    let pending = pending_savings(state, config);
+    let excess = metered.saturating_sub(config.target_tokens()).saturating_sub(pending);
+    // Spans end after any tool exchange, so a span could be two messages long: each summary
+    // costs its header and a flush (a prefix rewrite). A span frees at least half the gap
+    // between the soft threshold and the target, and a remainder smaller than that waits while
+    // a prepared span is pending.
+    let least = (config.prepare_tokens().saturating_sub(config.target_tokens()) / 2).max(1);
+    if excess == 0 || (pending > 0 && excess < least) {
         return None;
     }
+    let excess = excess.max(least);
     let mut acc = 0u64;
     let mut best = None;
     // Tool pairs the span has opened and not closed yet: the latest result they wait for. A cut
@@ -409,65 +416,133 @@ pub fn extractive(state: &State, job: &SummaryJob, span: &[Arc<Message>]) -> Str
     out
 }
 
-/// The built-in condensed summary of earlier summaries: their human requests and the latest
-/// activity, newest first until `job.max_tokens` is reached (shown in order), so the result is
-/// bounded whatever it condenses, and a condensed summary condensed again keeps the most recent
-/// requests. Works on the summaries' own lines (`- [seq] role: …`), so it is a summary of
-/// summaries, not a re-read of the messages. Deterministic.
+/// What a line of a summary tells, for condensing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Tells {
+    /// The user's own words.
+    Request,
+    /// A tool exchange that failed.
+    Error,
+    /// A tool exchange (what was done and found).
+    Work,
+    /// Anything else the agent said.
+    Other,
+}
+
+/// A summary line (`- [seq] role: part | part`) as a condensed summary keeps it: the user's
+/// words as they were, tool work as its exchanges only (`- [seq] read_file {…} → 1,234 chars:
+/// first line`), shortened to [`CONDENSED_LINE_CHARS`].
+fn condensed_line(state: &State, line: &str) -> Option<(u64, Tells, String)> {
+    let (seq, rest) = line.strip_prefix("- [").and_then(|l| l.split_once(']'))?;
+    let seq = seq.parse::<u64>().ok()?;
+    if state.entry(seq).is_some_and(|e| e.is_human()) {
+        return Some((seq, Tells::Request, one_line(line, CONDENSED_LINE_CHARS)));
+    }
+    // A message's line names its role (`- [seq] assistant: …`); a line kept by an earlier
+    // condensing does not (`- [seq] read_file … → …`).
+    let rest = rest.trim_start();
+    let body = ["user: ", "assistant: ", "tool: ", "system: ", "developer: "]
+        .iter()
+        .find_map(|role| rest.strip_prefix(role))
+        .unwrap_or(rest);
+    let work: Vec<&str> = body.split(" | ").filter(|p| p.contains(" → ") || p.contains(" returned ")).collect();
+    if work.is_empty() {
+        return Some((seq, Tells::Other, one_line(line, CONDENSED_LINE_CHARS)));
+    }
+    let tells = if work.iter().any(|p| p.contains("(error)")) { Tells::Error } else { Tells::Work };
+    Some((seq, tells, one_line(&format!("- [{seq}] {}", work.join(" | ")), CONDENSED_LINE_CHARS)))
+}
+
+/// The built-in condensed summary of earlier summaries, bounded by `job.max_tokens` whatever it
+/// condenses: the user's requests (newest first), then failed tool exchanges (newest first),
+/// then the other tool work, taken from both ends (the oldest findings and the latest state),
+/// shown in log order, and the latest activity. Works on the summaries' own lines (`- [seq]
+/// role: …`), so it is a summary of summaries, not a re-read of the messages, and a condensed
+/// summary condensed again keeps the same kinds of lines. Deterministic.
 pub fn condense(state: &State, job: &SummaryJob) -> String {
     let max = job.max_tokens.map_or(usize::MAX, |m| m as usize);
     let covered = job.condense.iter().filter_map(|&i| state.summaries().get(i as usize));
     let messages: u64 = covered.clone().map(|s| s.to - s.from).sum();
     let header = format!(
-        "Condensed summary of messages {}–{} ({} messages in {} summaries; the user's requests, newest kept):",
+        "Condensed summary of messages {}–{} ({} messages in {} summaries; the user's requests, errors and tool work kept):",
         job.from,
         job.to.saturating_sub(1),
         thousands(messages),
         job.condense.len()
     );
-    let mut requests = Vec::new();
+    let mut lines: Vec<(u64, Tells, String)> = Vec::new();
     let mut latest = None;
     for line in covered.flat_map(|s| s.text.lines()) {
-        let Some((seq, _)) = line.strip_prefix("- [").and_then(|l| l.split_once(']')) else { continue };
-        let Ok(seq) = seq.parse::<u64>() else { continue };
-        let short = one_line(line, CONDENSED_LINE_CHARS);
-        if state.entry(seq).is_some_and(|e| e.is_human()) {
-            requests.push(short);
-        } else {
-            latest = Some(short);
+        if let Some(l) = line.strip_prefix("Latest: ") {
+            latest = Some(l.to_owned());
+            continue;
         }
+        let Some(entry) = condensed_line(state, line) else { continue };
+        if entry.1 != Tells::Request {
+            latest = Some(entry.2.trim_start_matches("- ").to_owned());
+        }
+        lines.push(entry);
     }
-    // Newest first within the limit (in characters: tokens are chars / 4).
+    // Which lines fit (in characters: tokens are chars / 4), by priority.
     let limit = max.saturating_mul(4);
     let mut used = header.chars().count();
-    let mut kept: Vec<String> = Vec::new();
-    if let Some(l) = latest {
-        if used + 1 + l.chars().count() <= limit {
-            used += 1 + l.chars().count();
-            kept.push(format!("Latest: {}", l.trim_start_matches("- ")));
+    if let Some(l) = &latest {
+        used += 1 + "Latest: ".len() + l.chars().count();
+    }
+    let mut keep = vec![false; lines.len()];
+    let take = |i: usize, until: usize, used: &mut usize, keep: &mut Vec<bool>| -> bool {
+        let n = 1 + lines.get(i).map_or(0, |l| l.2.chars().count());
+        if *used + n > until.min(limit) {
+            return false;
+        }
+        *used += n;
+        if let Some(k) = keep.get_mut(i) {
+            *k = true;
+        }
+        true
+    };
+    // Requests may fill half the room, errors a quarter more: tool work keeps the rest, so the
+    // session's findings are not crowded out by a long run of failures.
+    for (tells, until) in [(Tells::Request, limit / 2), (Tells::Error, limit / 4 * 3)] {
+        let idx: Vec<usize> = (0..lines.len()).rev().filter(|&i| lines.get(i).is_some_and(|l| l.1 == tells)).collect();
+        for i in idx {
+            if !take(i, until.max(used), &mut used, &mut keep) {
+                break;
+            }
         }
     }
-    let mut omitted = 0usize;
-    for r in requests.iter().rev() {
-        let n = 1 + r.chars().count();
-        if omitted == 0 && used + n <= limit {
-            used += n;
-            kept.push(r.clone());
+    // Tool work from both ends: what was found first, and where the work stands.
+    let work: Vec<usize> = (0..lines.len()).filter(|&i| lines.get(i).is_some_and(|l| l.1 == Tells::Work)).collect();
+    let (mut lo, mut hi) = (0usize, work.len());
+    let mut from_start = true;
+    while lo < hi {
+        let i = if from_start { work.get(lo).copied() } else { work.get(hi - 1).copied() };
+        let Some(i) = i else { break };
+        if !take(i, limit, &mut used, &mut keep) {
+            break;
+        }
+        if from_start {
+            lo += 1;
         } else {
-            omitted += 1;
+            hi -= 1;
         }
+        from_start = !from_start;
     }
-    kept.reverse();
+    let omitted = keep.iter().filter(|k| !**k).count();
     let mut out = header;
-    for l in kept {
+    for (line, _) in lines.iter().zip(&keep).filter(|(_, k)| **k) {
         out.push('\n');
-        out.push_str(&l);
+        out.push_str(&line.2);
     }
     if omitted > 0 {
-        let note = format!("\n({omitted} earlier requests omitted)");
+        let note = format!("\n({} earlier lines omitted)", thousands(omitted as u64));
         if out.chars().count() + note.chars().count() <= limit {
             out.push_str(&note);
         }
+    }
+    if let Some(l) = latest {
+        out.push_str("\nLatest: ");
+        out.push_str(&l);
     }
     if text_tokens(&out) as usize > max {
         out = out.chars().take(limit).collect();

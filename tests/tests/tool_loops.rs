@@ -270,18 +270,34 @@ fn no_usage(_: u64, _: u64) -> Option<u64> {
     None
 }
 
+/// One single-human loop of 2,000 messages, checked on every call and at the end.
+fn loop_of_2000(format: WireFormat, config: Config) {
+    let lines = tool_loop(format, 7, 2_000);
+    let run = drive(format, &lines, config.clone(), &no_usage);
+    check_run(&run, 2_000);
+    // Tool work is summarized, not only removed: summaries stand for most of the history.
+    let last = run.live.last().unwrap();
+    assert!(last.flushed > 1_000, "{format:?} cache_aware={}: flushed only {}", config.cache_aware, last.flushed);
+}
+
 #[test]
-fn a_single_human_loop_of_2000_messages_is_summarized_and_every_view_accounts_for_what_it_hides() {
-    for format in [WireFormat::Anthropic, WireFormat::OpenAi] {
-        for config in [defaults(30_000), cache_aware(30_000)] {
-            let lines = tool_loop(format, 7, 2_000);
-            let run = drive(format, &lines, config.clone(), &no_usage);
-            check_run(&run, 2_000);
-            // Tool work is summarized, not only removed: summaries stand for most of the history.
-            let last = run.live.last().unwrap();
-            assert!(last.flushed > 1_000, "{format:?} cache_aware={}: flushed only {}", config.cache_aware, last.flushed);
-        }
-    }
+fn a_single_human_anthropic_loop_of_2000_messages_on_the_defaults() {
+    loop_of_2000(WireFormat::Anthropic, defaults(30_000));
+}
+
+#[test]
+fn a_single_human_anthropic_loop_of_2000_messages_cache_aware() {
+    loop_of_2000(WireFormat::Anthropic, cache_aware(30_000));
+}
+
+#[test]
+fn a_single_human_openai_loop_of_2000_messages_on_the_defaults() {
+    loop_of_2000(WireFormat::OpenAi, defaults(30_000));
+}
+
+#[test]
+fn a_single_human_openai_loop_of_2000_messages_cache_aware() {
+    loop_of_2000(WireFormat::OpenAi, cache_aware(30_000));
 }
 
 #[test]
@@ -327,9 +343,11 @@ fn planted_facts_are_still_stated_in_the_view_after_their_messages_left_it() {
     let lines = tool_loop(WireFormat::Anthropic, 5, 2_000);
     let run = drive(WireFormat::Anthropic, &lines, defaults(30_000), &no_usage);
     for ((what, fact), (kept, out)) in FACTS.iter().zip(&run.facts_kept) {
+        eprintln!("{what} ({fact}): stated on {kept} of {out} calls after it left the view");
         assert!(*out > 0, "{what} ({fact}) never left the view");
-        // Stated in the view on most calls after it left (summaries, then condensed summaries).
-        assert!(*kept * 2 >= *out, "{what} ({fact}) stated on {kept} of {out} calls after it left the view");
+        // Stated in the view on at least 80% of the calls after it left (the goal):
+        // summaries, then condensed summaries that keep tool work from both ends.
+        assert!(*kept * 5 >= *out * 4, "{what} ({fact}) stated on {kept} of {out} calls after it left the view");
     }
 }
 
@@ -544,16 +562,3 @@ fn drive_lenient(format: WireFormat, lines: &[Message], config: Config) -> Vec<C
     live
 }
 
-#[test]
-#[ignore]
-fn debug_print_summary() {
-    let lines = tool_loop(WireFormat::Anthropic, 3, 400);
-    let run = drive(WireFormat::Anthropic, &lines, defaults(30_000), &no_usage);
-    let st = run.session.state();
-    for s in st.summaries().iter().take(2) {
-        println!("{}..{} {}\n{}\n", s.from, s.to, s.tokens, s.text);
-    }
-    for it in st.view() {
-        println!("{:?}", it);
-    }
-}

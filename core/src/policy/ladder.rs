@@ -18,12 +18,10 @@ use crate::view::{edited_message, stubbable, thousands, STUB_PREVIEW_CHARS};
 /// Largest tool group (a call message and all its results) the ladder moves as one.
 pub const MAX_GROUP: usize = 64;
 
-/// Tokens the ladder reserves for the placeholder a removal puts in the view (view version 2)
-/// when it opens a new gap rather than widening one: a placeholder names a count, a seq range
-/// and up to six tools, 30–50 tokens. The engine measures the real view after the pass and
-/// runs the ladder again if the reserve was short.
-pub const PLACEHOLDER_RESERVE: u32 = 48;
-
+/// A removal that opens a new gap in the view (view version 2) adds a placeholder there: the
+/// ladder charges what that placeholder would cost on its own (a removal widening a gap adds a
+/// few characters at most, not charged). The engine measures the real view after the pass and
+/// runs the ladder again if it is still over its aim.
 /// What the ladder decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -356,22 +354,21 @@ impl<'a> Ladder<'a> {
     }
 
     /// What removing `group` adds for its placeholder: nothing when it widens a gap (a
-    /// placeholder or a removed message is next to it), the reserve when it opens a new one.
+    /// placeholder or a removed message is next to it), the placeholder's own estimate when it
+    /// opens a new one.
     fn placeholder_charge(&self, group: &[u64]) -> u32 {
         if !self.config.placeholders() {
             return 0;
         }
-        let (Some(first), Some(last)) = (group.first().and_then(|s| self.at.get(s)), group.last().and_then(|s| self.at.get(s)))
-        else {
-            return 0;
-        };
+        let (Some(&a), Some(&b)) = (group.first(), group.last()) else { return 0 };
+        let (Some(first), Some(last)) = (self.at.get(&a), self.at.get(&b)) else { return 0 };
         let before = self.slots.get(*first).is_some_and(|s| s.gap_before)
             || first.checked_sub(1).and_then(|i| self.slots.get(i)).is_some_and(|s| s.removed);
         let after = self.slots.get(*last).is_some_and(|s| s.gap_after) || self.slots.get(last + 1).is_some_and(|s| s.removed);
         if before || after {
             0
         } else {
-            PLACEHOLDER_RESERVE
+            self.est.message(&crate::placeholder::message(self.state, a, b + 1))
         }
     }
 
