@@ -235,6 +235,7 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             (seq, m.role.as_str(), m.tokens, status, reason, call, time, by)
         })
         .collect();
+    let coverage = st.coverage(st.view().len());
     if args.session.store.json {
         let messages: Vec<_> = rows
             .iter()
@@ -248,19 +249,23 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             "compacted": st.compacted(),
             "flushed": st.flushed(),
             "view_tokens": st.view_tokens(),
+            "hidden": coverage.hidden,
+            "represented": coverage.represented,
             "messages": messages,
         });
         out.line(&doc.to_string())?;
     } else {
         out.line(&format!(
-            "session {id} at version {}, {}: {} messages, compacted {}, flushed {}, view {} messages / {} tokens",
+            "session {id} at version {}, {}: {} messages, compacted {}, flushed {}, view {} messages / {} tokens; {} of {} hidden messages represented",
             st.version(),
             st.calls().checked_sub(1).map_or_else(|| "before the first call".to_owned(), |c| format!("after call {c}")),
             st.message_count(),
             st.compacted(),
             st.flushed(),
             st.view().len(),
-            st.view_tokens()
+            st.view_tokens(),
+            coverage.represented,
+            coverage.hidden
         ))?;
         let heads = [
             ("seq", Align::Right),

@@ -562,3 +562,27 @@ fn drive_lenient(format: WireFormat, lines: &[Message], config: Config) -> Vec<C
     live
 }
 
+
+#[test]
+fn import_replay_and_inspect_say_how_many_hidden_messages_are_represented() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcript = dir.path().join("loop.jsonl");
+    ctxlog_workload::tool_loop(3, 801).unwrap().write_jsonl(std::fs::File::create(&transcript).unwrap()).unwrap();
+    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    let path = transcript.display().to_string();
+    let (code, text, err) = ctxlog_tests::scenario::cli(&["import", &path, "--store", &store, "--budget", "30000"]);
+    assert_eq!(code, 0, "{err}");
+    let all = format!("{text}{err}");
+    assert!(all.contains("calls leaving one unrepresented: 0"), "{all}");
+    let (code, out, err) = ctxlog_tests::scenario::cli(&["replay", "--store", &store, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let records: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(records.iter().any(|r| r["hidden"].as_u64().unwrap() > 100));
+    for r in &records {
+        assert_eq!(r["hidden"], r["represented"], "call {}", r["call"]);
+    }
+    let (_, doc, _) = ctxlog_tests::scenario::cli(&["inspect", "--store", &store, "--json"]);
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    assert!(doc["hidden"].as_u64().unwrap() > 0);
+    assert_eq!(doc["hidden"], doc["represented"]);
+}
