@@ -58,7 +58,9 @@ pub fn text(state: &State, from: u64, to: u64) -> String {
     let what = match (calls, c.other) {
         (0, n) => plural(n, "message", "messages"),
         (k, 0) => plural(k, "tool call", "tool calls"),
-        (k, n) => format!("{} and {}", plural(k, "tool call", "tool calls"), plural(n, "other message", "other messages")),
+        (k, n) => {
+            format!("{} and {}", plural(k, "tool call", "tool calls"), plural(n, "other message", "other messages"))
+        }
     };
     let last = to.saturating_sub(1);
     let (range, restore) = if last <= from {

@@ -1290,7 +1290,8 @@ impl State {
     /// inside `prev`'s open tool exchange.
     fn placeholder_item(&self, prev: Option<&ViewItem>, from: u64, to: u64) -> Option<ViewItem> {
         if let Some(ViewItem { item: Item::Message(p), .. }) = prev {
-            let open = self.tool_links(*p).any(|l| matches!(l, Link::Call(pair) if pair.result().is_some_and(|r| r >= to)));
+            let open =
+                self.tool_links(*p).any(|l| matches!(l, Link::Call(pair) if pair.result().is_some_and(|r| r >= to)));
             if open {
                 return None;
             }

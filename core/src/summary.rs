@@ -341,7 +341,13 @@ fn outcomes(span: &[Arc<Message>]) -> BTreeMap<&str, String> {
 /// One line for a message. A call answered within the span is described with its outcome
 /// (`read_file {"path":"a.rs"} → 8,000 chars: …`), so a tool exchange takes one line and its
 /// result message none; `None` for a result message whose calls are all described so.
-fn describe(state: &State, seq: u64, m: &Message, answered: &BTreeMap<&str, String>, called: &BTreeSet<&str>) -> Option<String> {
+fn describe(
+    state: &State,
+    seq: u64,
+    m: &Message,
+    answered: &BTreeMap<&str, String>,
+    called: &BTreeSet<&str>,
+) -> Option<String> {
     let role = m.role.as_str();
     let mut parts = Vec::new();
     let text = m.plain_text();
@@ -403,7 +409,8 @@ pub fn extractive(state: &State, job: &SummaryJob, span: &[Arc<Message>]) -> Str
         thousands(job.span_tokens)
     );
     let answered = outcomes(span);
-    let called: BTreeSet<&str> = span.iter().flat_map(|m| m.call_ids()).filter(|id| answered.contains_key(id)).collect();
+    let called: BTreeSet<&str> =
+        span.iter().flat_map(|m| m.call_ids()).filter(|id| answered.contains_key(id)).collect();
     for (seq, m) in (job.from..job.to).zip(span) {
         if m.role.is_system() || m.is_pinned() || Some(seq) == state.first_human() {
             continue; // kept verbatim in the view anyway

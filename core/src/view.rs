@@ -223,7 +223,8 @@ pub fn summary_message(state: &State, s: &SummaryPrepared) -> Message {
     if state.info().is_some_and(|i| i.config.placeholders()) {
         // View version 2: tool outputs in one line (a tool loop's span elides thousands), media
         // one by one (their notes say what each image was).
-        let (media, outputs): (Vec<u64>, Vec<u64>) = stubs.into_iter().partition(|&seq| state.media_note(seq).is_some());
+        let (media, outputs): (Vec<u64>, Vec<u64>) =
+            stubs.into_iter().partition(|&seq| state.media_note(seq).is_some());
         if let (Some(first), Some(last)) = (outputs.first(), outputs.last()) {
             let mut names: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
             let mut tokens = 0u64;

@@ -380,7 +380,8 @@ fn kind_18_a_session_start_before_view_version_decodes_to_view_version_1() {
     // Kind 18 (every knob but `view_version`, with or without an import) decodes with view
     // version 1: sessions written before issue 21 keep rendering their views without
     // placeholders, so `verify` still finds every recorded digest.
-    let import = every_kind().into_iter().find(|e| matches!(e, Event::SessionStarted(s) if s.import.is_some())).unwrap();
+    let import =
+        every_kind().into_iter().find(|e| matches!(e, Event::SessionStarted(s) if s.import.is_some())).unwrap();
     for ev in [started_with(ctxlog::WireFormat::Anthropic, v1(config())), import] {
         let rec = codec::legacy::encode_v5(&ev).unwrap().unwrap();
         assert_eq!(rec.body()[1], codec::kind::SESSION_STARTED_V4);

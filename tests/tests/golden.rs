@@ -82,12 +82,7 @@ fn bless() {
     let mem = MemoryStore::new();
     let mut session = ctxlog_tests::summaries::start(&mem, id);
     ctxlog_tests::summaries::run(&mut session, 14, ctxlog::event::SummaryMode::Auto, Some(1));
-    let records: String = replay(&mem, id, Mode::Strict, None)
-        .unwrap()
-        .timeline
-        .iter()
-        .map(golden_line)
-        .collect();
+    let records: String = replay(&mem, id, Mode::Strict, None).unwrap().timeline.iter().map(golden_line).collect();
     for backend in BACKENDS {
         let path = store_path(&golden(), NEWEST, backend);
         let store = open(backend, &path);

@@ -63,7 +63,9 @@ fn tool_loop(format: WireFormat, seed: u64, messages: usize) -> Vec<Message> {
     let mut rng = Rng(seed | 1);
     let mut out = vec![
         msg(json!({"role": "system", "content": "You are a coding agent. ".repeat(40)})),
-        msg(json!({"role": "user", "content": "Port all modules of the ledger crate to the new API, one by one, and run the tests after each."})),
+        msg(
+            json!({"role": "user", "content": "Port all modules of the ledger crate to the new API, one by one, and run the tests after each."}),
+        ),
     ];
     let mut i = 0usize;
     while out.len() + 2 <= messages {
@@ -148,12 +150,13 @@ fn named_ranges(view: &[Arc<[u8]>]) -> Vec<(u64, u64)> {
 fn check_call(session: &Session<Arc<MemoryStore>>, view: &[Arc<[u8]>], body: &[u8], rec: &CallRecord, config: &Config) {
     let st = session.state();
     let call = rec.call;
-    let served = match st.last_served() {
-        Some(s) => s.view_tokens,
-        None => panic!("call {call}: nothing served"),
-    };
-    let _ = served;
-    assert!(rec.view_tokens <= config.budget, "call {call}: {} tokens over the budget {}", rec.view_tokens, config.budget);
+    assert_eq!(st.last_served().map(|s| s.view_tokens), Some(rec.view_tokens), "call {call}");
+    assert!(
+        rec.view_tokens <= config.budget,
+        "call {call}: {} tokens over the budget {}",
+        rec.view_tokens,
+        config.budget
+    );
     let first = st.first_human().unwrap();
     assert!(st.in_view(first), "call {call}: the first user message left the view");
     // Every hidden message is represented, by the rendered bytes alone.
@@ -194,7 +197,8 @@ fn check_call(session: &Session<Arc<MemoryStore>>, view: &[Arc<[u8]>], body: &[u
 fn drive(format: WireFormat, lines: &[Message], config: Config, reported: &dyn Fn(u64, u64) -> Option<u64>) -> Run {
     let store = Arc::new(MemoryStore::new());
     let mut session =
-        Session::create(Arc::clone(&store), StreamId::random(), format, config.clone(), Timestamp::from_millis(T0)).unwrap();
+        Session::create(Arc::clone(&store), StreamId::random(), format, config.clone(), Timestamp::from_millis(T0))
+            .unwrap();
     let mut now = T0;
     let mut timeline = Timeline::new();
     let mut live = Vec::new();
@@ -417,7 +421,12 @@ fn the_meter_keeps_the_providers_rate_across_a_history_change() {
     assert!(rewrites > 5);
     for r in &run.live {
         let provider = r.view_tokens * 13 / 10;
-        assert!(provider <= config.budget, "call {}: {provider} by the provider's count over {}", r.call, config.budget);
+        assert!(
+            provider <= config.budget,
+            "call {}: {provider} by the provider's count over {}",
+            r.call,
+            config.budget
+        );
     }
 }
 
@@ -440,7 +449,8 @@ fn a_first_message_over_the_budget_is_truncated_once_and_the_latest_answer_stays
         assert!(matches!(st.entry(first).unwrap().edit.unwrap().kind, EditKind::Truncated { .. }));
         assert!(st.in_view(first));
         // The latest answer (the last assistant message before each call) is in every view after.
-        let last_assistant = (0..st.message_count()).rev().find(|&s| st.entry(s).unwrap().role() == ctxlog::message::Role::Assistant);
+        let last_assistant =
+            (0..st.message_count()).rev().find(|&s| st.entry(s).unwrap().role() == ctxlog::message::Role::Assistant);
         assert!(st.in_view(last_assistant.unwrap()));
         // The head of the instruction stays, and the view says it was cut.
         let shown = st.shown(first).unwrap().plain_text();
@@ -453,8 +463,14 @@ fn a_first_message_over_the_budget_is_truncated_once_and_the_latest_answer_stays
 fn a_first_message_edit_is_refused_unless_it_is_the_one_truncation_of_an_oversized_message() {
     // The fold still rejects any other edit of the first human message, live and on replay.
     let store = Arc::new(MemoryStore::new());
-    let mut s = Session::create(Arc::clone(&store), StreamId::random(), WireFormat::Anthropic, defaults(30_000), Timestamp::from_millis(T0))
-        .unwrap();
+    let mut s = Session::create(
+        Arc::clone(&store),
+        StreamId::random(),
+        WireFormat::Anthropic,
+        defaults(30_000),
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
     s.append(vec![msg(json!({"role": "user", "content": "short instruction"}))]).unwrap();
     let st = s.state().clone();
     let reason = ctxlog::event::EditReason { level: 8, rule: "t".into(), target_tokens: 1, guard: None };
@@ -561,7 +577,6 @@ fn drive_lenient(format: WireFormat, lines: &[Message], config: Config) -> Vec<C
     replay::verify(store.as_ref(), session.id()).map(|r| assert!(r.ok(), "{:?}", r.problems)).unwrap();
     live
 }
-
 
 #[test]
 fn import_replay_and_inspect_say_how_many_hidden_messages_are_represented() {

@@ -31,8 +31,12 @@ pub const CHAPTER_MESSAGES: u64 = 1_500;
 /// per result (`note: FACT` as the result's first line): a path, a decision, a number, an
 /// error code. The soak benchmark counts how many are still stated in a view after their
 /// message left it. The result of tool turn `k` is message `3 + 2k`.
-pub const PLANTED_FACTS: [&str; 4] =
-    ["crates/ledger/src/settle.rs", "decision: keep-the-u128-accumulator", "retry budget 48213", "error E0502 in ledger::post"];
+pub const PLANTED_FACTS: [&str; 4] = [
+    "crates/ledger/src/settle.rs",
+    "decision: keep-the-u128-accumulator",
+    "retry budget 48213",
+    "error E0502 in ledger::post",
+];
 
 /// 2026-03-02T09:00:00Z as unix seconds.
 pub(crate) const START_UNIX: u64 = 1_772_442_000;

@@ -734,7 +734,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.jsonl");
         ctxlog_workload::session(3, 401).unwrap().write_jsonl(std::fs::File::create(&path).unwrap()).unwrap();
-        policy_run(&path, &flags.iter().map(|f| f.to_string()).collect::<Vec<_>>()).0
+        policy_run(&path, &flags.iter().map(|f| f.to_string()).collect::<Vec<_>>(), Shape::Agent).0
     }
 
     #[test]

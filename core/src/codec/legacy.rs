@@ -217,7 +217,7 @@ impl From<ConfigV3> for Config {
 impl ConfigV3 {
     /// The frozen layout of `c`, if it can hold it (view version 1).
     pub fn of(c: &Config) -> Option<ConfigV3> {
-        (c.view_version == 1).then(|| ConfigV3 {
+        (c.view_version == 1).then_some(ConfigV3 {
             budget: c.budget,
             trigger_ratio: c.trigger_ratio,
             target_ratio: c.target_ratio,
@@ -735,7 +735,8 @@ pub fn encode_v2(event: &Event) -> Option<Result<Record, String>> {
 pub fn encode_v3(event: &Event) -> Option<Result<Record, String>> {
     match event {
         Event::SessionStarted(e) if e.import.is_none() => {
-            let v3 = SessionStartedV3 { session: e.session, format: e.format, config: ConfigV3::of(&e.config)?, at: e.at };
+            let v3 =
+                SessionStartedV3 { session: e.session, format: e.format, config: ConfigV3::of(&e.config)?, at: e.at };
             Some(payload(kind::SESSION_STARTED_V3, &v3))
         }
         _ => None,

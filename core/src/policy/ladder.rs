@@ -364,7 +364,8 @@ impl<'a> Ladder<'a> {
         let (Some(first), Some(last)) = (self.at.get(&a), self.at.get(&b)) else { return 0 };
         let before = self.slots.get(*first).is_some_and(|s| s.gap_before)
             || first.checked_sub(1).and_then(|i| self.slots.get(i)).is_some_and(|s| s.removed);
-        let after = self.slots.get(*last).is_some_and(|s| s.gap_after) || self.slots.get(last + 1).is_some_and(|s| s.removed);
+        let after =
+            self.slots.get(*last).is_some_and(|s| s.gap_after) || self.slots.get(last + 1).is_some_and(|s| s.removed);
         if before || after {
             0
         } else {
