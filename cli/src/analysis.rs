@@ -156,6 +156,15 @@ pub enum Run {
         /// Its tokens.
         tokens: u64,
     },
+    /// A placeholder for hidden messages no summary covers.
+    Placeholder {
+        /// First seq it stands for.
+        from: u64,
+        /// One past the last.
+        to: u64,
+        /// Its tokens.
+        tokens: u64,
+    },
 }
 
 /// A message and the decisions about it.
@@ -554,6 +563,7 @@ fn runs(state: &State) -> Vec<Run> {
                 let Some(s) = state.summaries().get(index as usize) else { continue };
                 out.push(Run::Summary { index, from: s.from, to: s.to, condensed: s.is_condensed(), tokens });
             }
+            Item::Placeholder { from, to } => out.push(Run::Placeholder { from, to, tokens }),
             Item::Message(seq) => match state.entry(seq).and_then(|e| e.edit.as_ref()) {
                 Some(edit) => out.push(Run::Edited { seq, kind: edit.kind.as_str(), tokens }),
                 None => match out.last_mut() {

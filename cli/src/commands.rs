@@ -225,6 +225,7 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         })
         .collect();
     let lineage = catalog::lineage_of(store.as_ref(), id, &analysis.links);
+    let coverage = st.coverage(st.view().len());
     if args.session.store.json {
         let messages: Vec<_> = rows
             .iter()
@@ -238,6 +239,8 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             "compacted": st.compacted(),
             "flushed": st.flushed(),
             "view_tokens": st.view_tokens(),
+            "hidden": coverage.hidden,
+            "represented": coverage.represented,
             "messages": messages,
             "guards_between_calls": analysis.host_guards.iter().map(|g| g.to_json()).collect::<Vec<_>>(),
             "lineage": lineage.to_json(id),
@@ -245,14 +248,16 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         out.line(&doc.to_string())?;
     } else {
         out.line(&format!(
-            "session {id} at version {}, {}: {} messages, compacted {}, flushed {}, view {} messages / {} tokens",
+            "session {id} at version {}, {}: {} messages, compacted {}, flushed {}, view {} messages / {} tokens; {} of {} hidden messages represented",
             st.version(),
             st.calls().checked_sub(1).map_or_else(|| "before the first call".to_owned(), |c| format!("after call {c}")),
             st.message_count(),
             st.compacted(),
             st.flushed(),
             st.view().len(),
-            st.view_tokens()
+            st.view_tokens(),
+            coverage.represented,
+            coverage.hidden
         ))?;
         for g in &analysis.host_guards {
             out.line(g.detail_line().trim_start())?;

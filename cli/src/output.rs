@@ -280,7 +280,12 @@ pub fn summary(records: &[CallRecord], host_guards: usize) -> Vec<String> {
         n => format!(" ({n} between calls)"),
     };
     let max_level = records.iter().map(|r| r.level).max().unwrap_or(0);
-    let over = records.iter().filter(|r| r.view_tokens > r.budget).count();
+    // By the provider's count where it reported one (issue 21: the estimate can be low).
+    let over = records.iter().filter(|r| r.reported_tokens.unwrap_or(r.view_tokens) > r.budget).count();
+    let over_estimate = records.iter().filter(|r| r.view_tokens > r.budget).count();
+    let hidden: u64 = records.iter().map(|r| r.hidden).sum();
+    let represented: u64 = records.iter().map(|r| r.represented).sum();
+    let unrepresented = records.iter().filter(|r| r.represented < r.hidden).count();
     let deferred = records.iter().filter(|r| r.deferred.is_some()).count();
     let max_summary = records.iter().map(|r| r.summary_tokens).max().unwrap_or(0);
     let last = records.last();
@@ -297,7 +302,14 @@ pub fn summary(records: &[CallRecord], host_guards: usize) -> Vec<String> {
         format!(
             "flushes: {flushes}; edits: {edits}; guards raised: {guards}{between}; highest ladder level: {max_level}"
         ),
-        format!("calls served over budget: {over}; calls deferred by the cache-aware gate: {deferred}"),
+        format!(
+            "calls served over budget: {over} (provider's count where reported; {over_estimate} by the estimate); calls deferred by the cache-aware gate: {deferred}"
+        ),
+        format!(
+            "hidden messages represented (by a summary or a placeholder): {} of {} over all calls; calls leaving one unrepresented: {unrepresented}",
+            thousands(represented),
+            thousands(hidden)
+        ),
         format!("most summary tokens in a view: {}", thousands(max_summary)),
     ];
     let attempts: Vec<_> = records.iter().flat_map(|r| &r.summaries).collect();

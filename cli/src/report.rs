@@ -309,5 +309,8 @@ pub fn describe(run: &Run) -> String {
             to.saturating_sub(1),
             thousands(*tokens)
         ),
+        Run::Placeholder { from, to, tokens } => {
+            format!("placeholder for seq {from}–{} ({} tokens)", to.saturating_sub(1), thousands(*tokens))
+        }
     }
 }

@@ -267,7 +267,7 @@ fn latest(analysis: &Analysis, seq: u64) -> (Value, String) {
             .get(i as usize)
             .filter(|s| s.from <= seq && seq < s.to)
             .map(|s| (i, s.is_condensed(), s.from, s.to)),
-        Item::Message(_) => None,
+        Item::Message(_) | Item::Placeholder { .. } => None,
     });
     let removed = st.entry(seq).and_then(|e| e.edit.as_ref()).is_some();
     let status = if removed { "removed" } else { "flushed" };
@@ -284,8 +284,22 @@ fn latest(analysis: &Analysis, seq: u64) -> (Value, String) {
             )
         }
         None => {
-            let json = json!({"call": last, "in_view": false, "status": status, "summary": null});
-            (json, format!("{which} does not carry it in any form; {restore}."))
+            let placeholder = st.view().iter().find_map(|it| match it.item {
+                Item::Placeholder { from, to } if from <= seq && seq < to => Some((from, to)),
+                _ => None,
+            });
+            let json = json!({"call": last, "in_view": false, "status": status, "summary": null,
+                "placeholder": placeholder.map(|(from, to)| json!({"from": from, "to": to}))});
+            match placeholder {
+                Some((from, to)) => (
+                    json,
+                    format!(
+                        "{which} does not send it; a placeholder stands where it was (seq {from}–{}); {restore}.",
+                        to.saturating_sub(1)
+                    ),
+                ),
+                None => (json, format!("{which} does not carry it in any form; {restore}.")),
+            }
         }
     }
 }

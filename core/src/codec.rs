@@ -79,8 +79,9 @@ pub mod kind {
     /// see [`REQUEST_SERVED`]).
     pub const REQUEST_SERVED_V3: u8 = 17;
     /// `SessionStarted` whose config has `usage_floor_ratio`, with `import` (the transcript an
-    /// import reads; `None` for every other session).
-    pub const SESSION_STARTED: u8 = 18;
+    /// import reads; `None` for every other session), before `view_version` (read only, frozen
+    /// as [`legacy::SessionStartedV4`](super::legacy::SessionStartedV4); see [`SESSION_STARTED`]).
+    pub const SESSION_STARTED_V4: u8 = 18;
     // 19 is reserved (another branch's kind).
     /// `RequestServed` with the request record (model, tools, breakpoints), before the
     /// placement (read only, frozen as [`legacy::RequestServedV4`](super::legacy::RequestServedV4);
@@ -96,7 +97,9 @@ pub mod kind {
     pub const BRANCHED: u8 = 24;
     /// `SessionNamed`.
     pub const SESSION_NAMED: u8 = 25;
-    // 26-29 are left to other branches of the same release.
+    /// `SessionStarted` whose config has `view_version` (placeholders for hidden messages).
+    pub const SESSION_STARTED: u8 = 26;
+    // 27-29 are left to other branches of the same release.
     /// `RequestServed` whose request record has the breakpoints placed by position.
     pub const REQUEST_SERVED: u8 = 30;
 }
@@ -190,6 +193,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         }
         kind::IMPORT_COMPLETED => body(rest).map(Event::ImportCompleted),
         kind::SESSION_STARTED_V3 => body::<legacy::SessionStartedV3>(rest).map(|e| Event::SessionStarted(e.into())),
+        kind::SESSION_STARTED_V4 => body::<legacy::SessionStartedV4>(rest).map(|e| Event::SessionStarted(e.into())),
         kind::SESSION_STARTED => body(rest).map(Event::SessionStarted),
         other => return Err(fail(format!("unknown event kind {other} in format {format}"))),
     };

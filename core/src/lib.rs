@@ -66,6 +66,8 @@ mod json;
 pub mod media;
 pub mod message;
 #[doc(hidden)]
+pub mod placeholder;
+#[doc(hidden)]
 pub mod policy;
 mod problem;
 pub mod replay;

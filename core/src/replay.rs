@@ -64,6 +64,12 @@ pub struct CallRecord {
     /// summaries are not attempts: they show in `compacted`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub summaries: Vec<SummaryAttemptRecord>,
+    /// Messages up to the end of the served view that it does not show as themselves (removed,
+    /// or flushed into a summary).
+    pub hidden: u64,
+    /// Of those, how many a summary or a placeholder in the served view represents (goal:
+    /// all of them; fewer only in sessions of view version 1, whose removals left no trace).
+    pub represented: u64,
 }
 
 /// A summary attempt in the timeline.
@@ -200,6 +206,7 @@ impl Timeline {
             }
             Event::RequestServed(s) => {
                 let config = state.info().map(|i| i.config.clone()).unwrap_or_default();
+                let coverage = state.coverage(usize::try_from(s.view_messages).unwrap_or(usize::MAX));
                 return Some(CallRecord {
                     call: s.call,
                     version,
@@ -222,6 +229,8 @@ impl Timeline {
                     summary_tokens: state.view_summary_tokens(),
                     deferred: s.deferred.as_ref().map(|d| DeferRecord { reason: d.as_str(), detail: d.describe() }),
                     summaries: std::mem::take(&mut self.summaries),
+                    hidden: coverage.hidden,
+                    represented: coverage.represented,
                 });
             }
             _ => {}

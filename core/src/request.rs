@@ -303,7 +303,7 @@ pub(crate) fn render(
     let marks = if anthropic { opts.breakpoints } else { None };
     let is_system = |it: &ViewItem| match it.item {
         Item::Message(seq) => view.state.entry(seq).is_some_and(|e| e.is_system()),
-        Item::Summary(_) => false,
+        Item::Summary(_) | Item::Placeholder { .. } => false,
     };
     // Sized up front: a 150k-token view is ~600 KB, and growing to it by doubling copied and
     // faulted in twice as much (measured by the proxy, issue 13).

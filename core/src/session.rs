@@ -49,7 +49,10 @@ pub const READ_CHUNK: usize = 1024;
 /// usage guard.
 /// 7: the last served request (its record of model and tools), consecutive summary failures,
 /// fork refusal counts; a call that needs no compaction ends a paused summarizer's wait.
-pub const SNAPSHOT_LAYOUT: u32 = 7;
+/// 8: the config holds `view_version`; views of version 2 hold placeholders; the meter keeps the
+/// provider's rate across history changes; restored messages and when; the first human message
+/// over the target may be truncated once.
+pub const SNAPSHOT_LAYOUT: u32 = 8;
 
 /// Everything a session command can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -978,7 +981,7 @@ impl<S: Store> Session<S> {
         let view = self.served_view(plan)?;
         let system = |it: &crate::state::ViewItem| match it.item {
             crate::state::Item::Message(seq) => view.state.entry(seq).is_some_and(|e| e.is_system()),
-            crate::state::Item::Summary(_) => false,
+            crate::state::Item::Summary(_) | crate::state::Item::Placeholder { .. } => false,
         };
         let mut marks = Vec::new();
         if view.items.iter().any(system) {

@@ -38,6 +38,12 @@ use heap::{btree_bytes, HeapSize};
 pub use summaries::{Standing, Summaries, SummaryState};
 use tools::{grow, Link, ToolIndex};
 
+/// Calls during which the ladder leaves a restored message (and the partners restored with it)
+/// as restored: a person asked for it back, so the next calls must not take it away again (issue
+/// 21: a restored tool result was truncated again two calls later). A later explicit edit, a
+/// flush or, after this many calls, the ladder may hide it again.
+pub const RESTORE_HOLD_CALLS: u64 = 20;
+
 /// Session-level facts from `SessionStarted`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionInfo {
@@ -78,13 +84,22 @@ pub enum Item {
     Message(u64),
     /// The summary with this index.
     Summary(u32),
+    /// A placeholder for the hidden messages `[from, to)` that no summary in the view covers
+    /// (view version 2, [`crate::placeholder`]); `from` is also the item's `seq`.
+    Placeholder {
+        /// First seq it stands for.
+        from: u64,
+        /// One past the last.
+        to: u64,
+    },
 }
 
 /// An element of the view with its token cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ViewItem {
-    /// Position in the log: the message's seq, or for a summary the seq of the first message
-    /// it hides. Strictly increasing along the view.
+    /// Position in the log: the message's seq, for a summary the seq of the first message it
+    /// hides, for a placeholder the first message it stands for. Strictly increasing along the
+    /// view.
     pub seq: u64,
     /// What.
     pub item: Item,
@@ -101,6 +116,15 @@ pub struct Anchor {
     pub estimate: u64,
     /// View generation of that call (the anchor is void once the history changes).
     pub generation: u64,
+}
+
+/// How many hidden messages a view represents ([`State::coverage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Coverage {
+    /// Messages up to the view's end that it does not show as themselves.
+    pub hidden: u64,
+    /// Of those, how many a summary or a placeholder in the view stands for (goal: all).
+    pub represented: u64,
 }
 
 /// Where a state's heap bytes go ([`State::heap_report`]).
@@ -217,6 +241,12 @@ pub struct State {
     calls: u64,
     last_request_at: Option<Millis>,
     anchor: Option<Anchor>,
+    /// The last trusted report and its view's estimate: the provider's rate, kept across
+    /// history changes and calls without a report.
+    rate: Option<(u64, u64)>,
+    /// Restored messages and the call count when each was restored: the ladder leaves them be
+    /// for [`RESTORE_HOLD_CALLS`] calls.
+    restored_at: BTreeMap<u64, u64>,
     breaker: u32,
     raised: BTreeSet<GuardKind>,
     first_human: Option<u64>,
@@ -329,7 +359,7 @@ impl State {
     pub fn oldest_summary_in_view(&self) -> Option<u32> {
         self.view.iter().find_map(|it| match it.item {
             Item::Summary(i) => Some(i),
-            Item::Message(_) => None,
+            Item::Message(_) | Item::Placeholder { .. } => None,
         })
     }
 
@@ -463,6 +493,11 @@ impl State {
         self.tools.pair(id).map(|p| self.tools.name(&p))
     }
 
+    /// The name of the tool of a pair.
+    pub fn tool_name_of(&self, pair: &tools::Pair) -> &str {
+        self.tools.name(pair)
+    }
+
     /// How a summary lists the media of `seq` (see [`view::media_note`]).
     pub fn media_note(&self, seq: u64) -> Option<&str> {
         self.media.get(&seq).map(|n| &**n)
@@ -493,18 +528,29 @@ impl State {
     /// rate the provider counted the anchored view (reported ÷ estimate) when that is above 1:
     /// a provider whose tokenizer counts 30% more than the estimate will count the new messages
     /// 30% higher too, and a cache-aware session may let the meter reach the budget itself.
+    /// Once the history changed (a flush, an edit, a restore) the anchor's total no longer
+    /// applies, but the provider still counts at its rate: the whole estimate is scaled by the
+    /// last trusted rate above 1 (issue 21: the call after a restore went over the budget by
+    /// the provider's count while the plain estimate said it fit).
     pub fn metered_tokens(&self, estimate: u64) -> u64 {
+        let scaled = |n: u64, (reported, est): (u64, u64)| -> u64 {
+            match reported > est && est > 0 {
+                true => u64::try_from(u128::from(n) * u128::from(reported) / u128::from(est)).unwrap_or(u64::MAX),
+                false => n,
+            }
+        };
         match self.anchor {
             Some(a) if a.generation == self.generation => {
-                let added = u128::from(estimate.saturating_sub(a.estimate));
-                let added = match a.reported > a.estimate && a.estimate > 0 {
-                    true => added * u128::from(a.reported) / u128::from(a.estimate),
-                    false => added,
-                };
-                a.reported.saturating_add(u64::try_from(added).unwrap_or(u64::MAX))
+                let added = scaled(estimate.saturating_sub(a.estimate), (a.reported, a.estimate));
+                a.reported.saturating_add(added)
             }
-            _ => estimate,
+            _ => self.rate.map_or(estimate, |r| scaled(estimate, r)),
         }
+    }
+
+    /// Is `seq` a restored message the ladder still leaves be ([`RESTORE_HOLD_CALLS`])?
+    pub fn restore_held(&self, seq: u64) -> bool {
+        self.restored_at.get(&seq).is_some_and(|&at| self.calls < at + RESTORE_HOLD_CALLS)
     }
 
     /// Is `seq` in the view (not removed, not hidden by a flush)?
@@ -865,9 +911,14 @@ impl State {
             ));
         }
         // The first human message holds the user's own instructions (the seeds' incident lost
-        // its project path with it); unlike the last one it never changes, so no edit is valid.
+        // its project path with it); unlike the last one it never changes, so no edit is valid,
+        // but one: a first message over the budget is truncated once (keeping its head
+        // and its media), or the ladder would strip everything else on every call.
         if Some(seq) == self.first_human {
-            return Err((Invariant::EditProtected, format!("seq {seq} is the first human message")));
+            let oversized = u64::from(entry.tokens) > self.config().first_message_limit_tokens();
+            if !(oversized && matches!(kind, EditKind::Truncated { .. }) && entry.edit.is_none()) {
+                return Err((Invariant::EditProtected, format!("seq {seq} is the first human message")));
+            }
         }
         if entry.is_removed() {
             return Err((Invariant::AlreadyRemoved, format!("seq {seq} is already removed")));
@@ -892,7 +943,7 @@ impl State {
                     ));
                 }
             }
-            EditKind::Truncated { .. } if !entry.is_tool_result() => {
+            EditKind::Truncated { .. } if !entry.is_tool_result() && Some(seq) != self.first_human => {
                 return Err((Invariant::EditTarget, format!("seq {seq} is not a tool result and cannot be truncated")));
             }
             EditKind::Stubbed { .. } if entry.role() != crate::message::Role::User => {
@@ -1052,6 +1103,9 @@ impl State {
                         if e.kind == EditKind::Removed {
                             if let Some(p) = pos {
                                 self.view.remove(p);
+                                if self.config().placeholders() {
+                                    self.refill_gap(p);
+                                }
                             }
                         }
                     }
@@ -1061,6 +1115,7 @@ impl State {
             Event::Restored(e) => {
                 let flushed = self.flushed;
                 for seq in std::iter::once(e.seq).chain(e.partners.iter().copied()) {
+                    self.restored_at.insert(seq, self.calls);
                     let original = self.original_for_event(seq).cloned();
                     if let Some(entry) = usize::try_from(seq).ok().and_then(|i| self.entries.get_mut(i)) {
                         entry.edit = None;
@@ -1089,6 +1144,11 @@ impl State {
                     estimate: e.view_tokens,
                     generation: self.generation,
                 });
+                if let Some(a) = self.anchor {
+                    self.rate = Some((a.reported, a.estimate));
+                }
+                let calls = self.calls;
+                self.restored_at.retain(|_, at| calls < *at + RESTORE_HOLD_CALLS);
                 if e.anchored {
                     self.raised.remove(&GuardKind::UsageBelowEstimate);
                 }
@@ -1153,7 +1213,7 @@ impl State {
     pub fn check_bodies(&self) -> Result<(), BodyError> {
         let mut view = self.view.iter().filter_map(|it| match it.item {
             Item::Message(seq) => Some(seq),
-            Item::Summary(_) => None,
+            Item::Summary(_) | Item::Placeholder { .. } => None,
         });
         let mut next = view.next();
         for (seq, e) in self.entries.iter().enumerate() {
@@ -1209,6 +1269,116 @@ impl State {
         self.info.as_ref().map(|i| i.config.clone()).unwrap_or_default()
     }
 
+    /// One past the last seq item `it` accounts for: the message itself, a summary's span, a
+    /// placeholder's run.
+    pub fn item_end(&self, it: &ViewItem) -> u64 {
+        match it.item {
+            Item::Message(seq) => seq + 1,
+            Item::Summary(i) => self.summaries.prepared().get(i as usize).map_or(it.seq + 1, |s| s.to.max(it.seq + 1)),
+            Item::Placeholder { to, .. } => to,
+        }
+    }
+
+    /// `items` (messages and summaries, by seq) with a placeholder in every gap: a run of seqs
+    /// that no item shows or covers. A gap inside an open tool exchange (a call in the view whose
+    /// result comes after the gap, which only a malformed log has) gets none: a message between
+    /// a call and its result would break the pairing every provider enforces.
+    fn with_placeholders(&self, items: Vec<ViewItem>) -> Vec<ViewItem> {
+        let mut out = Vec::with_capacity(items.len() + 8);
+        let mut covered = 0u64;
+        let mut prev: Option<ViewItem> = None;
+        for it in items {
+            if covered < it.seq {
+                out.extend(self.placeholder_item(prev.as_ref(), covered, it.seq));
+            }
+            covered = covered.max(self.item_end(&it));
+            prev = Some(it);
+            out.push(it);
+        }
+        if covered < self.count() {
+            out.extend(self.placeholder_item(prev.as_ref(), covered, self.count()));
+        }
+        out
+    }
+
+    /// The placeholder for the gap `[from, to)` after the view item `prev`, unless the gap sits
+    /// inside `prev`'s open tool exchange.
+    fn placeholder_item(&self, prev: Option<&ViewItem>, from: u64, to: u64) -> Option<ViewItem> {
+        if let Some(ViewItem { item: Item::Message(p), .. }) = prev {
+            let open =
+                self.tool_links(*p).any(|l| matches!(l, Link::Call(pair) if pair.result().is_some_and(|r| r >= to)));
+            if open {
+                return None;
+            }
+        }
+        let tokens = self.config().estimator().message(&crate::placeholder::message(self, from, to));
+        Some(ViewItem { seq: from, item: Item::Placeholder { from, to }, tokens })
+    }
+
+    /// After the message at view position `pos` was removed: merges the placeholders on either
+    /// side of that position and the removed message into one placeholder for the whole gap.
+    fn refill_gap(&mut self, pos: usize) {
+        // At most one placeholder on each side: gaps are maximal.
+        let mut start = pos;
+        if start > 0 && matches!(self.view.get(start - 1), Some(ViewItem { item: Item::Placeholder { .. }, .. })) {
+            start -= 1;
+        }
+        let mut end = pos;
+        if matches!(self.view.get(end), Some(ViewItem { item: Item::Placeholder { .. }, .. })) {
+            end += 1;
+        }
+        let removed: u64 = self.view.drain(start..end).map(|it| u64::from(it.tokens)).sum();
+        self.view_tokens -= removed;
+        let prev = start.checked_sub(1).and_then(|i| self.view.get(i)).copied();
+        let next_seq = self.view.get(start).map_or(self.count(), |it| it.seq);
+        // Covered up to: the previous item's end, or any summary before the gap reaching further
+        // (a summary's span runs on past the messages it keeps verbatim).
+        let mut covered = prev.map_or(0, |p| self.item_end(&p));
+        for (i, standing) in self.summaries.standing().iter().enumerate() {
+            if standing.state == SummaryState::Shown {
+                if let Some(s) = self.summaries.prepared().get(i).filter(|s| s.from < next_seq) {
+                    covered = covered.max(s.to);
+                }
+            }
+        }
+        if covered < next_seq {
+            if let Some(item) = self.placeholder_item(prev.as_ref(), covered, next_seq) {
+                self.view_tokens += u64::from(item.tokens);
+                self.view.insert(start, item);
+            }
+        }
+    }
+
+    /// Of the view's first `len` items (the view a call served): how many messages up to its
+    /// end are hidden (in no item as themselves), and how many of those a summary or a
+    /// placeholder in those items represents.
+    pub fn coverage(&self, len: usize) -> Coverage {
+        let items = self.view.get(..len.min(self.view.len())).unwrap_or_default();
+        let visible: Vec<u64> = items
+            .iter()
+            .filter_map(|it| match it.item {
+                Item::Message(seq) => Some(seq),
+                _ => None,
+            })
+            .collect();
+        let end = items.iter().map(|it| self.item_end(it)).max().unwrap_or(0);
+        let hidden = end - visible.len() as u64;
+        let mut represented = 0u64;
+        for it in items {
+            let (from, to) = match it.item {
+                Item::Message(_) => continue,
+                Item::Summary(i) => match self.summaries.prepared().get(i as usize) {
+                    Some(s) => (s.from, s.to),
+                    None => continue,
+                },
+                Item::Placeholder { from, to } => (from, to),
+            };
+            let shown = visible.partition_point(|&s| s < to) - visible.partition_point(|&s| s < from);
+            represented += (to - from) - shown as u64;
+        }
+        Coverage { hidden, represented: represented.min(hidden) }
+    }
+
     /// The view changed other than by appending: bump the generation and rebuild it.
     fn changed(&mut self) {
         self.generation += 1;
@@ -1258,6 +1428,9 @@ impl State {
                 None => entry.tokens,
             };
             items.push(ViewItem { seq, item: Item::Message(seq), tokens });
+        }
+        if self.config().placeholders() {
+            items = self.with_placeholders(items);
         }
         self.view_tokens = items.iter().map(|i| u64::from(i.tokens)).sum();
         self.view_summary_tokens =

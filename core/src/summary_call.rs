@@ -361,12 +361,14 @@ fn fork(
     }
     let is_system = |item: Item| match item {
         Item::Message(seq) => state.entry(seq).is_some_and(|e| e.is_system()),
-        Item::Summary(_) => false,
+        Item::Summary(_) | Item::Placeholder { .. } => false,
     };
     let in_span = |item: Item| match item {
         Item::Message(seq) if !job.is_condense() => (job.from..job.to).contains(&seq),
         Item::Summary(i) => job.condense.contains(&i),
-        Item::Message(_) => false,
+        // A placeholder for messages of the span goes with them.
+        Item::Placeholder { from, .. } if !job.is_condense() => (job.from..job.to).contains(&from),
+        Item::Message(_) | Item::Placeholder { .. } => false,
     };
     // Positions among the messages after the system prompt (how the scope names them).
     let after_system: Vec<Item> = cache.items().iter().map(|it| it.item).filter(|&i| !is_system(i)).collect();
