@@ -57,6 +57,8 @@ pub struct Analysis {
     pub totals: Totals,
     /// Violations a lenient fold went past.
     pub violations: Vec<Violation>,
+    /// Summary attempts and refused requests after the last call (or after `--call N`).
+    pub trailing: ctxlog::replay::Trailing,
 }
 
 /// One call.
@@ -499,6 +501,7 @@ impl Fold {
             summaries: self.summaries,
             totals: self.pricing.totals,
             violations: self.violations,
+            trailing: self.timeline.trailing(),
         }
     }
 }

@@ -138,6 +138,17 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "SECONDS")]
     #[serde(skip)]
     pub summary_timeout: Option<f64>,
+    /// The summarizer's context window in tokens: summary jobs are cut to fit it with room for
+    /// the answer (default: what an `openai:` server states at `/props`, as llama.cpp does;
+    /// else unbounded).
+    #[arg(long, value_name = "TOKENS")]
+    #[serde(skip)]
+    pub summary_context: Option<u64>,
+    /// `max_tokens` of every summary request (default: derived from each job's limit: a
+    /// quarter of its span, or a condense job's limit, plus half again).
+    #[arg(long, value_name = "TOKENS")]
+    #[serde(skip)]
+    pub summary_max_tokens: Option<u64>,
     /// Defer flushes while the prompt cache is warm.
     #[arg(long)]
     #[serde(default)]

@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::analysis::{analyze, unfinished, Decision, Keep, Until, What};
 use crate::args::{CopyArgs, ExportArgs, InspectArgs, ReplayArgs, RestoreArgs, SessionArgs, StoreArgs, VerifyArgs};
 use crate::error::{is_damage, output, CliError};
-use crate::output::{print_timeline, Out};
+use crate::output::{print_timeline_with, Out};
 use crate::stores::{open_store, open_store_with, Access};
 use crate::table::{Align, Columns};
 
@@ -131,7 +131,7 @@ pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let r = analyze(store.as_ref(), id, mode, until, Keep { views: false })?;
     let left = if until == Until::Head { unfinished(id, &r.state) } else { None };
     let timeline: Vec<_> = r.calls.iter().map(|c| c.record.clone()).collect();
-    print_timeline(out, &timeline, args.session.store.json)?;
+    print_timeline_with(out, &timeline, &r.trailing, args.session.store.json)?;
     for v in &r.violations {
         out.err(&format!("violation (lenient replay went on): {v}"))?;
     }

@@ -90,6 +90,10 @@ pub mod kind {
     pub const SUMMARY_FAILED: u8 = 22;
     /// `AnswerReceived`.
     pub const ANSWER_RECEIVED: u8 = 23;
+    /// `CallRejected`.
+    pub const CALL_REJECTED: u8 = 24;
+    /// `LimitLearned`.
+    pub const LIMIT_LEARNED: u8 = 25;
 }
 
 pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
@@ -113,6 +117,8 @@ pub fn encode(event: &Event) -> Result<Record, String> {
         Event::ImportCompleted(e) => payload(kind::IMPORT_COMPLETED, e),
         Event::SummaryFailed(e) => payload(kind::SUMMARY_FAILED, e),
         Event::AnswerReceived(e) => payload(kind::ANSWER_RECEIVED, e),
+        Event::CallRejected(e) => payload(kind::CALL_REJECTED, e),
+        Event::LimitLearned(e) => payload(kind::LIMIT_LEARNED, e),
     }
 }
 
@@ -148,6 +154,8 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
         kind::SUMMARY_FAILED => body(rest).map(Event::SummaryFailed),
         kind::ANSWER_RECEIVED => body(rest).map(Event::AnswerReceived),
+        kind::CALL_REJECTED => body(rest).map(Event::CallRejected),
+        kind::LIMIT_LEARNED => body(rest).map(Event::LimitLearned),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),

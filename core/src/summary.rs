@@ -28,8 +28,8 @@ pub struct SummaryJob {
     pub from: u64,
     /// One past the last seq.
     pub to: u64,
-    /// Edits in force on the span when the job was made; a job whose span was edited since is
-    /// discarded.
+    /// Edits in force on the span when the job was made; a job with a message restored since is
+    /// discarded (ladder edits since leave it good).
     pub edits: Vec<(u64, Option<EditKind>)>,
     /// Estimated tokens of the span (for a condense job: of the summaries it condenses, as
     /// they render in the view).
@@ -239,10 +239,13 @@ pub fn still_valid(state: &State, job: &SummaryJob) -> Result<(), String> {
             state.compacted()
         ));
     }
+    // A ladder edit of the span since (a removal, a truncation, a stub) leaves the summary
+    // good: it was written from the messages as appended, and its flush hides the whole span
+    // anyway. A restore does not: someone wanted that message back in the view as it was.
     for (seq, kind) in &job.edits {
         let now = state.entry(*seq).and_then(|e| e.edit.map(|e| e.kind));
-        if now != *kind {
-            return Err(format!("seq {seq} was edited after the job was made"));
+        if kind.is_some() && now.is_none() {
+            return Err(format!("seq {seq} was restored after the job was made"));
         }
     }
     Ok(())

@@ -155,35 +155,67 @@ pub(crate) async fn call(
     }
     let stream = prepared.stream;
     let call_no = prepared.plan.call();
-    let told = crate::headers::what_was_done(&prepared.plan);
-    let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
-    if let Some(h) = up.headers_mut() {
-        *h = crate::headers::request(&parts.headers, true);
-    }
-    let Ok(up) = up.body(full(prepared.body)) else {
-        return error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: cannot build the upstream request");
-    };
+    let (mut held, mut plan, mut forward) = (held, prepared.plan, prepared.body);
+    let mut retried = false;
     let before = started.elapsed();
-    let sent = tokio::time::timeout(proxy.cfg.upstream_timeout, proxy.client.request(up)).await;
-    let after = Instant::now();
-    // The plan is dropped with `held` on every early return: only the appended messages stay.
-    let resp = match sent {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            proxy.metrics.aborted.fetch_add(1, Relaxed);
-            return error(shape, StatusCode::BAD_GATEWAY, "api_error", &format!("ctxlog: upstream unreachable: {e}"));
+    let (after, up_parts, up_body, told) = loop {
+        let told = crate::headers::what_was_done(&plan);
+        let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
+        if let Some(h) = up.headers_mut() {
+            *h = crate::headers::request(&parts.headers, true);
         }
-        Err(_) => {
-            proxy.metrics.aborted.fetch_add(1, Relaxed);
-            return error(
-                shape,
-                StatusCode::GATEWAY_TIMEOUT,
-                "timeout_error",
-                "ctxlog: the upstream did not answer in time",
-            );
+        let Ok(up) = up.body(full(std::mem::take(&mut forward))) else {
+            return error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: cannot build the upstream request");
+        };
+        let sent = tokio::time::timeout(proxy.cfg.upstream_timeout, proxy.client.request(up)).await;
+        let after = Instant::now();
+        // The plan is dropped with `held` on every early return: only the appended messages stay.
+        let resp = match sent {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                proxy.metrics.aborted.fetch_add(1, Relaxed);
+                return error(shape, StatusCode::BAD_GATEWAY, "api_error", &format!("ctxlog: upstream unreachable: {e}"));
+            }
+            Err(_) => {
+                proxy.metrics.aborted.fetch_add(1, Relaxed);
+                return error(
+                    shape,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "timeout_error",
+                    "ctxlog: the upstream did not answer in time",
+                );
+            }
+        };
+        let (up_parts, up_body) = resp.into_parts();
+        if up_parts.status.is_success() {
+            break (after, up_parts, up_body, told);
+        }
+        // Refused: recorded; an overflow that taught the model's limit is re-planned and sent
+        // once more before the client hears anything (proxy/src/overflow.rs).
+        proxy.metrics.aborted.fetch_add(1, Relaxed);
+        let raw = read_answer(up_body, proxy.cfg.upstream_timeout).await.unwrap_or_default();
+        let status = up_parts.status.as_u16();
+        match crate::overflow::on_rejection(held, plan, &opts, status, &raw, !retried).await {
+            crate::overflow::AfterRejection::Retry { held: h, plan: p, body } => {
+                (held, plan, forward, retried) = (h, p, body, true);
+            }
+            crate::overflow::AfterRejection::Answer => {
+                let mut headers = crate::headers::response(&up_parts.headers);
+                headers.remove(http::header::CONTENT_LENGTH);
+                if let Ok(v) = stream.to_string().parse() {
+                    headers.insert(crate::headers::stream_header(), v);
+                }
+                headers.insert(crate::headers::call_header(), http::HeaderValue::from(call_no));
+                let mut out = Response::builder().status(up_parts.status);
+                if let Some(h) = out.headers_mut() {
+                    *h = headers;
+                }
+                return out.body(full(raw)).unwrap_or_else(|_| {
+                    error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: bad upstream headers")
+                });
+            }
         }
     };
-    let (up_parts, up_body) = resp.into_parts();
     let mut headers = crate::headers::response(&up_parts.headers);
     if let Ok(v) = stream.to_string().parse() {
         headers.insert(crate::headers::stream_header(), v);
@@ -198,11 +230,6 @@ pub(crate) async fn call(
         out.body(body)
             .unwrap_or_else(|_| error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: bad upstream headers"))
     };
-    if !up_parts.status.is_success() {
-        proxy.metrics.aborted.fetch_add(1, Relaxed);
-        drop(held);
-        return reply(up_parts.status, headers, up_body.map_err(Into::into).boxed());
-    }
     let sse = sse
         || up_parts
             .headers
@@ -210,7 +237,7 @@ pub(crate) async fn call(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
     let anthropic = format == WireFormat::Anthropic;
-    let call = Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts, _ticket: ticket };
+    let call = Call { proxy: Arc::clone(&proxy), held, plan, opts, _ticket: ticket };
     if sse {
         let (tx, rx) = oneshot::channel();
         let (committed_tx, committed_rx) = oneshot::channel();

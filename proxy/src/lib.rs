@@ -20,6 +20,7 @@ mod body;
 mod headers;
 mod identity;
 mod metrics;
+mod overflow;
 mod reply;
 mod server;
 mod sessions;

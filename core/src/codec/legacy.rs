@@ -552,7 +552,9 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
         | Event::SummaryRetired(_)
         | Event::ImportCompleted(_)
         | Event::SummaryFailed(_)
-        | Event::AnswerReceived(_) => return None,
+        | Event::AnswerReceived(_)
+        | Event::CallRejected(_)
+        | Event::LimitLearned(_) => return None,
         other => super::encode(other),
     })
 }
