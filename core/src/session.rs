@@ -1340,7 +1340,11 @@ impl<S: Store> Session<S> {
     /// the summarizer last refused deterministically (a 4xx, recorded as `rejected`): it waits
     /// until the job changes (more messages, a different span or limit, another context).
     pub fn summary_job_for(&self, call: &SummaryCall) -> Result<Option<SummaryJob>, SessionError> {
-        let Some(job) = self.summary_job() else { return Ok(None) };
+        if self.in_flight.is_some() || self.state.summarizer_paused() {
+            return Ok(None);
+        }
+        // The latch is checked on the job as fitted: a refused span may fit another context.
+        let Some(job) = summary::next_job(&self.state) else { return Ok(None) };
         let job = self.summary_request(&job, call)?.job;
         Ok((!self.state.summary_rejected(job.from, job.to, &job.condense)).then_some(job))
     }
