@@ -205,3 +205,36 @@ fn a_deterministic_4xx_is_recorded_once_and_the_job_waits_until_it_changes() {
     let failed = events.timeline.iter().flat_map(|c| &c.summaries).filter(|a| a.outcome == "rejected").count();
     assert_eq!(failed + events.trailing.summaries.len(), 1, "recorded once");
 }
+
+#[test]
+fn a_summary_whose_span_the_ladder_edited_meanwhile_is_still_prepared_and_flushed() {
+    let store = MemoryStore::new();
+    let mut s = start(&store, StreamId::random());
+    let mut provider = FakeProvider::new(Api::Anthropic);
+    let mut i = 0;
+    let job = loop {
+        s.append(turn(i)).unwrap();
+        call(&mut s, &mut provider, T0 + 20_000 * (i as u64 + 1));
+        i += 1;
+        if let Some(job) = s.summary_job() {
+            break job;
+        }
+    };
+    let edited_then = |s: &Session<&MemoryStore>| (job.from..job.to).filter(|&q| s.state().entry(q).unwrap().edit.is_some()).count();
+    let before = edited_then(&s);
+    let attempt = s.start_summary(&job, &SummaryCall::default()).unwrap();
+    // While the model writes, the agent goes on and the ladder edits messages of the span.
+    while edited_then(&s) == before {
+        assert!(i < 60, "the ladder never edited the span");
+        s.append(turn(i)).unwrap();
+        call(&mut s, &mut provider, T0 + 20_000 * (i as u64 + 1));
+        i += 1;
+    }
+    let done = s.finish_summary(attempt, SummaryOutcome::text("Handlers ported one by one; error codes kept.")).unwrap();
+    assert!(matches!(done, SummaryFinished::Prepared(_)), "wasted: {done:?}");
+    assert_eq!(s.state().compacted(), job.to);
+    // And the next call can flush it.
+    s.append(turn(i)).unwrap();
+    let c = call(&mut s, &mut provider, T0 + 20_000 * (i as u64 + 1) + 600_000);
+    assert!(c.events.iter().any(|e| matches!(e, Event::Flushed(f) if f.to >= job.to)), "{:?}", c.events);
+}
