@@ -337,6 +337,11 @@ pub struct DemoArgs {
     /// same shape (at least 3), to see how compaction holds up on a long session.
     #[arg(long, value_name = "N")]
     pub messages: Option<u64>,
+    /// Wire format of the demo session: `anthropic`, `openai` (the same session converted to
+    /// OpenAI chat messages), or `auto` (default): the summarizer's format with an `openai:`
+    /// summarizer, so that its fork summaries can be built, else anthropic.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub format: FormatArg,
 }
 
 /// `import`.

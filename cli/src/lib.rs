@@ -4,6 +4,7 @@ pub mod analysis;
 pub mod args;
 pub mod chart;
 pub mod commands;
+pub mod demo_openai;
 pub mod diff;
 pub mod error;
 pub mod import;
@@ -121,16 +122,37 @@ fn config_of(args: &ConfigArgs, base: Config) -> Result<(Config, Option<ctxlog::
 }
 
 fn demo(a: DemoArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
-    let transcript = match a.messages {
-        None => {
+    // The summarizer's format by default, so that an `openai:` summarizer can fork.
+    let openai = match a.format {
+        FormatArg::Openai => true,
+        FormatArg::Anthropic => false,
+        FormatArg::Auto => {
+            matches!(&a.config.summarizer, Some(args::SummarizerArg::Model(spec)) if spec.starts_with("openai:"))
+        }
+    };
+    let transcript = match (a.messages, openai) {
+        (None, false) => {
             let text = ctxlog_workload::demo_transcript();
             transcript::read(text.as_bytes(), std::path::Path::new("<bundled demo transcript>"), FormatArg::Anthropic)?
         }
-        Some(n) => {
+        (None, true) => {
+            let text = demo_openai::convert(&ctxlog_workload::demo_transcript())?;
+            let path = std::path::Path::new("<bundled demo transcript, OpenAI chat format>");
+            transcript::read(text.as_bytes(), path, FormatArg::Openai)?
+        }
+        (Some(n), openai) => {
             let lines = ctxlog_workload::session(ctxlog_workload::DEMO_SEED, n)
                 .map_err(|e| CliError::Usage(format!("--messages {n}: {e}")))?;
             let path = format!("<generated {n}-message session>");
-            transcript::read(lines.into_reader(), std::path::Path::new(&path), FormatArg::Anthropic)?
+            if openai {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut lines.into_reader(), &mut text)
+                    .map_err(|e| CliError::Usage(format!("--messages {n}: {e}")))?;
+                let text = demo_openai::convert(&text)?;
+                transcript::read(text.as_bytes(), std::path::Path::new(&path), FormatArg::Openai)?
+            } else {
+                transcript::read(lines.into_reader(), std::path::Path::new(&path), FormatArg::Anthropic)?
+            }
         }
     };
     let base = Config { budget: DEMO_BUDGET, ..Config::default() };
