@@ -144,8 +144,8 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "TOKENS")]
     #[serde(skip)]
     pub summary_context: Option<u64>,
-    /// `max_tokens` of every summary request (default: derived from each job's limit: a
-    /// quarter of its span, or a condense job's limit, plus half again).
+    /// `max_tokens` of every summary request (default: derived from each job's limit — a
+    /// quarter of its span, 96 to 1,024, or a condense job's limit — plus half again).
     #[arg(long, value_name = "TOKENS")]
     #[serde(skip)]
     pub summary_max_tokens: Option<u64>,

@@ -121,7 +121,9 @@ fn message(m: &Value) -> Vec<Value> {
                         }));
                         out.push(with_extras(tool, m));
                     }
-                    Some("text") => parts.push(json!({"type": "text", "text": b.get("text").cloned().unwrap_or_default()})),
+                    Some("text") => {
+                        parts.push(json!({"type": "text", "text": b.get("text").cloned().unwrap_or_default()}))
+                    }
                     Some("image") => parts.extend(image_part(b)),
                     _ => {}
                 }

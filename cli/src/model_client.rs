@@ -29,7 +29,11 @@ impl SummaryClient for LlmClient {
 /// or no `--summarizer`.
 pub fn from_args(a: &crate::args::ConfigArgs) -> Result<Option<(LlmClient, SummaryCall)>, CliError> {
     let Some(crate::args::SummarizerArg::Model(spec)) = &a.summarizer else {
-        if a.summary_call.is_some() || a.summary_model.is_some() || a.summary_context.is_some() || a.summary_max_tokens.is_some() {
+        if a.summary_call.is_some()
+            || a.summary_model.is_some()
+            || a.summary_context.is_some()
+            || a.summary_max_tokens.is_some()
+        {
             return Err(CliError::Usage(
                 "--summary-call, --summary-model, --summary-context and --summary-max-tokens need a model: --summarizer anthropic:URL, openai:URL or \
                  command:PROGRAM"
@@ -56,7 +60,9 @@ pub fn from_args(a: &crate::args::ConfigArgs) -> Result<Option<(LlmClient, Summa
     call.format = spec.wire_format();
     call.max_tokens = a.summary_max_tokens;
     call.context = match a.summary_context {
-        Some(0) => return Err(CliError::Usage("--summary-context 0: the summarizer's context must be positive".into())),
+        Some(0) => {
+            return Err(CliError::Usage("--summary-context 0: the summarizer's context must be positive".into()))
+        }
         Some(n) => Some(n),
         // A llama.cpp-style server says its context at `/props`; others have no such page.
         None => client.context_window(),

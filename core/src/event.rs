@@ -570,7 +570,7 @@ impl SummaryFailure {
                 f64::from(*per_mille) / 10.0
             ),
             SummaryFailure::Rejected { status, detail } => format!(
-                "the summarizer refused the request (HTTP {status}; not sent again until the job changes): {detail}"
+                "the summarizer refused the request (HTTP {status}, not sent again until the job changes): {detail}"
             ),
         }
     }

@@ -41,14 +41,7 @@ pub fn parse_rejection(status: u16, body: &[u8]) -> Rejection {
     let kind = text(err.get("type"));
     let code = text(err.get("code"));
     let error = if code == "context_length_exceeded" || kind.is_empty() { code } else { kind };
-    let mut r = Rejection {
-        status,
-        error,
-        message: cut(&message),
-        overflow: false,
-        prompt_tokens: None,
-        limit: None,
-    };
+    let mut r = Rejection { status, error, message: cut(&message), overflow: false, prompt_tokens: None, limit: None };
     if r.error == "exceed_context_size_error" {
         r.overflow = true;
         r.prompt_tokens = err.get("n_prompt_tokens").and_then(Value::as_u64);
@@ -111,12 +104,16 @@ mod tests {
         let l = br#"{"error":{"code":400,"message":"request (9000 tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":8192}}"#;
         let r = parse_rejection(400, l);
         assert_eq!((r.overflow, r.prompt_tokens, r.limit), (true, Some(9_000), Some(8_192)));
-        let other = br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}"#;
+        let other =
+            br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}"#;
         let r = parse_rejection(400, other);
         assert!(!r.overflow);
         assert_eq!(r.message, "max_tokens: Field required");
         let html = parse_rejection(502, b"<html>bad gateway</html>");
-        assert_eq!((html.error.as_str(), html.message.as_str(), html.overflow), ("", "<html>bad gateway</html>", false));
+        assert_eq!(
+            (html.error.as_str(), html.message.as_str(), html.overflow),
+            ("", "<html>bad gateway</html>", false)
+        );
     }
 
     #[test]

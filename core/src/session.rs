@@ -13,8 +13,9 @@ use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
 use crate::event::{
-    AnswerReceived, CallRejected, Event, GuardKind, ImportCompleted, ImportSource, LimitLearned, MessageAppended, RequestRecord, RequestServed,
-    Restored, SessionStarted, SummaryFailed, SummaryFailure, SummaryMode, SummaryPrepared, ToolsRecord,
+    AnswerReceived, CallRejected, Event, GuardKind, ImportCompleted, ImportSource, LimitLearned, MessageAppended,
+    RequestRecord, RequestServed, Restored, SessionStarted, SummaryFailed, SummaryFailure, SummaryMode,
+    SummaryPrepared, ToolsRecord,
 };
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
@@ -1487,7 +1488,12 @@ impl<S: Store> Session<S> {
     }
 
     /// The text, its tokens and the tokens it replaces, or why it cannot be used.
-    fn judge(&self, job: &SummaryJob, text: String, request: &SummaryRequest) -> Result<(String, u32, u64), SummaryFailure> {
+    fn judge(
+        &self,
+        job: &SummaryJob,
+        text: String,
+        request: &SummaryRequest,
+    ) -> Result<(String, u32, u64), SummaryFailure> {
         if text.trim().is_empty() {
             return Err(SummaryFailure::Empty);
         }

@@ -21,33 +21,40 @@ pub const REQUEST_OVERHEAD_TOKENS: u64 = 64;
 pub const SPAN_SHARE: u64 = 4;
 /// ...but at least this many tokens (a heading per section needs some room)...
 pub const MIN_ANSWER_TOKENS: u64 = 96;
+/// ...and at most this many (a summary is a page, not a chapter).
+pub const MAX_ANSWER_TOKENS: u64 = 1_024;
 /// ...and never a request's `max_tokens` of less than this.
 pub const MIN_MAX_TOKENS: u64 = 16;
 
 /// The summary's budget in the engine's tokens: a condense job's limit, else a quarter of the
-/// span (at least [`MIN_ANSWER_TOKENS`], at most [`DEFAULT_MAX_TOKENS`]), always below the
+/// span (at least [`MIN_ANSWER_TOKENS`], at most [`MAX_ANSWER_TOKENS`]), always below the
 /// span itself (a summary not smaller than its span is discarded anyway).
 pub fn answer_budget(job: &SummaryJob) -> u64 {
     if let Some(max) = job.max_tokens {
         return u64::from(max).max(1);
     }
-    let share = (job.span_tokens / SPAN_SHARE).clamp(MIN_ANSWER_TOKENS, DEFAULT_MAX_TOKENS);
+    let share = (job.span_tokens / SPAN_SHARE).clamp(MIN_ANSWER_TOKENS, MAX_ANSWER_TOKENS);
     share.min(job.span_tokens.saturating_mul(3) / 4).max(1)
 }
 
 /// The request's `max_tokens`: the override, or the budget plus half again (the model's
 /// tokenizer is not our chars/4 estimate, and a summary that ends a little over its budget is
 /// better judged by the shrink and limit guards than cut), capped by the room the prompt
-/// leaves in the summarizer's context.
+/// leaves in the summarizer's context; never over [`DEFAULT_MAX_TOKENS`] unless overridden.
 pub fn max_tokens(job: &SummaryJob, call: &SummaryCall, prompt_tokens: u64) -> u64 {
-    let budget = answer_budget(job);
-    let wanted = call.max_tokens.unwrap_or(budget + budget / 2 + MIN_MAX_TOKENS);
+    let wanted = call.max_tokens.unwrap_or_else(|| derived(job));
     match call.context {
         Some(context) => {
             wanted.min(context.saturating_sub(prompt_tokens + REQUEST_OVERHEAD_TOKENS)).max(MIN_MAX_TOKENS)
         }
         None => wanted,
     }
+}
+
+/// The derived `max_tokens`: the budget plus half again and a few.
+fn derived(job: &SummaryJob) -> u64 {
+    let budget = answer_budget(job);
+    (budget + budget / 2 + MIN_MAX_TOKENS).min(DEFAULT_MAX_TOKENS)
 }
 
 /// The sentence stating the answer's budget and the span's size (in the standalone user
@@ -99,10 +106,7 @@ fn fixed_tokens(job: &SummaryJob) -> u64 {
 
 /// Tokens the span's text may take so that the request and its answer fit `context`.
 fn room(job: &SummaryJob, call: &SummaryCall, context: u64) -> u64 {
-    let answer = call.max_tokens.unwrap_or_else(|| {
-        let b = answer_budget(job);
-        b + b / 2 + MIN_MAX_TOKENS
-    });
+    let answer = call.max_tokens.unwrap_or_else(|| derived(job));
     context.saturating_sub(fixed_tokens(job) + answer)
 }
 
@@ -197,7 +201,8 @@ mod tests {
     fn the_budget_is_a_quarter_of_the_span_within_bounds_or_the_condense_limit() {
         assert_eq!(answer_budget(&job(947, None)), 236);
         assert_eq!(answer_budget(&job(100, None)), 75, "below the span");
-        assert_eq!(answer_budget(&job(100_000, None)), DEFAULT_MAX_TOKENS);
+        assert_eq!(answer_budget(&job(100_000, None)), MAX_ANSWER_TOKENS);
+        assert_eq!(max_tokens(&job(100_000, None), &SummaryCall::default(), 0), 1_024 + 512 + 16);
         assert_eq!(answer_budget(&job(400, Some(78))), 78);
     }
 

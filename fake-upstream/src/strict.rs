@@ -341,7 +341,9 @@ impl Strictness {
         if self.on(Rule::ContextLength) && prompt_tokens > limit && self.llama_cpp {
             return Err(Rejection {
                 status: 400,
-                message: format!("request ({prompt_tokens} tokens) exceeds the available context size ({limit} tokens)"),
+                message: format!(
+                    "request ({prompt_tokens} tokens) exceeds the available context size ({limit} tokens)"
+                ),
                 param: None,
                 code: Some(LLAMA_CONTEXT_CODE.into()),
             });

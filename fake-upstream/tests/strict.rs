@@ -293,7 +293,10 @@ fn config_endpoint_relaxes_sets_the_window_and_moves_the_clock() {
     let r = post(&up, OAI, &long);
     assert_eq!(r.status, 400);
     let e = r.json()["error"].clone();
-    assert_eq!((e["type"].as_str(), e["code"].as_u64(), e["n_ctx"].as_u64()), (Some("exceed_context_size_error"), Some(400), Some(50)));
+    assert_eq!(
+        (e["type"].as_str(), e["code"].as_u64(), e["n_ctx"].as_u64()),
+        (Some("exceed_context_size_error"), Some(400), Some(50))
+    );
     let n = e["n_prompt_tokens"].as_u64().unwrap();
     assert!(n > 50);
     assert_eq!(

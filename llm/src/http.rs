@@ -94,8 +94,10 @@ impl Http {
         if !(200..300).contains(&code) {
             return Err(LlmError::Status { url: url.to_owned(), code, body_excerpt: excerpt(&bytes), retried: false });
         }
-        serde_json::from_slice(&bytes)
-            .map_err(|e| LlmError::InvalidJson { source_name: url.to_owned(), detail: format!("body is not JSON: {e}") })
+        serde_json::from_slice(&bytes).map_err(|e| LlmError::InvalidJson {
+            source_name: url.to_owned(),
+            detail: format!("body is not JSON: {e}"),
+        })
     }
 
     /// One request: status, the server's `retry-after` (seconds form), body bytes.

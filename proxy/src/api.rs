@@ -174,7 +174,12 @@ pub(crate) async fn call(
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 proxy.metrics.aborted.fetch_add(1, Relaxed);
-                return error(shape, StatusCode::BAD_GATEWAY, "api_error", &format!("ctxlog: upstream unreachable: {e}"));
+                return error(
+                    shape,
+                    StatusCode::BAD_GATEWAY,
+                    "api_error",
+                    &format!("ctxlog: upstream unreachable: {e}"),
+                );
             }
             Err(_) => {
                 proxy.metrics.aborted.fetch_add(1, Relaxed);
@@ -197,7 +202,7 @@ pub(crate) async fn call(
         let status = up_parts.status.as_u16();
         match crate::overflow::on_rejection(held, plan, &opts, status, &raw, !retried).await {
             crate::overflow::AfterRejection::Retry { held: h, plan: p, body } => {
-                (held, plan, forward, retried) = (h, p, body, true);
+                (held, plan, forward, retried) = (h, *p, body, true);
             }
             crate::overflow::AfterRejection::Answer => {
                 let mut headers = crate::headers::response(&up_parts.headers);

@@ -16,8 +16,8 @@ pub(crate) enum AfterRejection {
     Retry {
         /// The slot and lease, still held.
         held: Held,
-        /// The new plan (same call number).
-        plan: Plan,
+        /// The new plan (same call number), boxed: a plan is large.
+        plan: Box<Plan>,
         /// Its request body.
         body: Vec<u8>,
     },
@@ -61,7 +61,7 @@ pub(crate) async fn on_rejection(
                     view_tokens = plan.view_tokens,
                     "over the model's context: re-planned within the learned limit, sent once more"
                 );
-                AfterRejection::Retry { held, plan, body: request.into_body() }
+                AfterRejection::Retry { held, plan: Box::new(plan), body: request.into_body() }
             }
             Err(e) => {
                 tracing::error!(session = %session.id(), error = %e, "re-planning after an overflow failed");

@@ -340,10 +340,7 @@ async fn a_screenshot_agent_never_sends_more_images_than_anthropic_takes() {
     let evs = calls(&*store, id, 130).await;
     p.shutdown().await;
     assert_eq!(all_accepted(&up), Ok(130));
-    let capped = evs
-        .iter()
-        .filter(|e| matches!(e, Event::Edited(x) if x.reason.rule.starts_with("media cap")))
-        .count();
+    let capped = evs.iter().filter(|e| matches!(e, Event::Edited(x) if x.reason.rule.starts_with("media cap"))).count();
     assert!(capped >= 30, "the oldest screenshots were removed: {capped}");
     assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
 }

@@ -206,8 +206,18 @@ fn demo_with_an_openai_compatible_server_summarizes_over_real_sockets() {
     assert_eq!(cli(&["verify", "--store", &store]).0, 0);
     // `--format anthropic` is the old pairing: the fork cannot be built across formats.
     let store2 = format!("sqlite:{}", dir.path().join("a.db").display());
-    let (code, out, err) =
-        cli(&["demo", "--json", "--store", &store2, "--format", "anthropic", "--summarizer", &spec, "--summary-call", "fork"]);
+    let (code, out, err) = cli(&[
+        "demo",
+        "--json",
+        "--store",
+        &store2,
+        "--format",
+        "anthropic",
+        "--summarizer",
+        &spec,
+        "--summary-call",
+        "fork",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(attempts(&out).iter().all(|a| a["refusal"] == "fork_unbuildable"));
 }
@@ -219,7 +229,8 @@ fn a_llama_cpp_servers_context_from_props_bounds_every_summary_request() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("d.db").display());
     let spec = format!("openai:{}", server.base);
-    let (code, out, err) = cli(&["demo", "--json", "--store", &store, "--summarizer", &spec, "--summary-timeout", "20"]);
+    let (code, out, err) =
+        cli(&["demo", "--json", "--store", &store, "--summarizer", &spec, "--summary-timeout", "20"]);
     assert_eq!(code, 0, "{err}");
     let seen = server.seen.lock().unwrap().clone();
     assert!(!seen.is_empty());

@@ -68,7 +68,13 @@ fn a_standalone_job_is_cut_at_a_turn_to_fit_the_context_with_room_for_the_answer
     // The limit and the span's size are stated.
     let text = body["messages"][0]["content"].as_str().unwrap();
     let budget = summary_fit::answer_budget(&req.job);
-    assert!(text.starts_with(&format!("LIMIT: the span takes about {} tokens; write at most {budget} tokens", req.job.span_tokens)), "{text}");
+    assert!(
+        text.starts_with(&format!(
+            "LIMIT: the span takes about {} tokens; write at most {budget} tokens",
+            req.job.span_tokens
+        )),
+        "{text}"
+    );
     // Without a context, the job as the engine made it.
     assert_eq!(whole.job, job);
     // The attempt summarizes the shorter span, and its summary is recorded for it.
@@ -152,7 +158,8 @@ fn a_truncated_answer_is_a_recorded_failure() {
     let store = MemoryStore::new();
     let (mut s, job) = served(&store, 10);
     let attempt = s.start_summary(&job, &SummaryCall::default()).unwrap();
-    let done = s.finish_summary(attempt, SummaryOutcome::failed(SummaryFailure::Truncated { max_tokens: None })).unwrap();
+    let done =
+        s.finish_summary(attempt, SummaryOutcome::failed(SummaryFailure::Truncated { max_tokens: None })).unwrap();
     let SummaryFinished::Failed { failure, committed } = done else { panic!() };
     assert_eq!(failure.as_str(), "truncated");
     assert!(matches!(committed.events.last(), Some(Event::SummaryFailed(f)) if f.reason.as_str() == "truncated"));
@@ -184,7 +191,7 @@ fn a_deterministic_4xx_is_recorded_once_and_the_job_waits_until_it_changes() {
     // A different context cuts the span elsewhere: that job is a new request, offered.
     let cut = [2_000, 1_600, 1_300, 1_000]
         .into_iter()
-        .find_map(|c| s.summary_request(&job, &SummaryCall::default().context(c)).unwrap().job.ne(&job).then_some(c))
+        .find(|&c| s.summary_request(&job, &SummaryCall::default().context(c)).unwrap().job != job)
         .expect("some context cuts the job");
     let other = s.summary_job_for(&SummaryCall::default().context(cut)).unwrap();
     assert!(other.is_some_and(|j| j.to < job.to));
@@ -220,7 +227,8 @@ fn a_summary_whose_span_the_ladder_edited_meanwhile_is_still_prepared_and_flushe
             break job;
         }
     };
-    let edited_then = |s: &Session<&MemoryStore>| (job.from..job.to).filter(|&q| s.state().entry(q).unwrap().edit.is_some()).count();
+    let edited_then =
+        |s: &Session<&MemoryStore>| (job.from..job.to).filter(|&q| s.state().entry(q).unwrap().edit.is_some()).count();
     let before = edited_then(&s);
     let attempt = s.start_summary(&job, &SummaryCall::default()).unwrap();
     // While the model writes, the agent goes on and the ladder edits messages of the span.
@@ -230,7 +238,8 @@ fn a_summary_whose_span_the_ladder_edited_meanwhile_is_still_prepared_and_flushe
         call(&mut s, &mut provider, T0 + 20_000 * (i as u64 + 1));
         i += 1;
     }
-    let done = s.finish_summary(attempt, SummaryOutcome::text("Handlers ported one by one; error codes kept.")).unwrap();
+    let done =
+        s.finish_summary(attempt, SummaryOutcome::text("Handlers ported one by one; error codes kept.")).unwrap();
     assert!(matches!(done, SummaryFinished::Prepared(_)), "wasted: {done:?}");
     assert_eq!(s.state().compacted(), job.to);
     // And the next call can flush it.
