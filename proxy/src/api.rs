@@ -79,6 +79,7 @@ pub(crate) async fn call(
 
     // One call in flight per session: the slot in this process, the store's lease across a
     // fleet. Both waits share one bound; past it the client is told to retry (nothing sent).
+    let model = opts.model_name();
     let deadline = tokio::time::Instant::now() + proxy.cfg.session_wait;
     let slot = proxy.sessions.slot(base);
     let mut pending = Some((spans, opts));
@@ -90,7 +91,8 @@ pub(crate) async fn call(
             return unavailable("the session is busy with another call past --session-wait; retry");
         };
         let store = Arc::clone(&proxy.store);
-        let config = proxy.cfg.engine.clone();
+        // A new session starts within what its model was learned to take.
+        let config = proxy.limits.config_for(&proxy.cfg.engine, model.as_deref());
         let raw = bytes.clone();
         let Some((span_list, o)) = pending.take() else {
             return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: lost the request");
@@ -200,7 +202,7 @@ pub(crate) async fn call(
         proxy.metrics.aborted.fetch_add(1, Relaxed);
         let raw = read_answer(up_body, proxy.cfg.upstream_timeout).await.unwrap_or_default();
         let status = up_parts.status.as_u16();
-        match crate::overflow::on_rejection(held, plan, &opts, status, &raw, !retried).await {
+        match crate::overflow::on_rejection(&proxy.limits, held, plan, &opts, status, &raw, !retried).await {
             crate::overflow::AfterRejection::Retry { held: h, plan: p, body } => {
                 (held, plan, forward, retried) = (h, *p, body, true);
             }

@@ -10,6 +10,27 @@ use ctxlog::{Plan, RequestOptions};
 
 use crate::sessions::Held;
 
+/// The budgets learned from overflows in this process, by model name.
+#[derive(Default)]
+pub(crate) struct Limits(std::sync::Mutex<std::collections::HashMap<String, u64>>);
+
+impl Limits {
+    /// `config` for a new session of `model`: its budget within what that model was learned to take.
+    pub fn config_for(&self, config: &ctxlog::Config, model: Option<&str>) -> ctxlog::Config {
+        let mut c = config.clone();
+        if let Some(b) = model.and_then(|m| self.0.lock().unwrap_or_else(|p| p.into_inner()).get(m).copied()) {
+            c.budget = c.budget.min(b);
+        }
+        c
+    }
+
+    fn learn(&self, model: &str, budget: u64) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let b = map.entry(model.to_owned()).or_insert(budget);
+        *b = (*b).min(budget);
+    }
+}
+
 /// What to do after a refusal.
 pub(crate) enum AfterRejection {
     /// Send this body, planned within the learned limit, with this plan.
@@ -29,6 +50,7 @@ pub(crate) enum AfterRejection {
 /// whether to retry (`may_retry`: not after a retry already). Runs the session's writes on the
 /// blocking pool.
 pub(crate) async fn on_rejection(
+    limits: &Limits,
     held: Held,
     plan: Plan,
     opts: &RequestOptions,
@@ -38,20 +60,21 @@ pub(crate) async fn on_rejection(
 ) -> AfterRejection {
     let opts = opts.clone();
     let body = body.clone();
+    let model = opts.model_name();
     let done = tokio::task::spawn_blocking(move || {
         let mut held = held;
         let rejection = parse_rejection(status, &body);
-        let Some(session) = held.session_mut() else { return AfterRejection::Answer };
+        let Some(session) = held.session_mut() else { return (AfterRejection::Answer, None) };
         let model = opts.model_name();
         let now = ctxlog::Timestamp::from_system_time(std::time::SystemTime::now());
         let learned = match session.reject_call(plan, &rejection, model.as_deref(), now) {
             Ok(out) => out.budget,
             Err(e) => {
                 tracing::error!(session = %session.id(), error = %e, "the provider's refusal could not be logged");
-                return AfterRejection::Answer;
+                return (AfterRejection::Answer, None);
             }
         };
-        let (true, Some(budget)) = (may_retry, learned) else { return AfterRejection::Answer };
+        let (true, Some(budget)) = (may_retry, learned) else { return (AfterRejection::Answer, learned) };
         let planned = session.plan(now).and_then(|plan| Ok((session.request(&plan, &opts)?, plan)));
         match planned {
             Ok((request, plan)) => {
@@ -61,14 +84,18 @@ pub(crate) async fn on_rejection(
                     view_tokens = plan.view_tokens,
                     "over the model's context: re-planned within the learned limit, sent once more"
                 );
-                AfterRejection::Retry { held, plan: Box::new(plan), body: request.into_body() }
+                (AfterRejection::Retry { held, plan: Box::new(plan), body: request.into_body() }, learned)
             }
             Err(e) => {
                 tracing::error!(session = %session.id(), error = %e, "re-planning after an overflow failed");
-                AfterRejection::Answer
+                (AfterRejection::Answer, learned)
             }
         }
     })
     .await;
-    done.unwrap_or(AfterRejection::Answer)
+    let (after, learned) = done.unwrap_or((AfterRejection::Answer, None));
+    if let (Some(m), Some(b)) = (model, learned) {
+        limits.learn(&m, b);
+    }
+    after
 }

@@ -33,6 +33,9 @@ pub(crate) struct Proxy {
     /// Calls between their forward and the end of their commit and summaries: shutdown waits
     /// for them to drain.
     pub in_flight: InFlight,
+    /// The budgets learned from overflows, by model: a new session of that model starts
+    /// within it (each session's own is in its log).
+    pub limits: crate::overflow::Limits,
     upstream: (http::uri::Scheme, http::uri::Authority, String),
 }
 
@@ -169,6 +172,7 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         sessions: Sessions::default(),
         metrics: Arc::clone(&metrics),
         in_flight: InFlight::default(),
+        limits: crate::overflow::Limits::default(),
         upstream,
     });
     let (stop, mut stopped) = watch::channel(false);

@@ -216,3 +216,28 @@ async fn any_other_refusal_is_recorded_and_passed_on_without_a_retry() {
     let trailing = ctxlog::replay::replay(&*store, id, ctxlog::replay::Mode::Strict, None).unwrap().trailing;
     assert_eq!(trailing.rejected.len(), 1, "replay shows the refusal after the last call");
 }
+
+/// What one session learned about a model, a new session of that model starts with: it never
+/// overflows to find out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_of_the_model_starts_within_the_learned_limit() {
+    let up = FakeUpstream::start().unwrap();
+    up.set_context_tokens(Some(CONTEXT));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 200_000).await;
+    let mut first = Agent::new(Api::Anthropic);
+    let a = drive(&p, &mut first, 0, 24).await;
+    let evs = calls(&*store, a, 24).await;
+    let budget = learned(&evs)[0].budget;
+    let refused = up.requests().iter().filter(|x| x.response.status != 200).count();
+    let mut second = Agent::new(Api::Anthropic);
+    second.messages[0] = json!({"role": "user", "content": "TASK-92: a different task, the same model."});
+    let b = drive(&p, &mut second, 0, 24).await;
+    assert_ne!(a, b, "a second session");
+    let evs = calls(&*store, b, 24).await;
+    p.shutdown().await;
+    let Some(Event::SessionStarted(s)) = evs.first() else { panic!() };
+    assert_eq!(s.config.budget, budget, "the new session starts within the learned limit");
+    assert!(rejected(&evs).is_empty());
+    assert_eq!(up.requests().iter().filter(|x| x.response.status != 200).count(), refused, "no new overflow");
+}
