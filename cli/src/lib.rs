@@ -244,6 +244,14 @@ fn run_import(
         w.flush().map_err(out_err("the views file"))?;
         std::fs::rename(tmp, path).map_err(out_err(&path.display().to_string()))?;
     }
+    // What followed the last call, as `replay` prints it.
+    if json && !done.trailing.is_empty() {
+        out.line(&serde_json::to_string(&done.trailing).unwrap_or_default())?;
+    } else {
+        for l in output::trailing_lines(&done.trailing) {
+            out.line(&l)?;
+        }
+    }
     if !json {
         for l in summary(&done.timeline) {
             out.line(&l)?;

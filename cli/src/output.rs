@@ -223,6 +223,7 @@ pub fn trailing_lines(t: &ctxlog::replay::Trailing) -> Vec<String> {
     }
     let mut out = vec![format!("  after call {}:", t.after_calls.saturating_sub(1))];
     out.extend(t.rejected.iter().map(rejection));
+    out.extend(t.guards.iter().map(|g| format!("      guard {}: {}", g.kind, g.detail)));
     out.extend(t.summaries.iter().map(summary_attempt));
     out
 }

@@ -103,12 +103,15 @@ pub struct Trailing {
     /// Refused requests since the last call.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<RejectionRecord>,
+    /// Guards raised since the last call (the summarizer's pause, a fork refusal).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub guards: Vec<GuardRecord>,
 }
 
 impl Trailing {
     /// Nothing after the last call?
     pub fn is_empty(&self) -> bool {
-        self.summaries.is_empty() && self.rejected.is_empty()
+        self.summaries.is_empty() && self.rejected.is_empty() && self.guards.is_empty()
     }
 }
 
@@ -298,7 +301,12 @@ impl Timeline {
 impl Timeline {
     /// What was fed after the last call record: attempts and refusals no record carries yet.
     pub fn trailing(&self) -> Trailing {
-        Trailing { after_calls: self.calls, summaries: self.summaries.clone(), rejected: self.rejected.clone() }
+        Trailing {
+            after_calls: self.calls,
+            summaries: self.summaries.clone(),
+            rejected: self.rejected.clone(),
+            guards: self.guards.clone(),
+        }
     }
 }
 

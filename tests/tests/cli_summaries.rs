@@ -38,10 +38,12 @@ fn requests(dir: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
-/// The attempts of a `--json` timeline.
+/// The attempts of a `--json` timeline's call records (not those after the last call: that
+/// last object, `after_calls`, is printed only when there are some).
 fn attempts(out: &str) -> Vec<Value> {
     out.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r.get("after_calls").is_none())
         .flat_map(|r| r["summaries"].as_array().cloned().unwrap_or_default())
         .collect()
 }
@@ -86,6 +88,10 @@ fn demo_with_a_command_summarizer_forks_and_the_table_shows_each_attempt() {
     let all = attempts(&out);
     assert!(!all.is_empty());
     assert!(all.iter().all(|a| a["mode_requested"] == "auto"));
+    // `replay --json` prints what `demo --json` printed, what followed the last call included.
+    let (code, replayed, err) = cli(&["replay", "--json", "--store", &store2]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(replayed, out);
     assert!(all.iter().any(|a| a["outcome"] == "prepared"));
 }
 
@@ -106,6 +112,11 @@ fn a_failing_summarizer_is_recorded_and_pauses_without_failing_the_demo() {
     let pauses = out.matches("\"summarizer_paused\"").count();
     assert!(pauses >= 1, "{out}");
     assert!(all.len() >= 3 * pauses && all.len() < 3 * (pauses + 1), "{} attempts, {pauses} pauses", all.len());
+    // The attempts after the last call are printed last, as `replay --json` prints them.
+    let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["after_calls"], 271, "{last}");
+    assert!(!last["summaries"].as_array().unwrap().is_empty());
+    assert_eq!(cli(&["replay", "--json", "--store", &store]).1, out);
 }
 
 /// A loopback OpenAI-compatible server: every request recorded, answered with a completion.
