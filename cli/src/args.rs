@@ -624,4 +624,15 @@ pub struct ProxyArgs {
     /// On Ctrl-C or SIGTERM: seconds the calls in flight may take to end and commit.
     #[arg(long, default_value_t = 30)]
     pub drain_timeout: u64,
+    /// Anthropic prompt-cache breakpoints of forwarded requests: `auto` (the client's mapped
+    /// onto the view, the proxy's own when it set none), `client` (only the client's) or `off`.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub cache_breakpoints: ctxlog_proxy::CacheBreakpoints,
+    /// Context windows by model prefix over the built-in table, as a JSON object
+    /// (`{"my-finetune": 32768}`); used as the budget unless `--budget` is given.
+    #[arg(long, value_name = "FILE")]
+    pub models: Option<PathBuf>,
+    /// One context window over the table: `MODEL_PREFIX=TOKENS` (repeatable).
+    #[arg(long, value_name = "PREFIX=TOKENS")]
+    pub model_window: Vec<String>,
 }

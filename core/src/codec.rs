@@ -82,8 +82,10 @@ pub mod kind {
     /// import reads; `None` for every other session).
     pub const SESSION_STARTED: u8 = 18;
     // 19 is reserved (another branch's kind).
-    /// `RequestServed` with the request record (model, tools, breakpoints).
-    pub const REQUEST_SERVED: u8 = 20;
+    /// `RequestServed` with the request record (model, tools, breakpoints), before the
+    /// placement (read only, frozen as [`legacy::RequestServedV4`](super::legacy::RequestServedV4);
+    /// see [`REQUEST_SERVED`]).
+    pub const REQUEST_SERVED_V4: u8 = 20;
     /// `SummaryPrepared` with the fork's prefix call, the summarizer's usage and latency.
     pub const SUMMARY_PREPARED: u8 = 21;
     /// `SummaryFailed`.
@@ -94,6 +96,9 @@ pub mod kind {
     pub const CALL_REJECTED: u8 = 24;
     /// `LimitLearned`.
     pub const LIMIT_LEARNED: u8 = 25;
+    // 26-29 are left to other branches of the same release.
+    /// `RequestServed` whose request record has the breakpoints placed by position.
+    pub const REQUEST_SERVED: u8 = 30;
 }
 
 pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
@@ -158,6 +163,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::LIMIT_LEARNED => body(rest).map(Event::LimitLearned),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
+        kind::REQUEST_SERVED_V4 => body::<legacy::RequestServedV4>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),
         kind::SUMMARY_RETIRED => body(rest).map(Event::SummaryRetired),
         kind::FLUSHED => body(rest).map(Event::Flushed),

@@ -439,6 +439,10 @@ pub struct RequestRecord {
     pub tools: ToolsRecord,
     /// The cache breakpoints ctxlog placed (Anthropic), if requested.
     pub breakpoints: Option<CacheTtl>,
+    /// The breakpoints placed by position ([`crate::RequestOptions::place_breakpoints`]): who
+    /// decided them and where they went; the logged `cache_control` were left out. Added in
+    /// record kind 30 (kind 20 upcasts to `None`).
+    pub placement: Option<crate::breakpoints::Placement>,
 }
 
 /// The `tools` a served request carried. The JSON is stored once per distinct value in the

@@ -1,6 +1,8 @@
 //! Replays for postmortems: the per-call timeline, strict or lenient folding, and `verify`
 //! (full re-fold, invariants, re-rendered view digests, blobs, snapshot against replay).
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use crate::codec;
@@ -413,10 +415,23 @@ pub fn served_request<S: Store + ?Sized>(
                         let rebuilt = cache.digest();
                         return Err(SessionError::ViewMismatch { stream, call, recorded: s.digest.clone(), rebuilt });
                     }
-                    let view =
-                        ServedView { state: &state, items: cache.items(), bytes: cache.bytes(), digest: &s.digest };
+                    let view = ServedView {
+                        state: &state,
+                        items: cache.items(),
+                        bytes: cache.bytes(),
+                        cuts: cache.cuts(),
+                        digest: &s.digest,
+                    };
                     let format = state.info().map_or(crate::wire::WireFormat::Anthropic, |i| i.format);
-                    return Ok(request::render(&view, format, opts, &StoreBlobs(store)));
+                    // Breakpoints placed by position are the call's own: recorded with it.
+                    let placed = s.request.as_ref().and_then(|r| r.placement.clone());
+                    let opts = match placed {
+                        Some(p) if opts.placement().is_none() && opts.breakpoints().is_none() => {
+                            Cow::Owned(opts.clone().place_breakpoints(p))
+                        }
+                        _ => Cow::Borrowed(opts),
+                    };
+                    return Ok(request::render(&view, format, &opts, &StoreBlobs(store)));
                 }
             }
             hydrate(store, stream, &mut state, &ev)?;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
+use crate::breakpoints::{Mark, Origin, Placement};
 use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
@@ -20,7 +21,7 @@ use crate::event::{
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
 use crate::policy::guards;
-use crate::request::{self, Request, RequestOptions, ServedView};
+use crate::request::{self, CacheTtl, Request, RequestOptions, ServedView};
 use crate::state::{State, Violation};
 use crate::store::{BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId, Version};
 use crate::summary::{self, SummaryJob};
@@ -233,9 +234,18 @@ pub struct Plan {
     pub view_tokens: u64,
     /// This view is the previous one plus new messages, byte for byte.
     pub prefix_reused: bool,
+    /// Leading items of this view that the previous call's view had too (all of that view when
+    /// `prefix_reused`): the part a provider's prompt cache may still hold.
+    reused: usize,
 }
 
 impl Plan {
+    /// How many leading items of this view were in the previous call's view (0 on the first
+    /// call): the prefix a provider's prompt cache may still hold.
+    pub fn reused_items(&self) -> usize {
+        self.reused
+    }
+
     /// The tentative events (flush, edits, guards) this call would commit.
     pub fn events(&self) -> &[Event] {
         &self.decision.events
@@ -675,11 +685,24 @@ impl<S: Store> Session<S> {
     /// # Ok(()) }
     /// ```
     pub fn append(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
+        self.append_with(messages, Sync::Now)
+    }
+
+    /// [`Session::append`] whose sync to stable storage is left to the session's next write
+    /// (see [`Store::append_unsynced`]): written and safe from a crash of this process when it
+    /// returns, safe from a crash of the machine once the next write (e.g. the call's commit)
+    /// lands. The proxy appends a request's messages this way before forwarding it, so a call
+    /// costs one sync, the commit's, which still comes before the client has the answer.
+    pub fn append_unsynced(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
+        self.append_with(messages, Sync::WithNext)
+    }
+
+    fn append_with(&mut self, messages: Vec<Message>, sync: Sync) -> Result<Appended, SessionError> {
         let _span =
             tracing::info_span!("ctxlog.append", session = %self.stream, version = self.state.version()).entered();
         let (events, mut report) = self.append_events(messages)?;
         let messages = events.len();
-        report.version = self.persist_then_apply(events)?;
+        report.version = self.persist_then_apply_with(events, sync)?;
         for reason in &report.inline_fallbacks {
             tracing::warn!(%reason, "a media payload stays inline: its blob could not be written");
         }
@@ -827,6 +850,15 @@ impl<S: Store> Session<S> {
         };
         let digest = cache.as_ref().unwrap_or(&self.cache).digest();
         let prefix_reused = self.state.calls() > 0 && view_state.prefix_stable_since_last_call();
+        let previous = self.state.last_served().map_or(0, |l| usize::try_from(l.view_messages).unwrap_or(usize::MAX));
+        // Between calls the view only grows (flushes and edits are a call's; a restore is the
+        // exception, and only costs a breakpoint that misses), so the previous view is the head
+        // of the current one; this call's flush or edits end the shared part.
+        let reused = if prefix_reused || decision.scratch.is_none() {
+            previous.min(view_state.view().len())
+        } else {
+            self.state.view().iter().zip(view_state.view()).take(previous).take_while(|(a, b)| a == b).count()
+        };
         tracing::debug!(
             view_messages = view_state.view().len(),
             view_tokens = view_state.view_tokens(),
@@ -844,6 +876,7 @@ impl<S: Store> Session<S> {
             view_messages: view_state.view().len() as u64,
             view_tokens: view_state.view_tokens(),
             prefix_reused,
+            reused,
             decision,
             cache,
         })
@@ -881,6 +914,64 @@ impl<S: Store> Session<S> {
         }
         tracing::debug!(bytes = request.body().len(), breakpoints = request.breakpoints(), "request rendered");
         Ok(request)
+    }
+
+    /// The request the next call would send if `messages` were appended first, rendered with
+    /// `opts`: appends, plan and render on a copy of the state; nothing is written (media
+    /// stay inline, no blob is stored) and the session is left as it was. What a proxy answers
+    /// `count_tokens` with.
+    pub fn preview(
+        &self,
+        messages: Vec<Message>,
+        now: Timestamp,
+        opts: &RequestOptions,
+    ) -> Result<Request, SessionError> {
+        let format = self.format();
+        let estimator = self.config().estimator();
+        let mut state = self.state.clone();
+        for (index, m) in messages.into_iter().enumerate() {
+            wire::check_format(&m, format).map_err(|error| SessionError::Message { index, error })?;
+            let tokens = estimator.message(&m);
+            let ev = Event::MessageAppended(MessageAppended { seq: state.message_count(), message: m, tokens });
+            state.apply(state.version() + 1, &ev).map_err(|v| self.refused(v))?;
+        }
+        let decision = engine::decide(&state, now.as_millis()).map_err(|v| self.refused(v))?;
+        let served = decision.scratch.as_ref().unwrap_or(&state);
+        let mut cache = ViewCache::new();
+        cache.sync(served);
+        let digest = cache.digest();
+        let view = ServedView {
+            state: served,
+            items: cache.items(),
+            bytes: cache.bytes(),
+            cuts: cache.cuts(),
+            digest: &digest,
+        };
+        Ok(request::render(&view, format, opts, &StoreBlobs(&self.store)))
+    }
+
+    /// Breakpoints for a client that placed none (Anthropic caches only up to breakpoints): the
+    /// system prompt (with the tools before it), the last item of the part of `plan`'s view
+    /// the previous call's view had too (the provider may hold it: read), and the view's last
+    /// message (the prefix the next call reuses: written). At most 3, by position in the log.
+    pub fn auto_breakpoints(&self, plan: &Plan, ttl: CacheTtl) -> Result<Placement, SessionError> {
+        let view = self.served_view(plan)?;
+        let system = |it: &crate::state::ViewItem| match it.item {
+            crate::state::Item::Message(seq) => view.state.entry(seq).is_some_and(|e| e.is_system()),
+            crate::state::Item::Summary(_) => false,
+        };
+        let mut marks = Vec::new();
+        if view.items.iter().any(system) {
+            marks.push(Mark::System(ttl));
+        }
+        let reused = plan.reused.min(view.items.len());
+        for it in [reused.checked_sub(1).and_then(|i| view.items.get(i)), view.items.last()].into_iter().flatten() {
+            let mark = Mark::Message { seq: it.seq, block: None, ttl };
+            if !system(it) && !marks.contains(&mark) {
+                marks.push(mark);
+            }
+        }
+        Ok(Placement { origin: Origin::Auto, marks })
     }
 
     /// The span of call `call`: session, call number, the version it starts from.
@@ -925,6 +1016,7 @@ impl<S: Store> Session<S> {
             state,
             items: items.get(..n).unwrap_or(items),
             bytes: bytes.get(..n).unwrap_or(bytes),
+            cuts: cache.cuts(),
             digest: &plan.digest,
         })
     }
@@ -992,7 +1084,12 @@ impl<S: Store> Session<S> {
     ) -> Result<Committed, SessionError> {
         self.check_fresh(&plan)?;
         let tools = self.tools_record(opts)?;
-        let record = RequestRecord { model: opts.model_name(), tools, breakpoints: opts.breakpoints() };
+        let record = RequestRecord {
+            model: opts.model_name(),
+            tools,
+            breakpoints: opts.breakpoints(),
+            placement: opts.placement().cloned(),
+        };
         self.commit_with(plan, at, usage, Some(record), None)
     }
 
@@ -1011,7 +1108,12 @@ impl<S: Store> Session<S> {
     ) -> Result<Committed, SessionError> {
         wire::check_format(&answer, self.format()).map_err(|error| SessionError::Message { index: 0, error })?;
         let tools = self.tools_record(opts)?;
-        let record = RequestRecord { model: opts.model_name(), tools, breakpoints: opts.breakpoints() };
+        let record = RequestRecord {
+            model: opts.model_name(),
+            tools,
+            breakpoints: opts.breakpoints(),
+            placement: opts.placement().cloned(),
+        };
         self.commit_with(plan, at, usage, Some(record), Some(answer))
     }
 
@@ -1621,8 +1723,12 @@ impl<S: Store> Session<S> {
     /// to apply after a successful append is a bug in the validation; the session then reports
     /// it and must be reopened from the store.
     fn persist_then_apply(&mut self, events: Vec<Event>) -> Result<Version, SessionError> {
+        self.persist_then_apply_with(events, Sync::Now)
+    }
+
+    fn persist_then_apply_with(&mut self, events: Vec<Event>, sync: Sync) -> Result<Version, SessionError> {
         let first = self.state.version() + 1;
-        let version = self.write(&events)?;
+        let version = self.write_with(&events, sync)?;
         self.note_settled(&events, version);
         for (i, ev) in events.iter().enumerate() {
             let stream = self.stream;
@@ -1649,10 +1755,18 @@ impl<S: Store> Session<S> {
 
     /// Encodes `events` and appends them as one atomic batch at the current version.
     fn write(&self, events: &[Event]) -> Result<Version, SessionError> {
+        self.write_with(events, Sync::Now)
+    }
+
+    fn write_with(&self, events: &[Event], sync: Sync) -> Result<Version, SessionError> {
         let records =
             events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
         let expected = ExpectedVersion::Exact(self.state.version());
-        match self.store.append(self.stream, expected, &records) {
+        let written = match sync {
+            Sync::Now => self.store.append(self.stream, expected, &records),
+            Sync::WithNext => self.store.append_unsynced(self.stream, expected, &records),
+        };
+        match written {
             Err(e @ StoreError::Conflict { .. }) => {
                 tracing::warn!(
                     error = %e,
@@ -1663,6 +1777,13 @@ impl<S: Store> Session<S> {
             other => Ok(other?),
         }
     }
+}
+
+/// When a write reaches stable storage: before it returns, or with the next write.
+#[derive(Clone, Copy)]
+enum Sync {
+    Now,
+    WithNext,
 }
 
 /// A store's blob area as the renderer's blob source (a blob that cannot be read is missing).

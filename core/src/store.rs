@@ -371,6 +371,22 @@ pub struct IntegrityReport {
 pub trait Store: Send + Sync {
     /// Appends `records` atomically after checking the head; returns the new head.
     fn append(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError>;
+    /// [`append`](Store::append) with its sync to stable storage left to the next `append` of
+    /// this store (any stream), which covers every write before it. When it returns `Ok` the
+    /// records are written, visible to every reader and survive a crash of this process (a
+    /// `kill -9`); only a crash of the machine before the next `append` may lose them. A host
+    /// uses it for a write whose loss matters only if a later, synced write lands (the proxy:
+    /// a request's messages, made durable by the call's commit before the client has its
+    /// answer). The default syncs: right for stores where one write's sync does not cover
+    /// another's (a file per stream) or that cannot tell the two apart.
+    fn append_unsynced(
+        &self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        records: &[Record],
+    ) -> Result<Version, StoreError> {
+        self.append(stream, expected, records)
+    }
     /// Reads up to `max` records starting at version `from` (1-based).
     fn read(&self, stream: StreamId, from: Version, max: usize) -> Result<Vec<StoredRecord>, StoreError>;
     /// The stream's head, `None` if it has no records.
@@ -437,6 +453,9 @@ macro_rules! forward_store {
         impl<S: Store + ?Sized> Store for $ty {
             fn append(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError> {
                 (**self).append(stream, expected, records)
+            }
+            fn append_unsynced(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError> {
+                (**self).append_unsynced(stream, expected, records)
             }
             fn read(&self, stream: StreamId, from: Version, max: usize) -> Result<Vec<StoredRecord>, StoreError> {
                 (**self).read(stream, from, max)

@@ -470,7 +470,8 @@ fn fork(
         }
     }
     let opts = options(record, max_tokens, blobs).map_err(ForkRefusal::Unbuildable)?;
-    let view = ServedView { state, items: cache.items(), bytes: cache.bytes(), digest: &last.digest };
+    let view =
+        ServedView { state, items: cache.items(), bytes: cache.bytes(), cuts: cache.cuts(), digest: &last.digest };
     let served = request::render(&view, format, &opts, blobs);
     if let Some(id) = served.missing_blobs().first() {
         return Err(ForkRefusal::Unbuildable(format!("media blob {id} of the prefix is missing")));
@@ -495,6 +496,9 @@ fn options(record: &RequestRecord, max_tokens: u64, blobs: &dyn BlobSource) -> R
     }
     if let Some(ttl) = record.breakpoints {
         opts = opts.cache_breakpoints(ttl);
+    }
+    if let Some(p) = &record.placement {
+        opts = opts.place_breakpoints(p.clone());
     }
     Ok(opts)
 }

@@ -230,6 +230,9 @@ pub struct ViewCache {
     generation: Option<u64>,
     items: Vec<ViewItem>,
     bytes: Vec<Arc<[u8]>>,
+    /// Where the items that carry a logged `cache_control` have it, by index (found once, when
+    /// the item is rendered: a request that places its own breakpoints cuts them out).
+    cuts: Vec<(usize, crate::breakpoints::Cuts)>,
     hasher: Sha256,
 }
 
@@ -271,6 +274,7 @@ impl ViewCache {
         if !grown {
             self.items.clear();
             self.bytes.clear();
+            self.cuts.clear();
             self.hasher = Sha256::new();
             self.generation = Some(state.generation());
         }
@@ -278,6 +282,9 @@ impl ViewCache {
         for it in view.iter().skip(start) {
             let bytes = render_item(state, it.item);
             self.hasher.update(&bytes);
+            if let Some(c) = crate::breakpoints::cuts(&bytes) {
+                self.cuts.push((self.items.len(), c));
+            }
             self.items.push(*it);
             self.bytes.push(bytes);
         }
@@ -299,6 +306,11 @@ impl ViewCache {
         &self.items
     }
 
+    /// The `cache_control` members of the rendered items, by index ([`crate::breakpoints::cuts`]).
+    pub fn cuts(&self) -> &[(usize, crate::breakpoints::Cuts)] {
+        &self.cuts
+    }
+
     /// Bytes of the rendered view (media as references).
     pub fn view_bytes(&self) -> usize {
         self.bytes.iter().map(|b| b.len()).sum()
@@ -311,6 +323,7 @@ impl ViewCache {
         self.bytes.iter().map(|b| b.len() + arcs).sum::<usize>()
             + self.bytes.capacity() * std::mem::size_of::<Arc<[u8]>>()
             + self.items.capacity() * std::mem::size_of::<ViewItem>()
+            + self.cuts.iter().map(|(_, c)| 24 + 8 * c.len()).sum::<usize>()
     }
 }
 

@@ -71,7 +71,15 @@ pub(crate) async fn call(
             (at..at + raw.len(), digest(raw))
         })
         .collect();
+    let asked = Arc::new(crate::breakpoints::Asked::of(&body, format, proxy.cfg.cache_breakpoints));
     let base = session_of(&parts.headers, format, &body);
+    let model = opts.model_name();
+    // The output the request reserves (OpenAI's newer name included).
+    let max_tokens = body
+        .fields
+        .iter()
+        .find(|(k, _)| matches!(*k, "max_tokens" | "max_completion_tokens" | "max_output_tokens"))
+        .and_then(|(_, v)| v.get().parse().ok());
     let sse = body.streams();
     // Shutdown waits for this call, through its commit and summaries.
     let ticket = Ticket::new(&proxy);
@@ -79,25 +87,31 @@ pub(crate) async fn call(
 
     // One call in flight per session: the slot in this process, the store's lease across a
     // fleet. Both waits share one bound; past it the client is told to retry (nothing sent).
-    let model = opts.model_name();
+    // What a retry after an overflow needs to place the breakpoints on its new plan.
+    let replace = crate::overflow::Replace {
+        asked: Arc::clone(&asked),
+        items: spans.len() + usize::from(system.is_some()),
+        has_system: system.is_some(),
+    };
     let deadline = tokio::time::Instant::now() + proxy.cfg.session_wait;
     let slot = proxy.sessions.slot(base);
     let mut pending = Some((spans, opts));
     let mut backoff = std::time::Duration::from_millis(2);
-    let (held, prepared, opts) = loop {
+    let (held, prepared, mut opts) = loop {
         let Ok(guard) = tokio::time::timeout_at(deadline, Arc::clone(&slot).lock_owned()).await else {
             proxy.metrics.busy.fetch_add(1, Relaxed);
             tracing::warn!(session = %base, "session busy past the wait: the client is told to retry");
             return unavailable("the session is busy with another call past --session-wait; retry");
         };
         let store = Arc::clone(&proxy.store);
-        // A new session starts within what its model was learned to take.
-        let config = proxy.limits.config_for(&proxy.cfg.engine, model.as_deref());
+        // A new session starts within its model's configured budget and what it was learned to take.
+        let config = proxy.limits.config_for(&proxy.cfg.engine_for(model.as_deref(), max_tokens), model.as_deref());
         let raw = bytes.clone();
         let Some((span_list, o)) = pending.take() else {
             return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: lost the request");
         };
         let system = system.clone();
+        let asked = Arc::clone(&asked);
         let step = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
             let lease = match store.try_lease(base) {
@@ -112,14 +126,18 @@ pub(crate) async fn call(
             for (i, (span, digest)) in span_list.iter().enumerate() {
                 items.push(Item { raw: raw.get(span.clone()).unwrap_or_default(), digest: *digest, index: Some(i) });
             }
-            match prepare(&mut guard, &store, base, format, &config, &items, &o, ctxlog_now()) {
-                Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p), o),
+            match prepare(&mut guard, &store, base, format, &config, &items, &o, &asked, ctxlog_now()) {
+                Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p)),
                 Err(e) => Step::Failed(e),
             }
         })
         .await;
         match step {
-            Ok(Step::Ready(held, prepared, o)) => break (held, *prepared, o),
+            Ok(Step::Ready(held, prepared)) => {
+                let mut prepared = *prepared;
+                let opts = std::mem::take(&mut prepared.opts);
+                break (held, prepared, opts);
+            }
             Ok(Step::LeaseTaken(sp, o)) => {
                 // Another proxy holds the session: wait for it, bounded, without a busy loop.
                 proxy.metrics.lease_waits.fetch_add(1, Relaxed);
@@ -158,6 +176,7 @@ pub(crate) async fn call(
     let stream = prepared.stream;
     let call_no = prepared.plan.call();
     let (mut held, mut plan, mut forward) = (held, prepared.plan, prepared.body);
+    let mut prepared_breakpoints = prepared.breakpoints;
     let mut retried = false;
     let before = started.elapsed();
     let (after, up_parts, up_body, told) = loop {
@@ -202,9 +221,9 @@ pub(crate) async fn call(
         proxy.metrics.aborted.fetch_add(1, Relaxed);
         let raw = read_answer(up_body, proxy.cfg.upstream_timeout).await.unwrap_or_default();
         let status = up_parts.status.as_u16();
-        match crate::overflow::on_rejection(&proxy.limits, held, plan, &opts, status, &raw, !retried).await {
-            crate::overflow::AfterRejection::Retry { held: h, plan: p, body } => {
-                (held, plan, forward, retried) = (h, *p, body, true);
+        match crate::overflow::on_rejection(&proxy.limits, &replace, held, plan, &opts, status, &raw, !retried).await {
+            crate::overflow::AfterRejection::Retry { held: h, plan: p, body, opts: o, breakpoints } => {
+                (held, plan, forward, opts, prepared_breakpoints, retried) = (h, *p, body, o, breakpoints, true);
             }
             crate::overflow::AfterRejection::Answer => {
                 let mut headers = crate::headers::response(&up_parts.headers);
@@ -229,6 +248,9 @@ pub(crate) async fn call(
     }
     headers.insert(crate::headers::call_header(), http::HeaderValue::from(call_no));
     headers.extend(told);
+    if let Some(v) = prepared_breakpoints {
+        headers.insert(http::HeaderName::from_static(crate::BREAKPOINTS_HEADER), v);
+    }
     let reply = |status, headers, body: Body| {
         let mut out = Response::builder().status(status);
         if let Some(h) = out.headers_mut() {
@@ -320,7 +342,7 @@ fn with_usage(body: &ClientBody<'_>) -> String {
 
 /// One prepare attempt's result, carried out of the blocking task.
 enum Step {
-    Ready(Held, Box<crate::sessions::Prepared>, RequestOptions),
+    Ready(Held, Box<crate::sessions::Prepared>),
     LeaseTaken(Vec<(std::ops::Range<usize>, u128)>, RequestOptions),
     Failed(PrepareError),
 }

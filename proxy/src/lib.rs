@@ -17,9 +17,12 @@
 mod answer;
 mod api;
 mod body;
+mod breakpoints;
+mod count_tokens;
 mod headers;
 mod identity;
 mod metrics;
+mod models;
 mod overflow;
 mod reply;
 mod server;
@@ -32,7 +35,9 @@ mod tests;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use breakpoints::CacheBreakpoints;
 pub use metrics::Metrics;
+pub use models::{Models, ModelsError};
 pub use server::{serve, ProxyHandle};
 pub use summaries::{Summaries, MODEL_ATTEMPTS_BETWEEN_CALLS};
 
@@ -44,6 +49,9 @@ pub const TOKEN_HEADER: &str = "x-ctxlog-token";
 pub const STREAM_HEADER: &str = "x-ctxlog-stream";
 /// Response header telling the client the call's number in that stream.
 pub const CALL_HEADER: &str = "x-ctxlog-call";
+/// Response header telling an Anthropic client how many cache breakpoints its forwarded request
+/// carried and who placed them (`3 auto`, `2 client`, `0 off`).
+pub const BREAKPOINTS_HEADER: &str = "x-ctxlog-breakpoints";
 
 /// How the proxy runs.
 #[derive(Debug, Clone)]
@@ -86,6 +94,24 @@ pub struct ProxyConfig {
     pub body_timeout: Duration,
     /// On shutdown, how long calls in flight may take to end and commit (default 30 s).
     pub drain_timeout: Duration,
+    /// Whose prompt-cache breakpoints a forwarded Anthropic request carries (default `auto`).
+    pub cache_breakpoints: CacheBreakpoints,
+    /// Context windows by model: when set, a session is created with the budget of its
+    /// request's model ([`Models::budget`]; `engine.budget` for a model not in the table).
+    /// `None` (the default; `ctxlog proxy --budget`): `engine.budget` for every session.
+    pub models: Option<Models>,
+}
+
+impl ProxyConfig {
+    /// The engine's knobs for a session created by a request for `model` reserving
+    /// `max_tokens` of output.
+    pub fn engine_for(&self, model: Option<&str>, max_tokens: Option<u64>) -> ctxlog::Config {
+        let mut c = self.engine.clone();
+        if let Some(b) = self.models.as_ref().zip(model).and_then(|(t, m)| t.budget(m, max_tokens)) {
+            c.budget = b;
+        }
+        c
+    }
 }
 
 impl ProxyConfig {
@@ -107,6 +133,8 @@ impl ProxyConfig {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(30),
+            cache_breakpoints: CacheBreakpoints::Auto,
+            models: None,
         }
     }
 }

@@ -10,6 +10,13 @@ use ctxlog::{Plan, RequestOptions};
 
 use crate::sessions::Held;
 
+/// What placing a retry's breakpoints needs of the request (see `crate::breakpoints::options`).
+pub(crate) struct Replace {
+    pub asked: std::sync::Arc<crate::breakpoints::Asked>,
+    pub items: usize,
+    pub has_system: bool,
+}
+
 /// The budgets learned from overflows in this process, by model name.
 #[derive(Default)]
 pub(crate) struct Limits(std::sync::Mutex<std::collections::HashMap<String, u64>>);
@@ -41,6 +48,10 @@ pub(crate) enum AfterRejection {
         plan: Box<Plan>,
         /// Its request body.
         body: Vec<u8>,
+        /// The options it was rendered with (the breakpoints placed on the new view).
+        opts: RequestOptions,
+        /// `x-ctxlog-breakpoints` for it.
+        breakpoints: Option<http::HeaderValue>,
     },
     /// Pass the provider's answer on to the client.
     Answer,
@@ -49,8 +60,10 @@ pub(crate) enum AfterRejection {
 /// Records the refusal of `plan` (status and body as the provider sent them) and decides
 /// whether to retry (`may_retry`: not after a retry already). Runs the session's writes on the
 /// blocking pool.
+#[allow(clippy::too_many_arguments)] // the refused call's parts, each from a different place
 pub(crate) async fn on_rejection(
     limits: &Limits,
+    replace: &Replace,
     held: Held,
     plan: Plan,
     opts: &RequestOptions,
@@ -61,6 +74,7 @@ pub(crate) async fn on_rejection(
     let opts = opts.clone();
     let body = body.clone();
     let model = opts.model_name();
+    let (asked, items, has_system) = (std::sync::Arc::clone(&replace.asked), replace.items, replace.has_system);
     let done = tokio::task::spawn_blocking(move || {
         let mut held = held;
         let rejection = parse_rejection(status, &body);
@@ -75,16 +89,22 @@ pub(crate) async fn on_rejection(
             }
         };
         let (true, Some(budget)) = (may_retry, learned) else { return (AfterRejection::Answer, learned) };
-        let planned = session.plan(now).and_then(|plan| Ok((session.request(&plan, &opts)?, plan)));
+        let planned = session.plan(now).and_then(|plan| {
+            let (opts, origin) = crate::breakpoints::options(session, &plan, items, has_system, &asked, &opts)?;
+            let request = session.request(&plan, &opts)?;
+            let breakpoints = origin.and_then(|o| crate::breakpoints::header(request.breakpoints(), o, &asked));
+            Ok((request, plan, opts, breakpoints))
+        });
         match planned {
-            Ok((request, plan)) => {
+            Ok((request, plan, opts, breakpoints)) => {
                 tracing::info!(
                     session = %session.id(),
                     budget,
                     view_tokens = plan.view_tokens,
                     "over the model's context: re-planned within the learned limit, sent once more"
                 );
-                (AfterRejection::Retry { held, plan: Box::new(plan), body: request.into_body() }, learned)
+                let body = request.into_body();
+                (AfterRejection::Retry { held, plan: Box::new(plan), body, opts, breakpoints }, learned)
             }
             Err(e) => {
                 tracing::error!(session = %session.id(), error = %e, "re-planning after an overflow failed");

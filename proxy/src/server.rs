@@ -312,7 +312,7 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
             }
             return r;
         }
-        (&Method::POST, "/v1/messages") => WireFormat::Anthropic,
+        (&Method::POST, "/v1/messages" | "/v1/messages/count_tokens") => WireFormat::Anthropic,
         (&Method::POST, "/v1/chat/completions") => WireFormat::OpenAi,
         _ => {
             let (parts, body) = req.into_parts();
@@ -346,6 +346,9 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
             )
         }
     };
+    if parts.uri.path() == "/v1/messages/count_tokens" {
+        return crate::count_tokens::count(Arc::clone(proxy), parts, bytes).await;
+    }
     crate::api::call(Arc::clone(proxy), parts, bytes, format, started).await
 }
 

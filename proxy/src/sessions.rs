@@ -155,6 +155,10 @@ pub(crate) struct Prepared {
     pub diverged: bool,
     /// Records of other writers (another proxy of a fleet, a `ctxlog restore`) folded in first.
     pub caught_up: bool,
+    /// The options the body was rendered with (the breakpoints placed): what the commit records.
+    pub opts: RequestOptions,
+    /// `x-ctxlog-breakpoints`, for an Anthropic request.
+    pub breakpoints: Option<http::HeaderValue>,
 }
 
 /// How often a request that lost a race with another writer of its session (a conflict on
@@ -175,6 +179,7 @@ pub(crate) fn prepare(
     config: &Config,
     items: &[Item<'_>],
     opts: &RequestOptions,
+    asked: &crate::breakpoints::Asked,
     now: Timestamp,
 ) -> Result<Prepared, PrepareError> {
     slot.last_used = Instant::now();
@@ -184,7 +189,10 @@ pub(crate) fn prepare(
             Ok((diverged, caught_up)) => {
                 let Some(s) = slot.session.as_mut() else { return Err(SessionError::NotFound(base).into()) };
                 let plan = s.plan(now)?;
-                let request = s.request(&plan, opts)?;
+                let has_system = items.first().is_some_and(|i| i.index.is_none());
+                let (opts, origin) = crate::breakpoints::options(s, &plan, items.len(), has_system, asked, opts)?;
+                let request = s.request(&plan, &opts)?;
+                let breakpoints = origin.and_then(|o| crate::breakpoints::header(request.breakpoints(), o, asked));
                 let compaction = !plan.events().is_empty();
                 return Ok(Prepared {
                     stream: s.id(),
@@ -193,6 +201,8 @@ pub(crate) fn prepare(
                     compaction,
                     diverged,
                     caught_up,
+                    opts,
+                    breakpoints,
                 });
             }
             // Another writer got there first: nothing of ours was written; catch up, again.
@@ -216,6 +226,37 @@ pub(crate) fn prepare(
             }
         }
     }
+}
+
+/// The body the next call of the slot's session would forward for `items` (their new suffix
+/// appended on a copy, planned, rendered with `opts`), without writing or changing anything
+/// but the slot's cache of digests; `None` when the history is not a continuation of a known
+/// session (a new conversation, a divergence): the request is then counted as it is.
+pub(crate) fn preview(
+    slot: &mut Slot,
+    store: &Store,
+    base: StreamId,
+    format: WireFormat,
+    items: &[Item<'_>],
+    opts: &RequestOptions,
+    now: Timestamp,
+) -> Result<Option<Vec<u8>>, PrepareError> {
+    if slot.session.is_none() {
+        let (id, session) = open_chain(store, base)?;
+        let Some(s) = session else { return Ok(None) };
+        if slot.digests_of != Some(id) {
+            slot.digests.clear();
+            slot.digests_of = Some(id);
+        }
+        slot.session = Some(s);
+    }
+    if first_difference(slot, items)?.is_some() {
+        return Ok(None);
+    }
+    let Some(s) = slot.session.as_ref() else { return Ok(None) };
+    let logged = usize::try_from(s.state().message_count()).unwrap_or(usize::MAX);
+    let messages = parse_all(items.get(logged..).unwrap_or_default(), format)?;
+    Ok(Some(s.preview(messages, now, opts)?.into_body()))
 }
 
 /// Why bringing a session up failed.
@@ -313,7 +354,9 @@ fn bring_up(
         if !new.is_empty() {
             let messages = parse_all(new, format)?;
             let first = s.state().version() + 1;
-            s.append(messages).map_err(|e| refused_at(e, new, first))?;
+            // Unsynced: the commit's sync covers it before the client has the answer (one
+            // fsync per call on SQLite; see `Store::append_unsynced`).
+            s.append_unsynced(messages).map_err(|e| refused_at(e, new, first))?;
             slot.digests.extend(new.iter().map(|i| i.digest));
         }
     }

@@ -174,7 +174,15 @@ fn build_every_kind() -> Vec<Event> {
             request: Some(RequestRecord {
                 model: Some("claude-sonnet-4-5".into()),
                 tools: ToolsRecord::Blob { id: ctxlog::BlobId::of(b"[]"), bytes: 2 },
-                breakpoints: Some(ctxlog::CacheTtl::OneHour),
+                breakpoints: None,
+                // Kind 30: the breakpoints a proxy placed by position.
+                placement: Some(ctxlog::breakpoints::Placement {
+                    origin: ctxlog::breakpoints::Origin::Client,
+                    marks: vec![
+                        ctxlog::breakpoints::Mark::System(ctxlog::CacheTtl::FiveMinutes),
+                        ctxlog::breakpoints::Mark::Message { seq: 4, block: Some(1), ttl: ctxlog::CacheTtl::OneHour },
+                    ],
+                }),
             }),
         }),
         Event::SummaryFailed(SummaryFailed {
@@ -426,6 +434,29 @@ fn kind_16_a_session_start_before_import_facts_decodes_to_the_current_event() {
     for ev in every_kind() {
         let fits = matches!(&ev, Event::SessionStarted(s) if s.import.is_none());
         assert_eq!(codec::legacy::encode_v3(&ev).is_some(), fits, "{}", ev.name());
+    }
+}
+
+#[test]
+fn kind_20_decodes_and_upcasts_with_no_placement() {
+    // Kind 20 (a request record before the placement) decodes with `placement` none; a record
+    // with a placement does not fit it.
+    for ev in every_kind() {
+        let Event::RequestServed(mut e) = ev else {
+            assert!(codec::legacy::encode_v5(&ev).is_none(), "{}", ev.name());
+            continue;
+        };
+        let placed = e.request.as_ref().is_some_and(|r| r.placement.is_some());
+        assert_eq!(codec::legacy::encode_v5(&Event::RequestServed(e.clone())).is_none(), placed, "kind 20 fits");
+        if let Some(record) = e.request.as_mut() {
+            record.placement = None;
+            record.breakpoints = Some(ctxlog::CacheTtl::OneHour);
+        }
+        let ev = Event::RequestServed(e);
+        let rec = codec::legacy::encode_v5(&ev).unwrap().unwrap();
+        assert_eq!(rec.body()[1], codec::kind::REQUEST_SERVED_V4);
+        assert_eq!(codec::decode(STREAM, 9, &rec).unwrap(), ev);
+        assert_ne!(codec::encode(&ev).unwrap(), rec, "the current kind is another layout");
     }
 }
 

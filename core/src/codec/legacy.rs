@@ -8,8 +8,10 @@ use uuid::Uuid;
 
 use crate::config::{Config, SummarizerKind};
 use crate::event::{
-    Deferral, Event, FlushReason, Flushed, ImportSource, RequestServed, SessionStarted, SummaryMode, SummaryPrepared,
+    Deferral, Event, FlushReason, Flushed, ImportSource, RequestRecord, RequestServed, SessionStarted, SummaryMode,
+    SummaryPrepared, ToolsRecord,
 };
+use crate::request::CacheTtl;
 use crate::store::Record;
 use crate::time::Millis;
 use crate::usage::Usage;
@@ -282,6 +284,77 @@ pub struct RequestServedV3 {
     pub usage: Option<Usage>,
     /// The meter anchored on the report.
     pub anchored: bool,
+}
+
+/// `RequestServed` of kind 20: the request record without the placement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestServedV4 {
+    /// 0-based call number.
+    pub call: u64,
+    /// Dispatch completion time.
+    pub at: Millis,
+    /// View digest.
+    pub digest: String,
+    /// Messages in the view.
+    pub view_messages: u64,
+    /// Estimated view tokens.
+    pub view_tokens: u64,
+    /// Meter reading.
+    pub metered_tokens: u64,
+    /// Provider-reported tokens.
+    pub reported_tokens: Option<u64>,
+    /// Ladder level.
+    pub level: u8,
+    /// Compaction was needed.
+    pub needed: bool,
+    /// Pure append of the previous view.
+    pub prefix_reused: bool,
+    /// Work the gate held back.
+    pub deferred: Option<Deferral>,
+    /// The provider's usage parts.
+    pub usage: Option<Usage>,
+    /// The meter anchored on the report.
+    pub anchored: bool,
+    /// The request record of kind 20.
+    pub request: Option<RequestRecordV1>,
+}
+
+/// The request record of kind 20: model, tools, breakpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecordV1 {
+    /// The `model` field.
+    pub model: Option<String>,
+    /// The `tools` field.
+    pub tools: ToolsRecord,
+    /// The breakpoints requested.
+    pub breakpoints: Option<CacheTtl>,
+}
+
+/// Before kind 30 no request placed breakpoints by position.
+impl From<RequestServedV4> for RequestServed {
+    fn from(e: RequestServedV4) -> RequestServed {
+        RequestServed {
+            call: e.call,
+            at: e.at,
+            digest: e.digest,
+            view_messages: e.view_messages,
+            view_tokens: e.view_tokens,
+            metered_tokens: e.metered_tokens,
+            reported_tokens: e.reported_tokens,
+            level: e.level,
+            needed: e.needed,
+            prefix_reused: e.prefix_reused,
+            deferred: e.deferred,
+            usage: e.usage,
+            anchored: e.anchored,
+            request: e.request.map(|r| RequestRecord {
+                model: r.model,
+                tools: r.tools,
+                breakpoints: r.breakpoints,
+                placement: None,
+            }),
+        }
+    }
 }
 
 /// Before kind 21 no summary recorded a prefix, usage or latency.
@@ -676,6 +749,37 @@ pub fn encode_v4(event: &Event) -> Option<Result<Record, String>> {
                 anchored: e.anchored,
             };
             Some(payload(kind::REQUEST_SERVED_V3, &v3))
+        }
+        _ => None,
+    }
+}
+
+/// Encodes a `RequestServed` whose request record places no breakpoints by position in kind 20
+/// (before the placement); `None` for other events, and when the record has a placement.
+pub fn encode_v5(event: &Event) -> Option<Result<Record, String>> {
+    match event {
+        Event::RequestServed(e) if e.request.as_ref().is_none_or(|r| r.placement.is_none()) => {
+            let v4 = RequestServedV4 {
+                call: e.call,
+                at: e.at,
+                digest: e.digest.clone(),
+                view_messages: e.view_messages,
+                view_tokens: e.view_tokens,
+                metered_tokens: e.metered_tokens,
+                reported_tokens: e.reported_tokens,
+                level: e.level,
+                needed: e.needed,
+                prefix_reused: e.prefix_reused,
+                deferred: e.deferred.clone(),
+                usage: e.usage,
+                anchored: e.anchored,
+                request: e.request.as_ref().map(|r| RequestRecordV1 {
+                    model: r.model.clone(),
+                    tools: r.tools.clone(),
+                    breakpoints: r.breakpoints,
+                }),
+            };
+            Some(payload(kind::REQUEST_SERVED_V4, &v4))
         }
         _ => None,
     }
