@@ -62,6 +62,8 @@ pub struct Analysis {
     pub host_guards: Vec<HostGuard>,
     /// Edges to other sessions this log records (see [`crate::lineage`]).
     pub links: Vec<Link>,
+    /// Summary attempts and refused requests after the last call (or after `--call N`).
+    pub trailing: ctxlog::replay::Trailing,
 }
 
 /// A guard raised outside any call (by a host: the proxy's `history_diverged`).
@@ -549,6 +551,7 @@ impl Fold {
             violations: self.violations,
             host_guards: self.host_guards,
             links: self.links,
+            trailing: self.timeline.trailing(),
         }
     }
 }

@@ -138,6 +138,17 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "SECONDS")]
     #[serde(skip)]
     pub summary_timeout: Option<f64>,
+    /// The summarizer's context window in tokens: summary jobs are cut to fit it with room for
+    /// the answer (default: what an `openai:` server states at `/props`, as llama.cpp does;
+    /// else unbounded).
+    #[arg(long, value_name = "TOKENS")]
+    #[serde(skip)]
+    pub summary_context: Option<u64>,
+    /// `max_tokens` of every summary request (default: derived from each job's limit — a
+    /// quarter of its span, 96 to 1,024, or a condense job's limit — plus half again).
+    #[arg(long, value_name = "TOKENS")]
+    #[serde(skip)]
+    pub summary_max_tokens: Option<u64>,
     /// Defer flushes while the prompt cache is warm.
     #[arg(long)]
     #[serde(default)]
@@ -335,6 +346,11 @@ pub struct DemoArgs {
     /// same shape (at least 3), to see how compaction holds up on a long session.
     #[arg(long, value_name = "N")]
     pub messages: Option<u64>,
+    /// Wire format of the demo session: `anthropic`, `openai` (the same session converted to
+    /// OpenAI chat messages), or `auto` (default): the summarizer's format with an `openai:`
+    /// summarizer, so that its fork summaries can be built, else anthropic.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub format: FormatArg,
 }
 
 /// `import`.

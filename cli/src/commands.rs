@@ -15,7 +15,7 @@ use crate::args::{CopyArgs, ExportArgs, InspectArgs, ReplayArgs, RestoreArgs, Se
 use crate::catalog::{self, is_log_damage, Catalog, Entry};
 use crate::error::{output, CliError};
 use crate::lineage::Lineage;
-use crate::output::{print_calls, Out};
+use crate::output::{print_timeline_with, Out};
 pub use crate::session_id::{parse_session, pick_session};
 use crate::stores::{open_store, open_store_with, Access};
 use crate::table::{Align, Columns};
@@ -111,7 +111,7 @@ pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let r = analyze(store.as_ref(), id, mode, until, Keep { views: false })?;
     let left = if until == Until::Head { unfinished(id, &r.state) } else { None };
     let timeline: Vec<_> = r.calls.iter().map(|c| c.record.clone()).collect();
-    print_calls(out, &timeline, &r.host_guards, args.session.store.json)?;
+    print_timeline_with(out, &timeline, &r.host_guards, &r.trailing, args.session.store.json)?;
     let lineage = catalog::lineage_of(store.as_ref(), id, &r.links);
     for v in &r.violations {
         out.err(&format!("violation (lenient replay went on): {v}"))?;

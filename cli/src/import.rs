@@ -68,6 +68,8 @@ pub struct Imported {
     pub blobs: u64,
     /// The import resumed an unfinished one whose log ended at this version.
     pub resumed_at: Option<Version>,
+    /// Summary attempts after the last call (what `replay` lists after it too).
+    pub trailing: ctxlog::replay::Trailing,
 }
 
 /// Runs `transcript` through the engine, writing the session to `target` as it goes.
@@ -186,6 +188,7 @@ pub fn import_in_chunks(
         records: completed.version,
         blobs,
         resumed_at,
+        trailing: timeline.trailing(),
     })
 }
 

@@ -5,6 +5,7 @@ pub mod args;
 pub mod catalog;
 pub mod chart;
 pub mod commands;
+pub mod demo_openai;
 pub mod diff;
 pub mod error;
 pub mod import;
@@ -126,16 +127,37 @@ fn config_of(args: &ConfigArgs, base: Config) -> Result<(Config, Option<ctxlog::
 }
 
 fn demo(a: DemoArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
-    let transcript = match a.messages {
-        None => {
+    // The summarizer's format by default, so that an `openai:` summarizer can fork.
+    let openai = match a.format {
+        FormatArg::Openai => true,
+        FormatArg::Anthropic => false,
+        FormatArg::Auto => {
+            matches!(&a.config.summarizer, Some(args::SummarizerArg::Model(spec)) if spec.starts_with("openai:"))
+        }
+    };
+    let transcript = match (a.messages, openai) {
+        (None, false) => {
             let text = ctxlog_workload::demo_transcript();
             transcript::read(text.as_bytes(), std::path::Path::new("<bundled demo transcript>"), FormatArg::Anthropic)?
         }
-        Some(n) => {
+        (None, true) => {
+            let text = demo_openai::convert(&ctxlog_workload::demo_transcript())?;
+            let path = std::path::Path::new("<bundled demo transcript, OpenAI chat format>");
+            transcript::read(text.as_bytes(), path, FormatArg::Openai)?
+        }
+        (Some(n), openai) => {
             let lines = ctxlog_workload::session(ctxlog_workload::DEMO_SEED, n)
                 .map_err(|e| CliError::Usage(format!("--messages {n}: {e}")))?;
             let path = format!("<generated {n}-message session>");
-            transcript::read(lines.into_reader(), std::path::Path::new(&path), FormatArg::Anthropic)?
+            if openai {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut lines.into_reader(), &mut text)
+                    .map_err(|e| CliError::Usage(format!("--messages {n}: {e}")))?;
+                let text = demo_openai::convert(&text)?;
+                transcript::read(text.as_bytes(), std::path::Path::new(&path), FormatArg::Openai)?
+            } else {
+                transcript::read(lines.into_reader(), std::path::Path::new(&path), FormatArg::Anthropic)?
+            }
         }
     };
     let base = Config { budget: DEMO_BUDGET, ..Config::default() };
@@ -226,6 +248,14 @@ fn run_import(
     if let (Some(mut w), Some(tmp), Some(path)) = (views_file, &partial, views) {
         w.flush().map_err(out_err("the views file"))?;
         std::fs::rename(tmp, path).map_err(out_err(&path.display().to_string()))?;
+    }
+    // What followed the last call, as `replay` prints it.
+    if json && !done.trailing.is_empty() {
+        out.line(&serde_json::to_string(&done.trailing).unwrap_or_default())?;
+    } else {
+        for l in output::trailing_lines(&done.trailing) {
+            out.line(&l)?;
+        }
     }
     if !json {
         for l in summary(&done.timeline, 0) {

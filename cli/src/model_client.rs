@@ -29,9 +29,13 @@ impl SummaryClient for LlmClient {
 /// or no `--summarizer`.
 pub fn from_args(a: &crate::args::ConfigArgs) -> Result<Option<(LlmClient, SummaryCall)>, CliError> {
     let Some(crate::args::SummarizerArg::Model(spec)) = &a.summarizer else {
-        if a.summary_call.is_some() || a.summary_model.is_some() {
+        if a.summary_call.is_some()
+            || a.summary_model.is_some()
+            || a.summary_context.is_some()
+            || a.summary_max_tokens.is_some()
+        {
             return Err(CliError::Usage(
-                "--summary-call and --summary-model need a model: --summarizer anthropic:URL, openai:URL or \
+                "--summary-call, --summary-model, --summary-context and --summary-max-tokens need a model: --summarizer anthropic:URL, openai:URL or \
                  command:PROGRAM"
                     .into(),
             ));
@@ -54,5 +58,17 @@ pub fn from_args(a: &crate::args::ConfigArgs) -> Result<Option<(LlmClient, Summa
     let mut call = SummaryCall::new(a.summary_call.map_or(ctxlog::event::SummaryMode::Standalone, |c| c.mode()));
     call.model = a.summary_model.clone();
     call.format = spec.wire_format();
+    call.max_tokens = a.summary_max_tokens;
+    call.context = match a.summary_context {
+        Some(0) => {
+            return Err(CliError::Usage("--summary-context 0: the summarizer's context must be positive".into()))
+        }
+        Some(n) => Some(n),
+        // A llama.cpp-style server says its context at `/props`; others have no such page.
+        None => client.context_window(),
+    };
+    if a.summary_max_tokens == Some(0) {
+        return Err(CliError::Usage("--summary-max-tokens 0: a summary needs room".into()));
+    }
     Ok(Some((LlmClient(client), call)))
 }

@@ -189,9 +189,43 @@ pub fn details(r: &CallRecord) -> Vec<String> {
     for g in &r.guards {
         out.push(format!("      guard {}: {}", g.kind, g.detail));
     }
+    for x in &r.rejected {
+        out.push(rejection(x));
+    }
     for a in &r.summaries {
         out.push(summary_attempt(a));
     }
+    out
+}
+
+/// One refused request under the call it preceded: status, error, the counts, what was learned.
+pub fn rejection(r: &ctxlog::replay::RejectionRecord) -> String {
+    let mut line = format!("      rejected: call {} got HTTP {}", r.call, r.status);
+    if !r.error.is_empty() {
+        line.push_str(&format!(" {}", r.error));
+    }
+    if r.overflow {
+        let n = r.prompt_tokens.map_or("?".to_owned(), thousands);
+        let m = r.limit.map_or("?".to_owned(), thousands);
+        line.push_str(&format!(" (prompt too long: {n} tokens > {m})"));
+    }
+    match r.learned_budget {
+        Some(b) => line.push_str(&format!("; limit learned: budget now {}, retried", thousands(b))),
+        None if !r.message.is_empty() => line.push_str(&format!(": {}", r.message)),
+        None => {}
+    }
+    line
+}
+
+/// What the log holds after the last call, for the table (`replay`).
+pub fn trailing_lines(t: &ctxlog::replay::Trailing) -> Vec<String> {
+    if t.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![format!("  after call {}:", t.after_calls.saturating_sub(1))];
+    out.extend(t.rejected.iter().map(rejection));
+    out.extend(t.guards.iter().map(|g| format!("      guard {}: {}", g.kind, g.detail)));
+    out.extend(t.summaries.iter().map(summary_attempt));
     out
 }
 
@@ -223,6 +257,27 @@ pub fn summary_attempt(a: &ctxlog::replay::SummaryAttemptRecord) -> String {
 /// One JSON line.
 pub fn json_line(r: &CallRecord) -> String {
     serde_json::to_string(r).unwrap_or_default()
+}
+
+/// Prints a whole timeline with the guards raised between its calls ([`print_calls`]), then
+/// what the log holds after its last call (under `--json`, one more object,
+/// `{"after_calls", "summaries", "rejected"}`, only when there is something).
+pub fn print_timeline_with(
+    out: &mut Out<'_>,
+    records: &[CallRecord],
+    host: &[HostGuard],
+    trailing: &ctxlog::replay::Trailing,
+    json: bool,
+) -> Result<(), CliError> {
+    print_calls(out, records, host, json)?;
+    if json && !trailing.is_empty() {
+        out.line(&serde_json::to_string(trailing).unwrap_or_default())?;
+    } else {
+        for l in trailing_lines(trailing) {
+            out.line(&l)?;
+        }
+    }
+    Ok(())
 }
 
 /// Prints a whole timeline.

@@ -51,7 +51,9 @@ impl ModelSummaries<'_> {
     pub fn run<S: Store>(&self, session: &mut Session<S>, max_jobs: usize) -> Result<Vec<Committed>, CliError> {
         let mut written = Vec::new();
         for _ in 0..max_jobs {
-            let Some(job) = session.summary_job() else { break };
+            // The job as this summarizer is asked for it (cut to its context); a job it refused
+            // with a 4xx waits until it changes.
+            let Some(job) = session.summary_job_for(&self.call)? else { break };
             let attempt = session.start_summary(&job, &self.call)?;
             let outcome = match self.client.summarize(attempt.request.body()) {
                 Ok(r) => SummaryOutcome::text(r.text).usage(r.usage).latency_ms(r.latency_ms),

@@ -99,7 +99,11 @@ pub mod kind {
     pub const SESSION_NAMED: u8 = 25;
     /// `SessionStarted` whose config has `view_version` (placeholders for hidden messages).
     pub const SESSION_STARTED: u8 = 26;
-    // 27-29 are left to other branches of the same release.
+    /// `CallRejected`.
+    pub const CALL_REJECTED: u8 = 27;
+    /// `LimitLearned`.
+    pub const LIMIT_LEARNED: u8 = 28;
+    // 29 is left to other branches of the same release.
     /// `RequestServed` whose request record has the breakpoints placed by position.
     pub const REQUEST_SERVED: u8 = 30;
 }
@@ -136,6 +140,8 @@ pub fn encode(event: &Event) -> Result<Record, EncodeError> {
         Event::AnswerReceived(e) => payload(kind::ANSWER_RECEIVED, e),
         Event::Branched(e) => payload(kind::BRANCHED, e),
         Event::SessionNamed(e) => payload(kind::SESSION_NAMED, e),
+        Event::CallRejected(e) => payload(kind::CALL_REJECTED, e),
+        Event::LimitLearned(e) => payload(kind::LIMIT_LEARNED, e),
     }
 }
 
@@ -182,6 +188,8 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::ANSWER_RECEIVED => body(rest).map(Event::AnswerReceived),
         kind::BRANCHED => body(rest).map(Event::Branched),
         kind::SESSION_NAMED => body(rest).map(Event::SessionNamed),
+        kind::CALL_REJECTED => body(rest).map(Event::CallRejected),
+        kind::LIMIT_LEARNED => body(rest).map(Event::LimitLearned),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V4 => body::<legacy::RequestServedV4>(rest).map(|e| Event::RequestServed(e.into())),

@@ -13,7 +13,7 @@
 
 use crate::config::Config;
 use crate::event::{Deferral, EditKind, EditReason, Edited, Event, Flushed, GuardKind, SummaryRetired};
-use crate::policy::{gate, guards, ladder};
+use crate::policy::{gate, guards, ladder, media_cap};
 use crate::state::{Item, State, Violation};
 use crate::time::Millis;
 use crate::view::{flush_stubs, thousands};
@@ -74,8 +74,9 @@ pub fn decide(state: &State, now: Millis) -> Result<Decision, Violation> {
     let warm = gate::holds_prefix(state, &config, now);
     let cache_age_ms = gate::cache_age(state, now).unwrap_or(0);
 
-    // 0. Cache-aware and warm, within the hard limit: nothing rewrites the cached prefix.
-    if warm && metered_before <= config.hard_limit_tokens() {
+    // 0. Cache-aware and warm, within the hard limit: nothing rewrites the cached prefix
+    // (unless the provider would refuse the view for its images).
+    if warm && metered_before <= config.hard_limit_tokens() && !media_cap::over(state) {
         let flush_pending = state.flush_pending();
         let ladder_due = metered_before >= config.trigger_tokens();
         let deferred = (flush_pending || ladder_due).then_some(Deferral::WarmCache {
@@ -118,6 +119,10 @@ pub fn decide(state: &State, now: Millis) -> Result<Decision, Violation> {
     let mut level = 0;
     if needed {
         level = escalate(&mut b, &config, call, metered)?;
+    }
+    // 3b. The provider's limit on images per request: the oldest go, with their messages.
+    for ev in media_cap::cap(b.current(), level) {
+        b.push(Event::Edited(ev))?;
     }
 
     // 4. A warm rewrite that is not forced by the budget must be worth the cache it throws away.

@@ -48,6 +48,12 @@ pub enum Event {
     /// The client's own name for the conversation, written with `SessionStarted` (see
     /// [`SessionNamed`]); it changes nothing else.
     SessionNamed(SessionNamed),
+    /// The provider refused a planned call (an HTTP error status): nothing was served; it
+    /// changes nothing else (see [`CallRejected`]).
+    CallRejected(CallRejected),
+    /// The provider's real context limit for a model, learned from a rejection: from then on
+    /// it caps the session's budget (see [`LimitLearned`]).
+    LimitLearned(LimitLearned),
 }
 
 impl Event {
@@ -68,6 +74,8 @@ impl Event {
             Event::AnswerReceived(_) => "AnswerReceived",
             Event::Branched(_) => "Branched",
             Event::SessionNamed(_) => "SessionNamed",
+            Event::CallRejected(_) => "CallRejected",
+            Event::LimitLearned(_) => "LimitLearned",
         }
     }
 }
@@ -146,6 +154,51 @@ pub struct Branched {
 pub struct SessionNamed {
     /// The name as the client sent it (not unique: two tenants may use the same one).
     pub name: String,
+}
+
+/// `CallRejected`: the provider answered a planned call with an error status, so nothing was
+/// served (the plan was dropped; the call's number is used again by the next plan). Written by
+/// the host that dispatched the call ([`crate::Session::reject_call`]); every rejected call
+/// leaves one, so `replay` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRejected {
+    /// The number the rejected call had (the next served call has it too).
+    pub call: u64,
+    /// When the rejection arrived (ms since the epoch).
+    pub at: Millis,
+    /// The model the request named, when known.
+    pub model: Option<String>,
+    /// The HTTP status.
+    pub status: u16,
+    /// The provider's error type or code (`invalid_request_error`, `context_length_exceeded`,
+    /// `exceed_context_size_error`, …), empty when it gave none.
+    pub error: String,
+    /// The start of the provider's error message.
+    pub message: String,
+    /// The rejection says the prompt is longer than the model's context.
+    pub overflow: bool,
+    /// The provider's count of the rejected prompt, when it gave one.
+    pub prompt_tokens: Option<u64>,
+    /// The model's context limit, when the provider gave it.
+    pub limit: Option<u64>,
+    /// Our estimate of the rejected view.
+    pub view_tokens: u64,
+}
+
+/// `LimitLearned`: a model's real context limit, from a rejection. The fold lowers the session's
+/// budget to `budget` (never raises it), so every later plan, also after a restart, keeps the
+/// view within what the provider accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitLearned {
+    /// The rejected call's number.
+    pub call: u64,
+    /// The model, when known.
+    pub model: Option<String>,
+    /// The limit the provider stated, in its tokens.
+    pub limit: u64,
+    /// The budget it sets, in the engine's tokens: the limit scaled by how much the provider
+    /// counted over our estimate of the rejected view (never above the limit).
+    pub budget: u64,
 }
 
 /// `ImportCompleted`: the last record an import writes; before it, the session is an unfinished
@@ -498,6 +551,26 @@ pub enum SummaryFailure {
         /// The job's limit.
         max_tokens: u32,
     },
+    /// The answer was cut at the request's `max_tokens` (`finish_reason: length`,
+    /// `stop_reason: max_tokens`): a cut summary is never used, however small.
+    Truncated {
+        /// The request's `max_tokens`, when known.
+        max_tokens: Option<u64>,
+    },
+    /// The answer is mostly the request's own instructions (the prompt or the scope sentence)
+    /// echoed back, not a summary.
+    Echo {
+        /// Share (per mille) of the answer's word 5-grams found in the instructions.
+        per_mille: u32,
+    },
+    /// The summarizer refused the request with a status that repeats for the same request
+    /// (a 4xx other than 408, 409 and 429): the same job is not sent again until it changes.
+    Rejected {
+        /// The HTTP status.
+        status: u16,
+        /// The error in a sentence.
+        detail: String,
+    },
 }
 
 impl SummaryFailure {
@@ -510,6 +583,9 @@ impl SummaryFailure {
             SummaryFailure::Stale(_) => "stale",
             SummaryFailure::NotSmaller { .. } => "not_smaller",
             SummaryFailure::OverLimit { .. } => "over_limit",
+            SummaryFailure::Truncated { .. } => "truncated",
+            SummaryFailure::Echo { .. } => "echo",
+            SummaryFailure::Rejected { .. } => "rejected",
         }
     }
 
@@ -526,6 +602,19 @@ impl SummaryFailure {
             SummaryFailure::OverLimit { tokens, max_tokens } => {
                 format!("the condensed summary ({tokens} tokens) is over its limit of {max_tokens} tokens")
             }
+            SummaryFailure::Truncated { max_tokens: Some(n) } => {
+                format!("the answer was cut at max_tokens {n}: a cut summary is not used")
+            }
+            SummaryFailure::Truncated { max_tokens: None } => {
+                "the answer was cut at max_tokens: a cut summary is not used".into()
+            }
+            SummaryFailure::Echo { per_mille } => format!(
+                "the answer mostly repeats the request's instructions ({:.1} % of its word 5-grams): not a summary",
+                f64::from(*per_mille) / 10.0
+            ),
+            SummaryFailure::Rejected { status, detail } => format!(
+                "the summarizer refused the request (HTTP {status}, not sent again until the job changes): {detail}"
+            ),
         }
     }
 }

@@ -65,6 +65,7 @@ mod json;
 #[doc(hidden)]
 pub mod media;
 pub mod message;
+pub mod overflow;
 #[doc(hidden)]
 pub mod placeholder;
 #[doc(hidden)]
@@ -77,6 +78,8 @@ pub mod state;
 pub mod store;
 pub mod summary;
 pub mod summary_call;
+pub mod summary_echo;
+pub mod summary_fit;
 pub mod time;
 #[doc(hidden)]
 pub mod tokens;

@@ -70,6 +70,58 @@ pub struct CallRecord {
     /// Of those, how many a summary or a placeholder in the served view represents (goal:
     /// all of them; fewer only in sessions of view version 1, whose removals left no trace).
     pub represented: u64,
+    /// Requests the provider refused since the previous call (this call's earlier tries, or
+    /// calls that were never served); absent when there were none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<RejectionRecord>,
+}
+
+/// A refused request in the timeline (`CallRejected`, with the `LimitLearned` of the same batch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RejectionRecord {
+    /// The call number the refused request had.
+    pub call: u64,
+    /// The HTTP status.
+    pub status: u16,
+    /// The provider's error type or code.
+    pub error: String,
+    /// The start of its message.
+    pub message: String,
+    /// The prompt was over the model's context.
+    pub overflow: bool,
+    /// The provider's count of the prompt, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// The model's limit, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// The budget the learned limit set, when one was learned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned_budget: Option<u64>,
+}
+
+/// What the log holds after the last call: summary attempts and refused requests no call
+/// record carries yet (`replay` shows them after the last call).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Trailing {
+    /// The number of calls served before them.
+    pub after_calls: u64,
+    /// Summary attempts since the last call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub summaries: Vec<SummaryAttemptRecord>,
+    /// Refused requests since the last call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<RejectionRecord>,
+    /// Guards raised since the last call (the summarizer's pause, a fork refusal).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub guards: Vec<GuardRecord>,
+}
+
+impl Trailing {
+    /// Nothing after the last call?
+    pub fn is_empty(&self) -> bool {
+        self.summaries.is_empty() && self.rejected.is_empty() && self.guards.is_empty()
+    }
 }
 
 /// A summary attempt in the timeline.
@@ -87,7 +139,7 @@ pub struct SummaryAttemptRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
     /// `prepared`, or the failure (`timeout`, `provider_error`, `empty`, `stale`, `not_smaller`,
-    /// `over_limit`).
+    /// `over_limit`, `truncated`, `echo`, `rejected`).
     pub outcome: &'static str,
     /// The failure in a sentence.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -149,6 +201,8 @@ pub struct GuardRecord {
 #[derive(Debug, Default)]
 pub struct Timeline {
     summaries: Vec<SummaryAttemptRecord>,
+    rejected: Vec<RejectionRecord>,
+    calls: u64,
     flush: Option<FlushRecord>,
     edits: Vec<TimelineEdit>,
     guards: Vec<GuardRecord>,
@@ -195,6 +249,21 @@ impl Timeline {
                 usage: f.usage,
                 latency_ms: f.latency_ms,
             }),
+            Event::CallRejected(r) => self.rejected.push(RejectionRecord {
+                call: r.call,
+                status: r.status,
+                error: r.error.clone(),
+                message: r.message.clone(),
+                overflow: r.overflow,
+                prompt_tokens: r.prompt_tokens,
+                limit: r.limit,
+                learned_budget: None,
+            }),
+            Event::LimitLearned(l) => {
+                if let Some(r) = self.rejected.last_mut().filter(|r| r.call == l.call) {
+                    r.learned_budget = Some(l.budget);
+                }
+            }
             Event::SummaryRetired(r) => {
                 self.edits.push(TimelineEdit { seq: r.from, kind: "summary_retired", reason: r.reason.clone() })
             }
@@ -205,6 +274,7 @@ impl Timeline {
                 self.guards.push(GuardRecord { kind: kind.name(), detail: format!("{detail} (knob: {knob})") })
             }
             Event::RequestServed(s) => {
+                self.calls = s.call + 1;
                 let config = state.info().map(|i| i.config.clone()).unwrap_or_default();
                 let coverage = state.coverage(usize::try_from(s.view_messages).unwrap_or(usize::MAX));
                 return Some(CallRecord {
@@ -231,11 +301,24 @@ impl Timeline {
                     summaries: std::mem::take(&mut self.summaries),
                     hidden: coverage.hidden,
                     represented: coverage.represented,
+                    rejected: std::mem::take(&mut self.rejected),
                 });
             }
             _ => {}
         }
         None
+    }
+}
+
+impl Timeline {
+    /// What was fed after the last call record: attempts and refusals no record carries yet.
+    pub fn trailing(&self) -> Trailing {
+        Trailing {
+            after_calls: self.calls,
+            summaries: self.summaries.clone(),
+            rejected: self.rejected.clone(),
+            guards: self.guards.clone(),
+        }
     }
 }
 
@@ -257,6 +340,8 @@ pub struct Replayed {
     pub timeline: Vec<CallRecord>,
     /// Violations found (lenient mode only; strict stops at the first).
     pub violations: Vec<Violation>,
+    /// What the log holds after the last call.
+    pub trailing: Trailing,
 }
 
 /// Reads the records of `stream` from version `from` up to `until`, calling `f` with each
@@ -308,7 +393,7 @@ pub fn replay<S: Store + ?Sized>(
         out.extend(timeline.feed(version, &ev, &state));
         Ok(())
     })?;
-    Ok(Replayed { state, timeline: out, violations })
+    Ok(Replayed { state, timeline: out, violations, trailing: timeline.trailing() })
 }
 
 /// The request call `call` sent, rebuilt byte for byte from the log: the view it served

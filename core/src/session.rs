@@ -16,8 +16,9 @@ use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
 use crate::event::{
-    AnswerReceived, Event, GuardKind, ImportCompleted, ImportSource, MessageAppended, RequestRecord, RequestServed,
-    Restored, SessionStarted, SummaryFailed, SummaryFailure, SummaryMode, SummaryPrepared, ToolsRecord,
+    AnswerReceived, CallRejected, Event, GuardKind, ImportCompleted, ImportSource, LimitLearned, MessageAppended,
+    RequestRecord, RequestServed, Restored, SessionStarted, SummaryFailed, SummaryFailure, SummaryMode,
+    SummaryPrepared, ToolsRecord,
 };
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
@@ -51,7 +52,8 @@ pub const READ_CHUNK: usize = 1024;
 /// fork refusal counts; a call that needs no compaction ends a paused summarizer's wait.
 /// 8: the config holds `view_version`; views of version 2 hold placeholders; the meter keeps the
 /// provider's rate across history changes; restored messages and when; the first human message
-/// over the target may be truncated once.
+/// over the target may be truncated once; the last request's breakpoint placement; the summary
+/// job a provider refused (latched until the job changes).
 pub const SNAPSHOT_LAYOUT: u32 = 8;
 
 /// Everything a session command can fail with.
@@ -201,6 +203,8 @@ impl StaleCause {
             | Event::ImportCompleted(_)
             | Event::AnswerReceived(_)
             | Event::SessionNamed(_) => None,
+            // A rejection records a call that was not served; it changes no view.
+            Event::CallRejected(_) => None,
             // A failed summary attempt and the summarizer's guards change no view.
             Event::SummaryFailed(_) => None,
             Event::GuardRaised(g) if matches!(g.kind, GuardKind::ForkRefused { .. } | GuardKind::SummarizerPaused) => {
@@ -318,6 +322,15 @@ impl PendingAppend {
             tracing::info_span!("ctxlog.append.write", session = %self.stream, version = self.expected).entered();
         Ok(store.append(self.stream, ExpectedVersion::Exact(self.expected), &self.records)?)
     }
+}
+
+/// What [`Session::reject_call`] wrote.
+#[derive(Debug, Clone)]
+pub struct CallRejectedOutcome {
+    /// The batch (`CallRejected`, and `LimitLearned` when a limit was learned).
+    pub committed: Committed,
+    /// The budget the learned limit set, if one was learned.
+    pub budget: Option<u64>,
 }
 
 /// How a summary was produced.
@@ -1289,6 +1302,79 @@ impl<S: Store> Session<S> {
         drop(plan);
     }
 
+    /// Records that the provider refused `plan`'s request (an HTTP error status: read its body
+    /// with [`crate::overflow::parse_rejection`]) instead of dropping it silently: a
+    /// `CallRejected`, and, when the rejection says the prompt is over the model's context and
+    /// gives the limit, a `LimitLearned` that lowers the session's budget for every later plan
+    /// (it is in the log, so also after a restart). Plan again and retry: the new plan fits the
+    /// lowered budget.
+    ///
+    /// ```
+    /// # use ctxlog::{Timestamp, parse_message, Config, MemoryStore, Session, StreamId, WireFormat};
+    /// # use ctxlog::overflow::parse_rejection;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = MemoryStore::new();
+    /// # let mut session = Session::create(&store, StreamId::random(), WireFormat::OpenAi, Config::default(), Timestamp::from_millis(1_000))?;
+    /// # session.append(vec![parse_message(r#"{"role":"user","content":"hi"}"#)?])?;
+    /// let plan = session.plan(Timestamp::from_millis(2_000))?;
+    /// let body = br#"{"error":{"code":400,"message":"request (9000 tokens) exceeds the available context size (8192 tokens)","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":8192}}"#;
+    /// let learned = session.reject_call(plan, &parse_rejection(400, body), None, Timestamp::from_millis(2_100))?;
+    /// assert!(learned.budget.is_some());
+    /// assert!(session.config().budget <= 8_192);
+    /// # Ok(()) }
+    /// ```
+    pub fn reject_call(
+        &mut self,
+        plan: Plan,
+        rejection: &crate::overflow::Rejection,
+        model: Option<&str>,
+        at: Timestamp,
+    ) -> Result<CallRejectedOutcome, SessionError> {
+        if plan.stream != self.stream {
+            let current = self.state.version();
+            return Err(SessionError::StalePlan { planned: plan.base_version, current, by: StaleCause::OtherSession });
+        }
+        let call = plan.call;
+        let mut events = vec![Event::CallRejected(CallRejected {
+            call,
+            at: at.as_millis(),
+            model: model.map(str::to_owned),
+            status: rejection.status,
+            error: rejection.error.clone(),
+            message: rejection.message.clone(),
+            overflow: rejection.overflow,
+            prompt_tokens: rejection.prompt_tokens,
+            limit: rejection.limit,
+            view_tokens: plan.view_tokens,
+        })];
+        let mut budget = None;
+        if let (true, Some(limit)) = (rejection.overflow, rejection.limit) {
+            let learned = crate::overflow::learned_budget(limit, rejection.prompt_tokens, plan.view_tokens);
+            // Only news is written: a budget already at or below it learns nothing.
+            if learned < self.config().budget {
+                events.push(Event::LimitLearned(LimitLearned {
+                    call,
+                    model: model.map(str::to_owned),
+                    limit,
+                    budget: learned,
+                }));
+                budget = Some(learned);
+            }
+        }
+        drop(plan);
+        tracing::warn!(
+            session = %self.stream,
+            call,
+            status = rejection.status,
+            error = %rejection.error,
+            overflow = rejection.overflow,
+            learned = budget,
+            "call rejected by the provider"
+        );
+        let version = self.persist_then_apply(events.clone())?;
+        Ok(CallRejectedOutcome { committed: Committed { version, events }, budget })
+    }
+
     /// Undoes the edit (or flush) of `seq`, together with its tool partners.
     ///
     /// ```
@@ -1389,7 +1475,21 @@ impl<S: Store> Session<S> {
         if self.in_flight.is_some() || self.state.summarizer_paused() {
             return None;
         }
-        summary::next_job(&self.state)
+        summary::next_job(&self.state).filter(|j| !self.state.summary_rejected(j.from, j.to, &j.condense))
+    }
+
+    /// [`Session::summary_job`] as `call`'s summarizer would be asked for it: a standalone span
+    /// cut to fit `call.context` ([`crate::summary_fit`]); `None` also when that job is the one
+    /// the summarizer last refused deterministically (a 4xx, recorded as `rejected`): it waits
+    /// until the job changes (more messages, a different span or limit, another context).
+    pub fn summary_job_for(&self, call: &SummaryCall) -> Result<Option<SummaryJob>, SessionError> {
+        if self.in_flight.is_some() || self.state.summarizer_paused() {
+            return Ok(None);
+        }
+        // The latch is checked on the job as fitted: a refused span may fit another context.
+        let Some(job) = summary::next_job(&self.state) else { return Ok(None) };
+        let job = self.summary_request(&job, call)?.job;
+        Ok((!self.state.summary_rejected(job.from, job.to, &job.condense)).then_some(job))
     }
 
     /// The exact request that asks a model for `job`'s summary, in the session's wire format:
@@ -1422,7 +1522,7 @@ impl<S: Store> Session<S> {
         Ok(SummaryAttempt {
             stream: self.stream,
             id: self.attempts,
-            job: job.clone(),
+            job: request.job.clone(),
             request,
             max_failures: call.max_failures,
         })
@@ -1463,7 +1563,7 @@ impl<S: Store> Session<S> {
         }
         let refusal = request.refusal.as_ref().map(|r| r.name().to_owned());
         let SummaryOutcome { result, usage, latency_ms } = outcome;
-        let verdict = result.and_then(|text| self.judge(&job, text));
+        let verdict = result.and_then(|text| self.judge(&job, text, &request));
         let ev = match verdict {
             Ok((text, tokens, replaced_tokens)) => Event::SummaryPrepared(SummaryPrepared {
                 from: job.from,
@@ -1530,9 +1630,17 @@ impl<S: Store> Session<S> {
     }
 
     /// The text, its tokens and the tokens it replaces, or why it cannot be used.
-    fn judge(&self, job: &SummaryJob, text: String) -> Result<(String, u32, u64), SummaryFailure> {
+    fn judge(
+        &self,
+        job: &SummaryJob,
+        text: String,
+        request: &SummaryRequest,
+    ) -> Result<(String, u32, u64), SummaryFailure> {
         if text.trim().is_empty() {
             return Err(SummaryFailure::Empty);
+        }
+        if let Some(per_mille) = crate::summary_echo::is_echo(&text, &request.instructions) {
+            return Err(SummaryFailure::Echo { per_mille });
         }
         summary::still_valid(&self.state, job).map_err(|why| SummaryFailure::Stale(why.to_string()))?;
         let replaced_tokens = self.replaced_tokens(job);

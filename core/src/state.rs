@@ -262,6 +262,9 @@ pub struct State {
     last_served: Option<LastServed>,
     summary_failures: u32,
     fork_refusals: BTreeMap<String, u64>,
+    /// The last summary job the summarizer refused deterministically (a 4xx): `(from, to,
+    /// merged)`. It is not offered again until the job differs; a prepared summary clears it.
+    summary_rejected: Option<(u64, u64, Vec<u32>)>,
     #[serde(skip)]
     loaded: Loaded,
 }
@@ -402,6 +405,12 @@ impl State {
     /// view is under the soft threshold).
     pub fn summary_failures(&self) -> u32 {
         self.summary_failures
+    }
+
+    /// Was a job with this span (and these merged summaries) refused deterministically by the
+    /// summarizer, with no summary prepared since? Such a job is not offered again.
+    pub fn summary_rejected(&self, from: u64, to: u64, merged: &[u32]) -> bool {
+        self.summary_rejected.as_ref().is_some_and(|(f, t, m)| *f == from && *t == to && m.as_slice() == merged)
     }
 
     /// Is the engine holding back summary jobs after consecutive failures?
@@ -705,6 +714,8 @@ impl State {
         }
         match ev {
             Event::SessionStarted(_) | Event::GuardRaised(_) | Event::SummaryFailed(_) => Ok(()),
+            // A rejection changes nothing; a learned limit only lowers the budget.
+            Event::CallRejected(_) | Event::LimitLearned(_) => Ok(()),
             // An answer follows the call it answers.
             Event::AnswerReceived(e) if e.call >= self.calls => fail(
                 Invariant::CallSequence,
@@ -1056,6 +1067,7 @@ impl State {
                 }
                 self.summaries.push(e);
                 self.summary_failures = 0;
+                self.summary_rejected = None;
                 if let Some(r) = &e.refusal {
                     *self.fork_refusals.entry(r.clone()).or_default() += 1;
                 }
@@ -1064,7 +1076,16 @@ impl State {
             Event::AnswerReceived(_) | Event::SessionNamed(_) => {}
             // A record of the lineage: the copied prefix is the state.
             Event::Branched(_) => {}
+            Event::CallRejected(_) => {}
+            Event::LimitLearned(e) => {
+                if let Some(info) = self.info.as_mut() {
+                    info.config.budget = info.config.budget.min(e.budget.max(1));
+                }
+            }
             Event::SummaryFailed(e) => {
+                if matches!(e.reason, crate::event::SummaryFailure::Rejected { .. }) {
+                    self.summary_rejected = Some((e.from, e.to, e.merged.clone()));
+                }
                 self.summary_failures = self.summary_failures.saturating_add(1);
                 if let Some(r) = &e.refusal {
                     *self.fork_refusals.entry(r.clone()).or_default() += 1;

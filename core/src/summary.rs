@@ -30,8 +30,8 @@ pub struct SummaryJob {
     pub from: u64,
     /// One past the last seq.
     pub to: u64,
-    /// Edits in force on the span when the job was made; a job whose span was edited since is
-    /// discarded.
+    /// Edits in force on the span when the job was made; a job with a message restored since is
+    /// discarded (ladder edits since leave it good).
     pub edits: Vec<(u64, Option<EditKind>)>,
     /// Estimated tokens of the span (for a condense job: of the summaries it condenses, as
     /// they render in the view).
@@ -279,9 +279,10 @@ pub enum StaleJob {
         /// `compacted_prefix_messages` now.
         compacted: u64,
     },
-    /// A message of the span was edited (or restored) since.
-    #[error("seq {0} was edited after the job was made")]
-    Edited(u64),
+    /// A message of the span was restored since (a ladder edit leaves the job good: its flush
+    /// hides the whole span anyway).
+    #[error("seq {0} was restored after the job was made")]
+    Restored(u64),
 }
 
 /// Whether a job still describes the state (same start, span not edited since; for a condense
@@ -300,10 +301,13 @@ pub fn still_valid(state: &State, job: &SummaryJob) -> Result<(), StaleJob> {
     if job.from != state.compacted() {
         return Err(StaleJob::Moved { from: job.from, compacted: state.compacted() });
     }
+    // A ladder edit of the span since (a removal, a truncation, a stub) leaves the summary
+    // good: it was written from the messages as appended, and its flush hides the whole span
+    // anyway. A restore does not: someone wanted that message back in the view as it was.
     for (seq, kind) in &job.edits {
         let now = state.entry(*seq).and_then(|e| e.edit.map(|e| e.kind));
-        if now != *kind {
-            return Err(StaleJob::Edited(*seq));
+        if kind.is_some() && now.is_none() {
+            return Err(StaleJob::Restored(*seq));
         }
     }
     Ok(())

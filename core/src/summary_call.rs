@@ -23,6 +23,8 @@ use crate::request::{self, RequestOptions, ServedView};
 use crate::state::{Item, State};
 use crate::store::BlobId;
 use crate::summary::SummaryJob;
+use crate::summary_fit;
+use crate::tokens::text_tokens;
 use crate::view::{item_message, summary_message, ViewCache};
 use crate::wire::{BlobSource, WireFormat};
 
@@ -36,7 +38,7 @@ pub const EXCERPT_CHARS: usize = 300;
 pub const DEFAULT_FORK_MIN_SPAN_RATIO: f64 = 0.22;
 /// Consecutive failed attempts after which the engine stops offering summary jobs.
 pub const DEFAULT_MAX_FAILURES: u32 = 3;
-/// `max_tokens` of a summary request unless set.
+/// The most a summary's derived `max_tokens` budget reaches (see [`crate::summary_fit`]).
 pub const DEFAULT_MAX_TOKENS: u64 = 2_048;
 
 /// The standalone system prompt: five sections and guidelines.
@@ -73,8 +75,12 @@ pub struct SummaryCall {
     /// The summarization model, when it is not the session's own: a different model cannot
     /// read the session's cache, so a fork is refused. `None`: the model of the last request.
     pub model: Option<String>,
-    /// `max_tokens` of the request.
-    pub max_tokens: u64,
+    /// `max_tokens` of the request; `None`: derived from the job's limit
+    /// ([`crate::summary_fit::max_tokens`]).
+    pub max_tokens: Option<u64>,
+    /// The summarizer's context window in tokens, when known: standalone jobs are cut to fit it
+    /// with room for the answer, and a fork whose prefix does not fit is refused.
+    pub context: Option<u64>,
     /// `auto` forks from this span-to-prefix token ratio on.
     pub fork_min_span_ratio: f64,
     /// Consecutive failures after which summary jobs pause until a call's view is under the soft threshold again.
@@ -90,7 +96,8 @@ impl Default for SummaryCall {
         SummaryCall {
             mode: SummaryMode::Standalone,
             model: None,
-            max_tokens: DEFAULT_MAX_TOKENS,
+            max_tokens: None,
+            context: None,
             fork_min_span_ratio: DEFAULT_FORK_MIN_SPAN_RATIO,
             max_failures: DEFAULT_MAX_FAILURES,
             format: None,
@@ -110,9 +117,15 @@ impl SummaryCall {
         self
     }
 
-    /// Sets `max_tokens`.
+    /// Sets `max_tokens` (instead of deriving it from the job).
     pub fn max_tokens(mut self, n: u64) -> Self {
-        self.max_tokens = n;
+        self.max_tokens = Some(n);
+        self
+    }
+
+    /// Sets the summarizer's context window.
+    pub fn context(mut self, tokens: u64) -> Self {
+        self.context = Some(tokens);
         self
     }
 
@@ -157,6 +170,13 @@ pub enum ForkRefusal {
     SpanNotServed(String),
     /// The fork request could not be built.
     Unbuildable(String),
+    /// The fork's prompt (the whole prefix) and its answer do not fit the summarizer's context.
+    OverContext {
+        /// Estimated tokens of the fork's prompt.
+        prompt_tokens: u64,
+        /// The summarizer's context.
+        context: u64,
+    },
     /// `auto` only: the span is too small a share of the prefix for a fork to pay.
     Declined {
         /// Tokens of the span.
@@ -178,6 +198,7 @@ impl ForkRefusal {
             ForkRefusal::UnansweredToolCalls { .. } => "unanswered_tool_calls",
             ForkRefusal::SpanNotServed(_) => "span_not_in_last_request",
             ForkRefusal::Unbuildable(_) => "fork_unbuildable",
+            ForkRefusal::OverContext { .. } => "over_context",
             ForkRefusal::Declined { .. } => "span_below_ratio",
         }
     }
@@ -205,6 +226,10 @@ impl ForkRefusal {
             }
             ForkRefusal::SpanNotServed(why) => format!("the span is not inside the last served request: {why}"),
             ForkRefusal::Unbuildable(why) => format!("the fork request could not be built: {why}"),
+            ForkRefusal::OverContext { prompt_tokens, context } => format!(
+                "the fork's prompt (about {prompt_tokens} tokens) and its answer do not fit the summarizer's context \
+                 of {context} tokens (--summary-context)"
+            ),
             ForkRefusal::Declined { span_tokens, prefix_tokens, min_ratio } => format!(
                 "the span ({span_tokens} tokens) is {:.3} of the prefix ({prefix_tokens} tokens), below \
                  fork_min_span_ratio {min_ratio}: standalone is cheaper",
@@ -229,6 +254,14 @@ pub fn auto_forks(span_tokens: u64, prefix_tokens: u64, min_ratio: f64) -> bool 
 pub struct SummaryRequest {
     format: WireFormat,
     body: Vec<u8>,
+    /// The instructions the request carries (the prompt, the scope and limit sentences): what
+    /// an echoing answer repeats.
+    pub(crate) instructions: String,
+    /// The job as this request asks for it: a standalone span may be cut short to fit the
+    /// summarizer's context (a fork always asks for the whole job).
+    pub job: SummaryJob,
+    /// The request's `max_tokens`.
+    pub max_tokens: u64,
     /// Mode asked for.
     pub mode_requested: SummaryMode,
     /// Mode used (`Standalone` or `Fork`).
@@ -274,22 +307,28 @@ pub(crate) fn build(
     let prefix_tokens = state.last_served().map_or(0, |l| l.view_tokens);
     let requested = call.mode;
     let own = call.format.unwrap_or(format);
-    let standalone = |refusal: Option<ForkRefusal>| SummaryRequest {
-        format: own,
-        body: standalone_body(state, own, job, span, call),
-        mode_requested: requested,
-        mode_used: SummaryMode::Standalone,
-        refusal,
-        prefix_call: None,
-        span_tokens: job.span_tokens,
-        prefix_tokens,
+    let standalone = |refusal: Option<ForkRefusal>| {
+        let s = standalone_body(state, own, job, span, call);
+        SummaryRequest {
+            format: own,
+            body: s.body,
+            instructions: s.instructions,
+            span_tokens: s.job.span_tokens,
+            job: s.job,
+            max_tokens: s.max_tokens,
+            mode_requested: requested,
+            mode_used: SummaryMode::Standalone,
+            refusal,
+            prefix_call: None,
+            prefix_tokens,
+        }
     };
     if !matches!(requested, SummaryMode::Fork | SummaryMode::Auto) {
         return standalone(None);
     }
     match fork(state, format, job, call, blobs) {
         Err(refusal) => standalone(Some(refusal)),
-        Ok((body, prefix_call)) => {
+        Ok(Fork { body, prefix_call, instructions, max_tokens }) => {
             // The cost predicate runs after the alignment checks; a prefix of 0 has no opinion.
             if requested == SummaryMode::Auto && !auto_forks(job.span_tokens, prefix_tokens, call.fork_min_span_ratio) {
                 return standalone(Some(ForkRefusal::Declined {
@@ -301,6 +340,9 @@ pub(crate) fn build(
             SummaryRequest {
                 format,
                 body,
+                instructions,
+                job: job.clone(),
+                max_tokens,
                 mode_requested: requested,
                 mode_used: SummaryMode::Fork,
                 refusal: None,
@@ -312,6 +354,14 @@ pub(crate) fn build(
     }
 }
 
+/// A fork request.
+struct Fork {
+    body: Vec<u8>,
+    prefix_call: u64,
+    instructions: String,
+    max_tokens: u64,
+}
+
 /// The fork request, or the first rung of the ladder that refuses it.
 fn fork(
     state: &State,
@@ -319,7 +369,7 @@ fn fork(
     job: &SummaryJob,
     call: &SummaryCall,
     blobs: &dyn BlobSource,
-) -> Result<(Vec<u8>, u64), ForkRefusal> {
+) -> Result<Fork, ForkRefusal> {
     let last = state.last_served();
     // 1. Tools never recorded (for the request a fork would append to).
     if let Some(l) = last.filter(|l| l.request.is_none()) {
@@ -408,18 +458,29 @@ fn fork(
             last.digest
         )));
     }
-    let opts = options(record, call, blobs).map_err(|e| ForkRefusal::Unbuildable(e.to_string()))?;
+    let excerpt_of = after_system.get(last_pos).and_then(|&i| item_message(state, i)).map(|m| excerpt(&m));
+    let text = format!(
+        "{}\n\n{}",
+        fork_message(first, positions.len(), excerpt_of.as_deref().unwrap_or("")),
+        summary_fit::limit_sentence(job)
+    );
+    let prompt_tokens = last.view_tokens + u64::from(text_tokens(&text));
+    let max_tokens = summary_fit::max_tokens(job, call, prompt_tokens);
+    if let Some(context) = call.context {
+        if prompt_tokens + summary_fit::REQUEST_OVERHEAD_TOKENS + summary_fit::answer_budget(job) > context {
+            return Err(ForkRefusal::OverContext { prompt_tokens, context });
+        }
+    }
+    let opts = options(record, max_tokens, blobs).map_err(|e| ForkRefusal::Unbuildable(e.to_string()))?;
     let view =
         ServedView { state, items: cache.items(), bytes: cache.bytes(), cuts: cache.cuts(), digest: &last.digest };
     let served = request::render(&view, format, &opts, blobs);
     if let Some(id) = served.missing_blobs().first() {
         return Err(ForkRefusal::Unbuildable(format!("media blob {id} of the prefix is missing")));
     }
-    let excerpt_of = after_system.get(last_pos).and_then(|&i| item_message(state, i)).map(|m| excerpt(&m));
-    let text = fork_message(first, positions.len(), excerpt_of.as_deref().unwrap_or(""));
     let body = append_user_message(served.into_body(), &text)
         .ok_or_else(|| ForkRefusal::Unbuildable("the rendered request does not end with its messages array".into()))?;
-    Ok((body, last.call))
+    Ok(Fork { body, prefix_call: last.call, instructions: text, max_tokens })
 }
 
 /// Why a call's recorded tools cannot be sent again.
@@ -435,16 +496,12 @@ enum RecordedTools {
 
 /// The recorded fields as request options: model, the summary's `max_tokens`, the recorded
 /// tools verbatim, the recorded breakpoints.
-fn options(
-    record: &RequestRecord,
-    call: &SummaryCall,
-    blobs: &dyn BlobSource,
-) -> Result<RequestOptions, RecordedTools> {
+fn options(record: &RequestRecord, max_tokens: u64, blobs: &dyn BlobSource) -> Result<RequestOptions, RecordedTools> {
     let mut opts = RequestOptions::new();
     if let Some(m) = &record.model {
         opts = opts.model(m);
     }
-    opts = opts.max_tokens(call.max_tokens);
+    opts = opts.max_tokens(max_tokens);
     if let ToolsRecord::Blob { id, .. } = &record.tools {
         let bytes = blobs.blob(id).ok_or_else(|| RecordedTools::Missing(id.clone()))?;
         let json = String::from_utf8(bytes).map_err(|_| RecordedTools::NotUtf8(id.clone()))?;
@@ -502,29 +559,45 @@ fn append_user_message(mut body: Vec<u8>, text: &str) -> Option<Vec<u8>> {
     Some(body)
 }
 
-/// The standalone body: `{"model"?, "max_tokens", system prompt, one user message}`.
+/// A standalone request and what went into it.
+struct Standalone {
+    body: Vec<u8>,
+    instructions: String,
+    job: SummaryJob,
+    max_tokens: u64,
+}
+
+/// The standalone body: `{"model"?, "max_tokens", system prompt, one user message}` (the limit
+/// sentence, then the span as text), for the job fitted to the summarizer's context.
 fn standalone_body(
     state: &State,
     format: WireFormat,
     job: &SummaryJob,
     span: &[Arc<Message>],
     call: &SummaryCall,
-) -> Vec<u8> {
+) -> Standalone {
     let model = call.model.clone().or_else(|| state.last_served()?.request.as_ref()?.model.clone());
-    let text = if job.is_condense() {
+    // What a flush keeps verbatim (system, pinned, first human) stays in the view: not
+    // summarized (the fit renders it as nothing).
+    let condensed = job.is_condense().then(|| {
         let msgs: Vec<Message> = job
             .condense
             .iter()
             .filter_map(|&i| state.summaries().get(i as usize).map(|s| summary_message(state, s)))
             .collect();
         render_messages(msgs.iter())
-    } else {
-        // What a flush keeps verbatim (system, pinned, first human) stays in the view: not
-        // summarized.
-        let kept = |i: usize| state.kept_through_flush(job.from + i as u64);
-        render_messages(span.iter().enumerate().filter(|(i, _)| !kept(*i)).map(|(_, m)| m.as_ref()))
-    };
-    standalone_json(format, model.as_deref(), call.max_tokens, &text)
+    });
+    let fitted = summary_fit::fit(state, job, span, condensed, call);
+    let limit = summary_fit::limit_sentence(&fitted.job);
+    let text = format!("{limit}\n\n{}", fitted.text);
+    let prompt_tokens = u64::from(text_tokens(STANDALONE_PROMPT)) + u64::from(text_tokens(&text));
+    let max_tokens = summary_fit::max_tokens(&fitted.job, call, prompt_tokens);
+    Standalone {
+        body: standalone_json(format, model.as_deref(), max_tokens, &text),
+        instructions: format!("{STANDALONE_PROMPT}\n{limit}"),
+        job: fitted.job,
+        max_tokens,
+    }
 }
 
 /// The standalone body for a rendered span.

@@ -142,6 +142,12 @@ impl FakeUpstream {
         self.shared.configure(&server::Config { context_tokens: Some(tokens), ..Default::default() });
     }
 
+    /// Answers `/v1/chat/completions` context overflows as llama.cpp's server does
+    /// (`exceed_context_size_error`, `n_prompt_tokens`, `n_ctx`) instead of as OpenAI does.
+    pub fn speak_llama_cpp(&self, on: bool) {
+        self.shared.configure(&server::Config { llama_cpp: Some(on), ..Default::default() });
+    }
+
     /// Moves the prompt caches' clock forward (their TTLs expire without waiting).
     pub fn advance_clock(&self, by: std::time::Duration) {
         *server::lock(&self.shared.clock_offset) += by;

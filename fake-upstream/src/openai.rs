@@ -88,6 +88,20 @@ pub fn invalid(message: &str, param: Option<&str>, code: Option<&str>) -> Bytes 
     )
 }
 
+/// llama.cpp's server's answer to a prompt over its context (`/v1/chat/completions`, 400).
+pub fn llama_context_error(prompt_tokens: u64, n_ctx: u64) -> Bytes {
+    Bytes::from(
+        json!({"error": {
+            "code": 400,
+            "message": format!("request ({prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it"),
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": prompt_tokens,
+            "n_ctx": n_ctx
+        }})
+        .to_string(),
+    )
+}
+
 /// The error body for `status`.
 pub fn error(status: u16, message: &str) -> Bytes {
     let (kind, code) = match status {

@@ -326,6 +326,9 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     if let Err(Rejection { status, message, param, code }) = checked {
         let b = match api {
             Api::Anthropic => anthropic::error(status, &message),
+            Api::OpenAi if code.as_deref() == Some(crate::strict::LLAMA_CONTEXT_CODE) => {
+                openai::llama_context_error(prompt, lock(&shared.strict).context_of(false))
+            }
             Api::OpenAi => openai::invalid(&message, param.as_deref(), code.as_deref()),
         };
         return Ok(respond(tracker, status, vec![b], End::Finish, false, api, None, None));
@@ -557,6 +560,9 @@ pub(crate) struct Config {
     /// Moves the caches' clock forward (TTL tests without waiting).
     #[serde(default)]
     pub(crate) advance_clock_secs: u64,
+    /// Answer context overflows as llama.cpp's server does; absent: unchanged.
+    #[serde(default)]
+    pub(crate) llama_cpp: Option<bool>,
 }
 
 mod double_option {
@@ -578,6 +584,9 @@ impl Shared {
         if let Some(n) = c.context_tokens {
             s.context_tokens = n;
         }
+        if let Some(l) = c.llama_cpp {
+            s.llama_cpp = l;
+        }
         *lock(&self.clock_offset) += Duration::from_secs(c.advance_clock_secs);
     }
 
@@ -592,6 +601,7 @@ impl Shared {
         serde_json::json!({
             "relaxed": relaxed,
             "context_tokens": s.context_tokens,
+            "llama_cpp": s.llama_cpp,
             "clock_offset_secs": lock(&self.clock_offset).as_secs(),
         })
     }

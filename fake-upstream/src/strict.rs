@@ -58,7 +58,13 @@ pub struct Strictness {
     pub relaxed: HashSet<Rule>,
     /// Overrides every model's context window (tokens) when set.
     pub context_tokens: Option<u64>,
+    /// `/v1/chat/completions` answers a prompt over the context as llama.cpp's server does
+    /// (`exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`), not as OpenAI does.
+    pub llama_cpp: bool,
 }
+
+/// The `code` of a [`Rejection`] that the server renders as llama.cpp's context error.
+pub const LLAMA_CONTEXT_CODE: &str = "exceed_context_size_error";
 
 /// Anthropic's documented limit on images in one request.
 pub const MAX_IMAGES: usize = 100;
@@ -332,6 +338,16 @@ impl Strictness {
             }
         }
         let limit = self.context_of(false);
+        if self.on(Rule::ContextLength) && prompt_tokens > limit && self.llama_cpp {
+            return Err(Rejection {
+                status: 400,
+                message: format!(
+                    "request ({prompt_tokens} tokens) exceeds the available context size ({limit} tokens)"
+                ),
+                param: None,
+                code: Some(LLAMA_CONTEXT_CODE.into()),
+            });
+        }
         if self.on(Rule::ContextLength) && prompt_tokens > limit {
             return Err(Rejection {
                 status: 400,

@@ -281,10 +281,29 @@ fn config_endpoint_relaxes_sets_the_window_and_moves_the_clock() {
     assert_eq!(post(&up, OAI, &orphan).status, 400);
     let r = post(&up, "/_fake/config", &json!({"relax": ["tool_pairs"], "context_tokens": 50}));
     assert_eq!(r.status, 200);
-    assert_eq!(r.json(), json!({"relaxed": ["tool_pairs"], "context_tokens": 50, "clock_offset_secs": 0}));
+    assert_eq!(
+        r.json(),
+        json!({"relaxed": ["tool_pairs"], "context_tokens": 50, "llama_cpp": false, "clock_offset_secs": 0})
+    );
     assert_eq!(post(&up, OAI, &orphan).status, 200);
     let long = openai(json!([{"role": "user", "content": "word ".repeat(100)}]));
     assert_eq!(post(&up, OAI, &long).json()["error"]["code"], "context_length_exceeded");
+    // As llama.cpp's server: its own error type, and the counts as fields.
+    assert_eq!(post(&up, "/_fake/config", &json!({"llama_cpp": true})).json()["llama_cpp"], true);
+    let r = post(&up, OAI, &long);
+    assert_eq!(r.status, 400);
+    let e = r.json()["error"].clone();
+    assert_eq!(
+        (e["type"].as_str(), e["code"].as_u64(), e["n_ctx"].as_u64()),
+        (Some("exceed_context_size_error"), Some(400), Some(50))
+    );
+    let n = e["n_prompt_tokens"].as_u64().unwrap();
+    assert!(n > 50);
+    assert_eq!(
+        e["message"],
+        format!("request ({n} tokens) exceeds the available context size (50 tokens), try increasing it")
+    );
+    up.speak_llama_cpp(false);
     let r = post(&up, "/_fake/config", &json!({"enforce": ["tool_pairs"], "context_tokens": null}));
     assert_eq!(r.json()["relaxed"], json!([]));
     assert_eq!(post(&up, OAI, &orphan).status, 400);

@@ -42,6 +42,12 @@ impl AnthropicClient {
         ];
         let answer = self.http.post_json(&self.url, &headers, body)?;
         let text = text_of(&answer, &self.url)?;
+        // A cut answer is not a summary, however small.
+        if let Some(reason) = answer.get("stop_reason").and_then(Value::as_str) {
+            if reason == "max_tokens" {
+                return Err(LlmError::Truncated { source_name: self.url.clone(), reason: reason.to_owned() });
+            }
+        }
         if text.trim().is_empty() {
             return Err(LlmError::Empty { source_name: self.url.clone() });
         }

@@ -39,6 +39,15 @@ pub enum LlmError {
         /// Which field is wrong and how.
         detail: String,
     },
+    /// The answer was cut at the request's `max_tokens` (`stop_reason: max_tokens`,
+    /// `finish_reason: length`).
+    #[error("{source_name}: the answer was cut at max_tokens ({reason})")]
+    Truncated {
+        /// The URL.
+        source_name: String,
+        /// The provider's stop or finish reason.
+        reason: String,
+    },
     /// The answer carries no summary text.
     #[error("{source_name}: empty completion")]
     Empty {
@@ -80,6 +89,12 @@ impl LlmError {
         match self {
             LlmError::Timeout { .. } => SummaryFailure::Timeout,
             LlmError::Empty { .. } => SummaryFailure::Empty,
+            LlmError::Truncated { .. } => SummaryFailure::Truncated { max_tokens: None },
+            // The same request gets the same answer: recorded as such, not sent again as is.
+            LlmError::Status { code, .. } if is_deterministic(code) => {
+                let detail = self.to_string();
+                SummaryFailure::Rejected { status: code, detail }
+            }
             e => SummaryFailure::Provider(e.to_string()),
         }
     }
@@ -95,6 +110,9 @@ impl LlmError {
                 LlmError::InvalidJson { source_name: key.scrub(&source_name), detail: key.scrub(&detail) }
             }
             LlmError::Empty { source_name } => LlmError::Empty { source_name: key.scrub(&source_name) },
+            LlmError::Truncated { source_name, reason } => {
+                LlmError::Truncated { source_name: key.scrub(&source_name), reason }
+            }
             LlmError::Connect { url, detail } => LlmError::Connect { url: key.scrub(&url), detail: key.scrub(&detail) },
             e @ LlmError::MissingKey { .. } => e,
             LlmError::Command { program, detail, stderr } => LlmError::Command {
@@ -104,6 +122,12 @@ impl LlmError {
             },
         }
     }
+}
+
+/// A status the same request gets again: a 4xx other than 408 (timeout), 409 (conflict) and
+/// 429 (rate limit).
+pub(crate) fn is_deterministic(code: u16) -> bool {
+    (400..500).contains(&code) && !matches!(code, 408 | 409 | 429)
 }
 
 /// The first [`EXCERPT_CHARS`] characters of `bytes`, lossily decoded, trimmed.

@@ -77,6 +77,29 @@ impl Http {
         }
     }
 
+    /// GETs `url` once (no retry) and returns the parsed JSON of a 2xx answer.
+    pub(crate) fn get_json(&self, url: &str, headers: &[(&str, &str)]) -> Result<Value, LlmError> {
+        let mut request = self.agent.get(url);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let mut response = request.call().map_err(|e| self.transport(url, e))?;
+        let code = response.status().as_u16();
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_RESPONSE_BYTES)
+            .read_to_vec()
+            .map_err(|e| self.transport(url, e))?;
+        if !(200..300).contains(&code) {
+            return Err(LlmError::Status { url: url.to_owned(), code, body_excerpt: excerpt(&bytes), retried: false });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| LlmError::InvalidJson {
+            source_name: url.to_owned(),
+            detail: format!("body is not JSON: {e}"),
+        })
+    }
+
     /// One request: status, the server's `retry-after` (seconds form), body bytes.
     fn attempt(
         &self,

@@ -48,4 +48,10 @@ pub trait Summarizer: Send + Sync {
 
     /// The wire format the request body must be in; `None` when any JSON will do (a command).
     fn wire_format(&self) -> Option<ctxlog::WireFormat>;
+
+    /// The summarizer's context window in tokens, when the server states it (llama.cpp's
+    /// `/props`); asked once, when the summarizer is set up.
+    fn context_window(&self) -> Option<u64> {
+        None
+    }
 }

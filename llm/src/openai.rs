@@ -32,6 +32,24 @@ impl OpenAiClient {
         &self.url
     }
 
+    /// The server's context window per slot, as a llama.cpp-style server states it at
+    /// `GET {base}/props` (`default_generation_settings.n_ctx`, or a top-level `n_ctx`);
+    /// `None` when the server has no such endpoint or does not say.
+    pub fn props_context(&self) -> Option<u64> {
+        let props = self.url.strip_suffix("/v1/chat/completions").map(|b| format!("{b}/props"))?;
+        let bearer = self.key.as_ref().map(|k| format!("Bearer {}", k.expose()));
+        let mut headers = Vec::new();
+        if let Some(b) = &bearer {
+            headers.push(("authorization", b.as_str()));
+        }
+        let answer = self.http.get_json(&props, &headers).ok()?;
+        answer
+            .pointer("/default_generation_settings/n_ctx")
+            .or_else(|| answer.get("n_ctx"))
+            .and_then(Value::as_u64)
+            .filter(|&n| n > 0)
+    }
+
     fn call(&self, body: &[u8]) -> Result<Completion, LlmError> {
         let start = Instant::now();
         let bearer = self.key.as_ref().map(|k| format!("Bearer {}", k.expose()));
@@ -52,6 +70,12 @@ impl OpenAiClient {
             Some(Some(Value::String(t))) => t.clone(),
             Some(Some(_)) => return Err(invalid("field `choices[0].message.content`: expected a string".to_owned())),
         };
+        // A cut answer is not a summary, however small (llama.cpp and OpenAI say `length`).
+        if let Some(reason) = first.and_then(|c| c.get("finish_reason")).and_then(Value::as_str) {
+            if reason == "length" {
+                return Err(LlmError::Truncated { source_name: self.url.clone(), reason: reason.to_owned() });
+            }
+        }
         if text.trim().is_empty() {
             return Err(LlmError::Empty { source_name: self.url.clone() });
         }
@@ -78,6 +102,10 @@ impl Summarizer for OpenAiClient {
 
     fn wire_format(&self) -> Option<WireFormat> {
         Some(WireFormat::OpenAi)
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        self.props_context()
     }
 }
 

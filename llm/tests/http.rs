@@ -266,3 +266,50 @@ fn a_spec_built_client_reads_the_key_from_the_named_variable() {
     client.complete(BODY).unwrap();
     assert_eq!(server.requests()[0].header("x-api-key"), Some(KEY));
 }
+
+#[test]
+fn an_answer_cut_at_max_tokens_is_truncated_and_recorded_as_such() {
+    let cut = r#"{"content":[{"type":"text","text":"1. User Requests"}],"stop_reason":"max_tokens","usage":{"input_tokens":10,"output_tokens":64}}"#;
+    let server = Server::start(vec![json(200, cut)]);
+    let err = anthropic(&server).complete(BODY).unwrap_err();
+    assert!(matches!(&err, LlmError::Truncated { reason, .. } if reason == "max_tokens"), "{err:?}");
+    assert_eq!(err.into_failure().as_str(), "truncated");
+    let cut = r#"{"choices":[{"message":{"content":"1. User Requests"},"finish_reason":"length"}]}"#;
+    let server = Server::start(vec![json(200, cut)]);
+    let err = openai(&server, None).complete(BODY).unwrap_err();
+    assert!(matches!(&err, LlmError::Truncated { reason, .. } if reason == "length"), "{err:?}");
+    // An answer that ended by itself is a summary.
+    let done = r#"{"choices":[{"message":{"content":"The summary."},"finish_reason":"stop"}]}"#;
+    let server = Server::start(vec![json(200, done)]);
+    assert_eq!(openai(&server, None).complete(BODY).unwrap().text, "The summary.");
+}
+
+#[test]
+fn a_4xx_is_a_deterministic_rejection_429_and_5xx_are_provider_errors() {
+    let llama = r#"{"error":{"code":400,"message":"request (45896 tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":45896,"n_ctx":8192}}"#;
+    let server = Server::start(vec![json(400, llama)]);
+    let failure = openai(&server, None).complete(BODY).unwrap_err().into_failure();
+    match &failure {
+        ctxlog::event::SummaryFailure::Rejected { status: 400, detail } => {
+            assert!(detail.contains("exceed_context_size_error"), "{detail}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let server = Server::start(vec![json(429, "{}"), json(429, "{}")]);
+    assert_eq!(openai(&server, None).complete(BODY).unwrap_err().into_failure().as_str(), "provider_error");
+    let server = Server::start(vec![json(408, "{}")]);
+    assert_eq!(openai(&server, None).complete(BODY).unwrap_err().into_failure().as_str(), "provider_error");
+}
+
+#[test]
+fn a_llama_cpp_server_states_its_context_at_props() {
+    let props = r#"{"default_generation_settings":{"n_ctx":8192,"params":{}},"total_slots":1}"#;
+    let server = Server::start(vec![json(200, props)]);
+    assert_eq!(openai(&server, None).context_window(), Some(8_192));
+    let r = &server.requests()[0];
+    assert_eq!((r.method.as_str(), r.path.as_str()), ("GET", "/props"));
+    // A server without the page (OpenAI) says nothing; neither does Anthropic's client.
+    let server = Server::start(vec![json(404, r#"{"error":"not found"}"#)]);
+    assert_eq!(openai(&server, None).context_window(), None);
+    assert_eq!(anthropic(&Server::start(vec![])).context_window(), None);
+}

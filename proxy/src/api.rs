@@ -90,18 +90,25 @@ pub(crate) async fn call(
 
     // One call in flight per session: the slot in this process, the store's lease across a
     // fleet. Both waits share one bound; past it the client is told to retry (nothing sent).
+    // What a retry after an overflow needs to place the breakpoints on its new plan.
+    let replace = crate::overflow::Replace {
+        asked: Arc::clone(&asked),
+        items: spans.len() + usize::from(system.is_some()),
+        has_system: system.is_some(),
+    };
     let deadline = tokio::time::Instant::now() + proxy.cfg.session_wait;
     let slot = proxy.sessions.slot(base);
     let mut pending = Some((spans, opts));
     let mut backoff = std::time::Duration::from_millis(2);
-    let (held, prepared, opts) = loop {
+    let (held, prepared, mut opts) = loop {
         let Ok(guard) = tokio::time::timeout_at(deadline, Arc::clone(&slot).lock_owned()).await else {
             proxy.metrics.busy.fetch_add(1, Relaxed);
             tracing::warn!(session = %base, "session busy past the wait: the client is told to retry");
             return unavailable("the session is busy with another call past --session-wait; retry");
         };
         let store = Arc::clone(&proxy.store);
-        let config = proxy.cfg.engine_for(model.as_deref(), max_tokens);
+        // A new session starts within its model's configured budget and what it was learned to take.
+        let config = proxy.limits.config_for(&proxy.cfg.engine_for(model.as_deref(), max_tokens), model.as_deref());
         let raw = bytes.clone();
         let Some((span_list, o)) = pending.take() else {
             return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: lost the request");
@@ -173,37 +180,75 @@ pub(crate) async fn call(
     }
     let stream = prepared.stream;
     let call_no = prepared.plan.call();
-    let mut told = crate::headers::what_was_done(&prepared.plan);
-    told.extend(crate::headers::branch(prepared.fork));
-    let prepared_breakpoints = prepared.breakpoints.clone();
-    let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
-    if let Some(h) = up.headers_mut() {
-        *h = crate::headers::request(&parts.headers, true);
-    }
-    let Ok(up) = up.body(full(prepared.body)) else {
-        return error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: cannot build the upstream request");
-    };
+    let fork = prepared.fork;
+    let (mut held, mut plan, mut forward) = (held, prepared.plan, prepared.body);
+    let mut prepared_breakpoints = prepared.breakpoints;
+    let mut retried = false;
     let before = started.elapsed();
-    let sent = tokio::time::timeout(proxy.cfg.upstream_timeout, proxy.client.request(up)).await;
-    let after = Instant::now();
-    // The plan is dropped with `held` on every early return: only the appended messages stay.
-    let resp = match sent {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            proxy.metrics.aborted.fetch_add(1, Relaxed);
-            return error(shape, StatusCode::BAD_GATEWAY, "api_error", &format!("ctxlog: upstream unreachable: {e}"));
+    let (after, up_parts, up_body, told) = loop {
+        let mut told = crate::headers::what_was_done(&plan);
+        told.extend(crate::headers::branch(fork));
+        let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
+        if let Some(h) = up.headers_mut() {
+            *h = crate::headers::request(&parts.headers, true);
         }
-        Err(_) => {
-            proxy.metrics.aborted.fetch_add(1, Relaxed);
-            return error(
-                shape,
-                StatusCode::GATEWAY_TIMEOUT,
-                "timeout_error",
-                "ctxlog: the upstream did not answer in time",
-            );
+        let Ok(up) = up.body(full(std::mem::take(&mut forward))) else {
+            return error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: cannot build the upstream request");
+        };
+        let sent = tokio::time::timeout(proxy.cfg.upstream_timeout, proxy.client.request(up)).await;
+        let after = Instant::now();
+        // The plan is dropped with `held` on every early return: only the appended messages stay.
+        let resp = match sent {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                proxy.metrics.aborted.fetch_add(1, Relaxed);
+                return error(
+                    shape,
+                    StatusCode::BAD_GATEWAY,
+                    "api_error",
+                    &format!("ctxlog: upstream unreachable: {e}"),
+                );
+            }
+            Err(_) => {
+                proxy.metrics.aborted.fetch_add(1, Relaxed);
+                return error(
+                    shape,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "timeout_error",
+                    "ctxlog: the upstream did not answer in time",
+                );
+            }
+        };
+        let (up_parts, up_body) = resp.into_parts();
+        if up_parts.status.is_success() {
+            break (after, up_parts, up_body, told);
+        }
+        // Refused: recorded; an overflow that taught the model's limit is re-planned and sent
+        // once more before the client hears anything (proxy/src/overflow.rs).
+        proxy.metrics.aborted.fetch_add(1, Relaxed);
+        let raw = read_answer(up_body, proxy.cfg.upstream_timeout).await.unwrap_or_default();
+        let status = up_parts.status.as_u16();
+        match crate::overflow::on_rejection(&proxy.limits, &replace, held, plan, &opts, status, &raw, !retried).await {
+            crate::overflow::AfterRejection::Retry { held: h, plan: p, body, opts: o, breakpoints } => {
+                (held, plan, forward, opts, prepared_breakpoints, retried) = (h, *p, body, o, breakpoints, true);
+            }
+            crate::overflow::AfterRejection::Answer => {
+                let mut headers = crate::headers::response(&up_parts.headers);
+                headers.remove(http::header::CONTENT_LENGTH);
+                if let Ok(v) = stream.to_string().parse() {
+                    headers.insert(crate::headers::stream_header(), v);
+                }
+                headers.insert(crate::headers::call_header(), http::HeaderValue::from(call_no));
+                let mut out = Response::builder().status(up_parts.status);
+                if let Some(h) = out.headers_mut() {
+                    *h = headers;
+                }
+                return out.body(full(raw)).unwrap_or_else(|_| {
+                    error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: bad upstream headers")
+                });
+            }
         }
     };
-    let (up_parts, up_body) = resp.into_parts();
     let mut headers = crate::headers::response(&up_parts.headers);
     if let Ok(v) = stream.to_string().parse() {
         headers.insert(crate::headers::stream_header(), v);
@@ -221,11 +266,6 @@ pub(crate) async fn call(
         out.body(body)
             .unwrap_or_else(|_| error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: bad upstream headers"))
     };
-    if !up_parts.status.is_success() {
-        proxy.metrics.aborted.fetch_add(1, Relaxed);
-        drop(held);
-        return reply(up_parts.status, headers, up_body.map_err(Into::into).boxed());
-    }
     let sse = sse
         || up_parts
             .headers
@@ -233,7 +273,7 @@ pub(crate) async fn call(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
     let anthropic = format == WireFormat::Anthropic;
-    let call = Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts, _ticket: ticket };
+    let call = Call { proxy: Arc::clone(&proxy), held, plan, opts, _ticket: ticket };
     if sse {
         let (tx, rx) = oneshot::channel();
         let (committed_tx, committed_rx) = oneshot::channel();

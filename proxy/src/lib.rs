@@ -25,6 +25,7 @@ mod history;
 mod identity;
 mod metrics;
 mod models;
+mod overflow;
 mod reply;
 mod server;
 mod sessions;

@@ -89,6 +89,7 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         sessions: Sessions::default(),
         metrics: Arc::clone(&metrics),
         in_flight: InFlight::default(),
+        limits: crate::overflow::Limits::default(),
         upstream,
     });
     let (stop, mut stopped) = watch::channel(false);

@@ -24,6 +24,9 @@ pub(crate) struct Proxy {
     /// Calls between their forward and the end of their commit and summaries: shutdown waits
     /// for them to drain.
     pub in_flight: InFlight,
+    /// The budgets learned from overflows, by model: a new session of that model starts
+    /// within it (each session's own is in its log).
+    pub limits: crate::overflow::Limits,
     /// The upstream's scheme, authority and base path.
     pub upstream: (http::uri::Scheme, http::uri::Authority, String),
 }

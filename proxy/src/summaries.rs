@@ -102,18 +102,27 @@ pub(crate) fn extractive(slot: &mut Slot) -> Result<usize, ctxlog::SessionError>
 }
 
 /// Model attempts, one at a time, until no job is left, one fails, or the bound is reached.
+/// The session's own work (building the request: reading its span from the log; recording the
+/// outcome: a durable append) runs on the blocking pool, never on the runtime's threads, where
+/// it would hold up other sessions' calls; the model's call runs with the slot released.
 async fn model(client: Arc<dyn ctxlog_llm::Summarizer>, call: SummaryCall, store: Store, guard: Guard) {
     let mut guard = guard;
     for _ in 0..MODEL_ATTEMPTS_BETWEEN_CALLS {
-        let Some(session) = guard.session_mut() else { return };
-        let Some(job) = session.summary_job() else { return };
-        let stream: StreamId = session.id();
-        let attempt = match session.start_summary(&job, &call) {
-            Ok(a) => a,
-            Err(e) => return tracing::error!(session = %stream, error = %e, "summary attempt not started"),
+        let c = call.clone();
+        let started = tokio::task::spawn_blocking(move || {
+            let mut guard = guard;
+            let r = start(&mut guard, &c);
+            (guard, r)
+        })
+        .await;
+        let (held, (stream, attempt)) = match started {
+            Ok((held, Some(Ok(s)))) => (held, s),
+            Ok((_, None)) => return,
+            Ok((_, Some(Err(e)))) => return tracing::error!(error = %e, "summary attempt not started"),
+            Err(_) => return tracing::error!("summary task failed"),
         };
-        let slot = guard.mutex();
-        drop(guard); // the next call of the session may plan while the model writes
+        let slot = held.mutex();
+        drop(held); // the next call of the session may plan while the model writes
         let body = attempt.request.body().to_vec();
         let c = Arc::clone(&client);
         let outcome = match tokio::task::spawn_blocking(move || c.complete(&body)).await {
@@ -126,22 +135,58 @@ async fn model(client: Arc<dyn ctxlog_llm::Summarizer>, call: SummaryCall, store
         let Some(held) = retake(&slot, &store, stream).await else {
             return tracing::warn!(session = %stream, "summary attempt dropped: the session's lease stayed taken");
         };
-        guard = held;
-        // The session may have been shrunk, reset or moved to a successor meanwhile: the
-        // attempt then belongs to a session no longer in memory, and nothing is recorded.
-        let Some(session) = guard.session_mut().filter(|s| s.id() == stream) else {
-            return tracing::info!(session = %stream, "summary attempt dropped: the session left memory meanwhile");
-        };
-        // Another proxy of a fleet may have written meanwhile: the outcome is recorded on top.
-        if let Err(e) = session.catch_up() {
-            return tracing::warn!(session = %stream, error = %e, "summary attempt dropped: cannot catch up");
+        let recorded = tokio::task::spawn_blocking(move || {
+            let mut held = held;
+            let r = finish(&mut held, stream, attempt, outcome);
+            (held, r)
+        })
+        .await;
+        match recorded {
+            Ok((held, true)) => guard = held,
+            Ok((_, false)) => return,
+            Err(_) => return tracing::error!(session = %stream, "summary task failed"),
         }
-        match session.finish_summary(attempt, outcome) {
-            Ok(SummaryFinished::Prepared(_)) => {}
-            Ok(SummaryFinished::Failed { failure, .. }) => {
-                return tracing::warn!(session = %stream, reason = failure.as_str(), "summary attempt failed")
-            }
-            Err(e) => return tracing::warn!(session = %stream, error = %e, "summary attempt not recorded"),
+    }
+}
+
+/// The next job and its attempt, started under the slot; `None` when there is none.
+fn start(
+    guard: &mut Guard,
+    call: &SummaryCall,
+) -> Option<Result<(StreamId, ctxlog::SummaryAttempt), ctxlog::SessionError>> {
+    let session = guard.session_mut()?;
+    // The job as this summarizer is asked for it; one it refused with a 4xx waits for a change.
+    let job = match session.summary_job_for(call) {
+        Ok(job) => job?,
+        Err(e) => return Some(Err(e)),
+    };
+    let stream: StreamId = session.id();
+    Some(session.start_summary(&job, call).map(|a| (stream, a)))
+}
+
+/// Records an attempt's outcome on the session it belongs to; whether to go on.
+fn finish(held: &mut Guard, stream: StreamId, attempt: ctxlog::SummaryAttempt, outcome: SummaryOutcome) -> bool {
+    // The session may have been shrunk, reset or moved to a successor meanwhile: the attempt
+    // then belongs to a session no longer in memory, and nothing is recorded.
+    let Some(session) = held.session_mut().filter(|s| s.id() == stream) else {
+        tracing::info!(session = %stream, "summary attempt dropped: the session left memory meanwhile");
+        return false;
+    };
+    // Another proxy of a fleet may have written meanwhile: the outcome is recorded on top.
+    if let Err(e) = session.catch_up() {
+        tracing::warn!(session = %stream, error = %e, "summary attempt dropped: cannot catch up");
+        session.cancel_summary(attempt); // the job is offered again after the next call
+        return false;
+    }
+    match session.finish_summary(attempt, outcome) {
+        Ok(SummaryFinished::Prepared(_)) => true,
+        Ok(SummaryFinished::Failed { failure, .. }) => {
+            tracing::warn!(session = %stream, reason = failure.as_str(), "summary attempt failed");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(session = %stream, error = %e, "summary attempt not recorded");
+            false
         }
     }
 }

@@ -373,19 +373,24 @@ async fn a_slow_model_summary_does_not_hold_the_next_call() {
     let evs = calls(&*store, id, before + 3).await;
     assert_eq!(count(&evs, "SummaryPrepared") + count(&evs, "SummaryFailed"), 0, "the held attempt was recorded");
     assert_eq!(model.started.load(Ordering::SeqCst), 1, "a second attempt started while one was in flight");
-    // Released, its outcome lands: prepared, or recorded as stale when a flush or an edit of
-    // the span came first.
+    // Released, its outcome lands after the calls served meanwhile (they waited for nothing),
+    // and it is prepared: ladder edits of its span meanwhile leave a summary good.
     model.release();
     let deadline = tokio::time::Instant::now() + SETTLE;
-    loop {
+    let evs = loop {
         let evs = events(&*store, id);
         let done = count(&evs, "SummaryPrepared") + count(&evs, "SummaryFailed");
         if done > 0 {
-            break;
+            break evs;
         }
         assert!(tokio::time::Instant::now() < deadline, "the released attempt was never recorded");
         tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    };
+    let outcome = evs.iter().position(|e| matches!(e, Event::SummaryPrepared(_) | Event::SummaryFailed(_))).unwrap();
+    let last_call = evs.iter().rposition(|e| matches!(e, Event::RequestServed(_))).unwrap();
+    assert!(outcome > last_call, "the attempt was recorded before the calls served while it was held");
+    assert_eq!(served(&evs[..outcome]).len(), before + 3);
+    assert!(matches!(evs[outcome], Event::SummaryPrepared(_)), "wasted: {:?}", evs[outcome]);
     // And the session goes on.
     agent.step(step, &last);
     assert_eq!(post(p.addr(), &agent.body()).await.status, 200);

@@ -302,3 +302,45 @@ async fn four_client_breakpoints_survive_compaction_within_the_limit() {
         "the cached tools and system were not read on every call: {read:?}"
     );
 }
+
+/// A computer-use agent: every tool result is a screenshot. Past Anthropic's 100 images per
+/// request the oldest screenshots leave the view (their tool pairs with them), so every request
+/// is one the strict fake accepts, though the view is far under its token budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_screenshot_agent_never_sends_more_images_than_anthropic_takes() {
+    const PNG: &str =
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+    let up = FakeUpstream::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| {
+        c.engine.budget = 200_000;
+        c.summaries = Summaries::Off;
+    })
+    .await;
+    let mut messages = vec![json!({"role": "user", "content": "Click through the settings and report what changed."})];
+    let mut id = None;
+    for i in 0..130 {
+        let tid = format!("toolu_shot_{i}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": tid, "name": "screenshot", "input": {"step": i}}
+        ]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tid, "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+            ]}
+        ]}));
+        let body = json!({"model": "claude-test", "max_tokens": 64, "messages": messages});
+        let a = post(p.addr(), ANTHROPIC, &body).await;
+        assert_eq!(a.status, 200, "step {i}: {}", a.text());
+        messages.push(json!({"role": "assistant", "content": a.json()["content"].clone()}));
+        messages.push(json!({"role": "user", "content": format!("Next, step {}.", i + 1)}));
+        id = a.stream;
+    }
+    let id = id.unwrap();
+    let evs = calls(&*store, id, 130).await;
+    p.shutdown().await;
+    assert_eq!(all_accepted(&up), Ok(130));
+    let capped = evs.iter().filter(|e| matches!(e, Event::Edited(x) if x.reason.rule.starts_with("media cap"))).count();
+    assert!(capped >= 30, "the oldest screenshots were removed: {capped}");
+    assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
+}

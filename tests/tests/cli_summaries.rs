@@ -38,10 +38,12 @@ fn requests(dir: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
-/// The attempts of a `--json` timeline.
+/// The attempts of a `--json` timeline's call records (not those after the last call: that
+/// last object, `after_calls`, is printed only when there are some).
 fn attempts(out: &str) -> Vec<Value> {
     out.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r.get("after_calls").is_none())
         .flat_map(|r| r["summaries"].as_array().cloned().unwrap_or_default())
         .collect()
 }
@@ -86,6 +88,10 @@ fn demo_with_a_command_summarizer_forks_and_the_table_shows_each_attempt() {
     let all = attempts(&out);
     assert!(!all.is_empty());
     assert!(all.iter().all(|a| a["mode_requested"] == "auto"));
+    // `replay --json` prints what `demo --json` printed, what followed the last call included.
+    let (code, replayed, err) = cli(&["replay", "--json", "--store", &store2]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(replayed, out);
     assert!(all.iter().any(|a| a["outcome"] == "prepared"));
 }
 
@@ -106,6 +112,11 @@ fn a_failing_summarizer_is_recorded_and_pauses_without_failing_the_demo() {
     let pauses = out.matches("\"summarizer_paused\"").count();
     assert!(pauses >= 1, "{out}");
     assert!(all.len() >= 3 * pauses && all.len() < 3 * (pauses + 1), "{} attempts, {pauses} pauses", all.len());
+    // The attempts after the last call are printed last, as `replay --json` prints them.
+    let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["after_calls"], 271, "{last}");
+    assert!(!last["summaries"].as_array().unwrap().is_empty());
+    assert_eq!(cli(&["replay", "--json", "--store", &store]).1, out);
 }
 
 /// A loopback OpenAI-compatible server: every request recorded, answered with a completion.
@@ -114,7 +125,8 @@ struct Server {
     seen: Arc<Mutex<Vec<(String, Value)>>>,
 }
 
-fn serve() -> Server {
+/// `n_ctx`: what `GET /props` states, as llama.cpp's server does (`None`: 404, as OpenAI).
+fn serve(n_ctx: Option<u64>) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -141,6 +153,17 @@ fn serve() -> Server {
             }
             let mut body = vec![0; length];
             reader.read_exact(&mut body).unwrap();
+            if line.starts_with("GET ") {
+                let reply = match (path.as_str(), n_ctx) {
+                    ("/props", Some(n)) => {
+                        let props = format!(r#"{{"default_generation_settings":{{"n_ctx":{n}}},"total_slots":1}}"#);
+                        format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{props}", props.len())
+                    }
+                    _ => "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned(),
+                };
+                stream.write_all(reply.as_bytes()).unwrap();
+                continue;
+            }
             rec.lock().unwrap().push((path, serde_json::from_slice(&body).unwrap()));
             let answer = r#"{"id":"c1","object":"chat.completion","model":"local","choices":[{"index":0,"message":{"role":"assistant","content":"Summary: handlers ported, router in src/router.rs."},"finish_reason":"stop"}],"usage":{"prompt_tokens":900,"completion_tokens":20,"total_tokens":920,"prompt_tokens_details":{"cached_tokens":0}}}"#;
             let reply = format!(
@@ -155,7 +178,7 @@ fn serve() -> Server {
 
 #[test]
 fn demo_with_an_openai_compatible_server_summarizes_over_real_sockets() {
-    let server = serve();
+    let server = serve(None);
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("d.db").display());
     let spec = format!("openai:{}", server.base);
@@ -176,20 +199,69 @@ fn demo_with_an_openai_compatible_server_summarizes_over_real_sockets() {
     assert_eq!(code, 0, "{err}");
     let seen = server.seen.lock().unwrap().clone();
     assert!(!seen.is_empty());
+    // With an `openai:` summarizer the demo session is in OpenAI chat format, so the fork is
+    // the session's last request plus one user message, in the server's own format.
     for (path, body) in &seen {
         assert!(path.ends_with("/chat/completions"), "{path}");
-        // The demo session speaks Anthropic: an OpenAI server cannot read its cache, so the fork
-        // is refused and the standalone request is in the server's format.
         assert_eq!(body["model"], "qwen2.5-7b");
         assert_eq!(body["messages"][0]["role"], "system");
-        assert_eq!(body["messages"].as_array().unwrap().len(), 2);
+        let last = body["messages"].as_array().unwrap().last().unwrap();
+        assert_eq!(last["role"], "user");
     }
     let all = attempts(&out);
     assert_eq!(all.len(), seen.len(), "one attempt recorded per request");
-    assert!(all.iter().all(|a| a["mode_used"] == "standalone" && a["refusal"] == "fork_unbuildable"));
+    let forks = all.iter().filter(|a| a["mode_used"] == "fork").count();
+    assert!(forks > 0, "no fork: {all:?}");
+    assert!(!out.contains("fork_refused:fork_unbuildable"), "the fork was unbuildable");
     assert!(all.iter().any(|a| a["outcome"] == "prepared" && a["usage"]["input"] == 900));
-    assert!(out.contains("fork_refused:fork_unbuildable"));
     assert_eq!(cli(&["verify", "--store", &store]).0, 0);
+    // `--format anthropic` is the old pairing: the fork cannot be built across formats.
+    let store2 = format!("sqlite:{}", dir.path().join("a.db").display());
+    let (code, out, err) = cli(&[
+        "demo",
+        "--json",
+        "--store",
+        &store2,
+        "--format",
+        "anthropic",
+        "--summarizer",
+        &spec,
+        "--summary-call",
+        "fork",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(attempts(&out).iter().all(|a| a["refusal"] == "fork_unbuildable"));
+}
+
+#[test]
+fn a_llama_cpp_servers_context_from_props_bounds_every_summary_request() {
+    let n_ctx = 2_048;
+    let server = serve(Some(n_ctx));
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("d.db").display());
+    let spec = format!("openai:{}", server.base);
+    let (code, out, err) =
+        cli(&["demo", "--json", "--store", &store, "--summarizer", &spec, "--summary-timeout", "20"]);
+    assert_eq!(code, 0, "{err}");
+    let seen = server.seen.lock().unwrap().clone();
+    assert!(!seen.is_empty());
+    for (_, body) in &seen {
+        // Every string of the request at chars/4, plus the answer's room, within the context.
+        let text: u64 = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().map_or(0, |c| c.chars().count() as u64 / 4))
+            .sum();
+        let max = body["max_tokens"].as_u64().unwrap();
+        assert!(text + max <= n_ctx, "{text} + {max} over {n_ctx}");
+        assert!(max < 2_048, "max_tokens is derived from the job, not a constant: {max}");
+    }
+    assert!(attempts(&out).iter().any(|a| a["outcome"] == "prepared"));
+    // A flag wins over /props; 0 is refused.
+    let (code, _, err) = cli(&["demo", "--store", &store, "--summarizer", &spec, "--summary-context", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--summary-context"), "{err}");
 }
 
 #[test]

@@ -228,6 +228,62 @@ fn build_every_kind() -> Vec<Event> {
             messages: 17,
             at: T0 + 9,
         }),
+        // Issue 22: the failure reasons appended to kind 22's enum.
+        Event::SummaryFailed(SummaryFailed {
+            from: 3,
+            to: 5,
+            merged: vec![],
+            mode_requested: SummaryMode::Standalone,
+            mode_used: SummaryMode::Standalone,
+            refusal: None,
+            prefix_call: None,
+            reason: SummaryFailure::Truncated { max_tokens: Some(370) },
+            usage: None,
+            latency_ms: None,
+        }),
+        Event::SummaryFailed(SummaryFailed {
+            from: 3,
+            to: 5,
+            merged: vec![],
+            mode_requested: SummaryMode::Fork,
+            mode_used: SummaryMode::Fork,
+            refusal: None,
+            prefix_call: Some(4),
+            reason: SummaryFailure::Echo { per_mille: 912 },
+            usage: None,
+            latency_ms: Some(7),
+        }),
+        Event::SummaryFailed(SummaryFailed {
+            from: 3,
+            to: 5,
+            merged: vec![],
+            mode_requested: SummaryMode::Standalone,
+            mode_used: SummaryMode::Standalone,
+            refusal: Some("over_context".into()),
+            prefix_call: None,
+            reason: SummaryFailure::Rejected { status: 400, detail: "HTTP 400: exceed_context_size_error".into() },
+            usage: None,
+            latency_ms: None,
+        }),
+        // Kinds 27 and 28: a refused call and the limit it taught.
+        Event::CallRejected(ctxlog::event::CallRejected {
+            call: 6,
+            at: T0 + 9,
+            model: Some("claude-sonnet-4-5".into()),
+            status: 400,
+            error: "invalid_request_error".into(),
+            message: "prompt is too long: 210000 tokens > 200000 maximum".into(),
+            overflow: true,
+            prompt_tokens: Some(210_000),
+            limit: Some(200_000),
+            view_tokens: 180_000,
+        }),
+        Event::LimitLearned(ctxlog::event::LimitLearned {
+            call: 6,
+            model: Some("claude-sonnet-4-5".into()),
+            limit: 200_000,
+            budget: 171_428,
+        }),
     ]
 }
 
@@ -263,6 +319,8 @@ fn every_event_kind_round_trips_through_the_envelope() {
         ANSWER_RECEIVED,
         BRANCHED,
         SESSION_NAMED,
+        CALL_REJECTED,
+        LIMIT_LEARNED,
     ];
     assert_eq!(kinds, current.into_iter().collect(), "written kinds");
 }
@@ -283,6 +341,7 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
             | Event::AnswerReceived(_)
             | Event::Branched(_)
             | Event::SessionNamed(_) => false,
+            Event::CallRejected(_) | Event::LimitLearned(_) => false,
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty() && e.prefix_call.is_none() && e.usage.is_none(),
             Event::Flushed(e) => e.condensed.is_empty(),

@@ -100,6 +100,8 @@ fn the_fork_request_is_the_last_served_request_byte_for_byte_plus_one_user_messa
     assert_eq!(added["role"], "user");
     let text = added["content"].as_str().unwrap();
     assert!(text.contains("following the system prompt"), "{text}");
+    assert!(text.contains("LIMIT: the span takes about"), "the budget is stated: {text}");
+    assert_eq!(fork["max_tokens"], req.max_tokens);
     let span = s.messages(job.from..job.to).unwrap();
     let first_result = summary_call::render_message(span.iter().find(|m| m.is_tool_result()).unwrap());
     assert!(first_result.len() > 1_000 && !text.contains(&first_result[..400]), "the span was re-sent");
@@ -158,12 +160,21 @@ fn the_standalone_request_is_byte_identical_to_a_reference_built_independently()
         }
     }
     let span: Vec<String> = parts.into_iter().take((job.to - 2) as usize).collect();
+    // The answer's budget is a quarter of the span, stated first; max_tokens is that plus half
+    // again and 16.
+    let budget = job.span_tokens / 4;
+    let limit = format!(
+        "LIMIT: the span takes about {} tokens; write at most {budget} tokens (about {} words).",
+        job.span_tokens,
+        budget * 3 / 4
+    );
     let reference = format!(
         "{{\"model\":\"claude-haiku-4-5\",\"max_tokens\":{},\"system\":{},\"messages\":[{{\"role\":\"user\",\"content\":{}}}]}}",
-        summary_call::DEFAULT_MAX_TOKENS,
+        budget + budget / 2 + 16,
         serde_json::to_string(STANDALONE_PROMPT).unwrap(),
-        serde_json::to_string(&span.join("\n\n")).unwrap()
+        serde_json::to_string(&format!("{limit}\n\n{}", span.join("\n\n"))).unwrap()
     );
+    assert_eq!(req.max_tokens, budget + budget / 2 + 16);
     assert_eq!(std::str::from_utf8(req.body()).unwrap(), reference);
     for section in ["User Requests", "Files Examined", "Errors Encountered", "Current Task State", "Key Technical"] {
         assert!(STANDALONE_PROMPT.contains(section));

@@ -736,7 +736,9 @@ pub fn encode(event: &Event) -> Option<Result<Record, EncodeError>> {
         | Event::SummaryFailed(_)
         | Event::AnswerReceived(_)
         | Event::Branched(_)
-        | Event::SessionNamed(_) => return None,
+        | Event::SessionNamed(_)
+        | Event::CallRejected(_)
+        | Event::LimitLearned(_) => return None,
         other => super::encode(other),
     })
 }

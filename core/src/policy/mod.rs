@@ -4,3 +4,4 @@
 pub mod gate;
 pub mod guards;
 pub mod ladder;
+pub mod media_cap;
