@@ -26,7 +26,7 @@ pub(crate) async fn count(proxy: Arc<Proxy>, parts: http::request::Parts, bytes:
     };
     let counted = if view.is_some() { "view" } else { "request" };
     let body = view.map_or(bytes, Bytes::from);
-    let mut resp = crate::server::forward(&proxy, parts, full(body), true).await;
+    let mut resp = crate::passthrough::forward(&proxy, parts, full(body), true).await;
     resp.headers_mut().insert(HeaderName::from_static("x-ctxlog-counted"), HeaderValue::from_static(counted));
     resp
 }

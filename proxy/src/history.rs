@@ -10,7 +10,7 @@ use std::time::Instant;
 use ctxlog::message::Message;
 use ctxlog::{parse_message, StreamId};
 
-use crate::sessions::{Item, PrepareError, Sess};
+use crate::items::{Item, PrepareError, Sess};
 
 /// Where a branch forked from its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -233,7 +233,7 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
         (&Method::POST, "/v1/chat/completions") => WireFormat::OpenAi,
         _ => {
             let (parts, body) = req.into_parts();
-            return forward(proxy, parts, body.map_err(Into::into).boxed(), false).await;
+            return crate::passthrough::forward(proxy, parts, body.map_err(Into::into).boxed(), false).await;
         }
     };
     let too_large = || {
@@ -267,32 +267,6 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
         return crate::count_tokens::count(Arc::clone(proxy), parts, bytes).await;
     }
     crate::api::call(Arc::clone(proxy), parts, bytes, format, started).await
-}
-
-/// Sends a request upstream as it is (`rewrite`: its body was replaced) and streams the answer
-/// back.
-pub(crate) async fn forward(proxy: &Proxy, parts: http::request::Parts, body: Body, rewrite: bool) -> Response<Body> {
-    let shape = Shape::of_path(parts.uri.path());
-    let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
-    if let Some(h) = up.headers_mut() {
-        *h = crate::headers::request(&parts.headers, rewrite);
-    }
-    let Ok(up) = up.body(body) else {
-        return error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: cannot build the upstream request");
-    };
-    match tokio::time::timeout(proxy.cfg.upstream_timeout, proxy.client.request(up)).await {
-        Ok(Ok(resp)) => {
-            let (p, b) = resp.into_parts();
-            let mut out = Response::new(b.map_err(Into::into).boxed());
-            *out.status_mut() = p.status;
-            *out.headers_mut() = crate::headers::response(&p.headers);
-            out
-        }
-        Ok(Err(e)) => error(shape, StatusCode::BAD_GATEWAY, "api_error", &format!("ctxlog: upstream unreachable: {e}")),
-        Err(_) => {
-            error(shape, StatusCode::GATEWAY_TIMEOUT, "timeout_error", "ctxlog: the upstream did not answer in time")
-        }
-    }
 }
 
 /// `/readyz`: 200 when the store answers within 2 s, else 503 (the proxy itself is alive:

@@ -177,10 +177,12 @@ async fn parallel_tool_calls_compacted_by_the_ladder_send_only_what_openai_accep
     assert_eq!(all_accepted(&up), Ok(40));
 }
 
-/// A prompt over the model's window: the provider's own 400 (its error shape and text) reaches
-/// the client byte for byte, and no call is committed.
+/// A prompt over the model's window (one pasted log, larger than the window): the provider's
+/// own 400, with its real text, is recorded as `CallRejected`; the proxy learns the limit, cuts
+/// the oversized first message once to fit (issue 21) and sends the call again, so the client
+/// gets an answer, and exactly one request was refused. Both providers' error shapes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_prompt_over_the_window_gets_the_providers_own_error() {
+async fn a_prompt_over_the_window_is_refused_recorded_and_recovered() {
     let up = FakeUpstream::start().unwrap();
     up.set_context_tokens(Some(1_500));
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -193,20 +195,31 @@ async fn a_prompt_over_the_window_gets_the_providers_own_error() {
         "messages": [{"role": "user", "content": long}]}),
     )
     .await;
-    assert_eq!(a.status, 400);
-    let x = up.requests().pop().unwrap();
-    assert_eq!(a.body, x.response.body(), "the client did not get the provider's bytes");
-    let msg = a.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    let sent = up.requests();
+    let refused: Vec<_> = sent.iter().filter(|r| r.response.status == 400).collect();
+    assert_eq!((sent.len(), refused.len()), (2, 1), "one refusal, one retry");
+    let refusal: Value = serde_json::from_slice(&refused[0].response.body()).unwrap();
+    let msg = refusal["error"]["message"].as_str().unwrap().to_owned();
     assert!(msg.starts_with("prompt is too long: ") && msg.ends_with(" tokens > 1500 maximum"), "{msg}");
-    assert_eq!(a.json()["error"]["type"], "invalid_request_error");
     let o =
         post(p.addr(), OPENAI, &json!({"model": "gpt-test", "messages": [{"role": "user", "content": long}]})).await;
-    assert_eq!(o.status, 400);
-    assert_eq!(o.json()["error"]["code"], "context_length_exceeded");
-    assert_eq!(o.body, up.requests().pop().unwrap().response.body());
+    assert_eq!(o.status, 200, "{}", String::from_utf8_lossy(&o.body));
+    let codes: Vec<Value> = up
+        .requests()
+        .iter()
+        .skip(2)
+        .filter(|r| r.response.status == 400)
+        .map(|r| serde_json::from_slice::<Value>(&r.response.body()).unwrap()["error"]["code"].clone())
+        .collect();
+    assert_eq!(codes, [json!("context_length_exceeded")]);
+    let mut rejected = 0;
     for s in store.streams().unwrap() {
-        assert!(served(&events(&*store, s)).is_empty(), "a refused call was committed");
+        let evs = events(&*store, s);
+        rejected += evs.iter().filter(|e| matches!(e, Event::CallRejected(_))).count();
+        assert_eq!(served(&evs).len(), 1, "each conversation's call is committed once, after its retry");
     }
+    assert_eq!(rejected, 2, "every refused request is an event in the log");
     p.shutdown().await;
 }
 

