@@ -7,6 +7,8 @@
 //!   last block of the last message (the whole prefix the next call will reuse).
 //! * **OpenAI chat** `{…fields, "messages": [...]}`: every message in place (`system` and
 //!   `developer` are roles there); OpenAI caches prefixes without markers.
+//! * **OpenAI Responses** `{…fields, "instructions": …, "input": [...]}`: the message tagged
+//!   as the request's instructions goes back to `instructions`, every other item in place.
 //!
 //! The other fields (`model`, `max_tokens`, `tools`, `stream`, …) are the host's, passed
 //! through byte for byte in the order given. `messages` is written last.
@@ -71,8 +73,9 @@ pub struct RequestOptions {
     breakpoints: Option<CacheTtl>,
 }
 
-/// Fields ctxlog writes itself.
-const OWN_FIELDS: [&str; 2] = ["system", "messages"];
+/// Fields ctxlog writes itself (Anthropic's `system`, the messages; Responses' `instructions`
+/// and `input`).
+const OWN_FIELDS: [&str; 4] = ["system", "messages", "instructions", "input"];
 
 impl RequestOptions {
     /// No fields, no breakpoints.
@@ -294,6 +297,22 @@ pub(crate) fn render(
     }
     let mut breakpoints = 0;
     let mut system = None;
+    let responses = format == WireFormat::OpenAiResponses;
+    let is_instructions = |it: &ViewItem| {
+        responses && is_system(it) && item_message(view.state, it.item).is_some_and(|m| wire::responses::is_instructions(&m))
+    };
+    if responses {
+        // The request's `instructions` come back to their field; input system messages stay items.
+        if let Some(m) = view.items.iter().find(|it| is_instructions(it)).and_then(|it| item_message(view.state, it.item)) {
+            body.extend_from_slice(br#""instructions":"#);
+            let start = body.len();
+            let mut w = JsonWriter::new();
+            wire::responses::write_instructions(&mut w, &m, inline(blobs), &mut missing);
+            body.extend_from_slice(&w.into_bytes());
+            system = Some(start..body.len());
+            body.push(b',');
+        }
+    }
     if anthropic {
         let system_msgs: Vec<Message> = view
             .items
@@ -312,11 +331,15 @@ pub(crate) fn render(
             body.push(b',');
         }
     }
-    body.extend_from_slice(br#""messages":"#);
+    body.extend_from_slice(if responses { br#""input":"# } else { br#""messages":"# });
     let start = body.len();
     body.push(b'[');
-    let sent: Vec<(&ViewItem, &Arc<[u8]>)> =
-        view.items.iter().zip(view.bytes).filter(|(it, _)| !(anthropic && is_system(it))).collect();
+    let sent: Vec<(&ViewItem, &Arc<[u8]>)> = view
+        .items
+        .iter()
+        .zip(view.bytes)
+        .filter(|(it, _)| !(anthropic && is_system(it)) && !is_instructions(it))
+        .collect();
     // The message breakpoint goes on the last message that has a block to carry it.
     let marked = marks.and_then(|ttl| {
         sent.iter().enumerate().rev().find_map(|(i, (it, _))| {
@@ -343,7 +366,7 @@ pub(crate) fn render(
             }
         };
         let mut w = JsonWriter::new();
-        wire::write_message(&mut w, &m, inline(blobs), &mut missing);
+        wire::write_in(format, &mut w, &m, inline(blobs), &mut missing);
         body.extend_from_slice(&w.into_bytes());
     }
     body.push(b']');

@@ -515,12 +515,21 @@ pub fn standalone_json(format: WireFormat, model: Option<&str>, max_tokens: u64,
         w.string(m);
         w.raw(",");
     }
-    w.raw(&format!(r#""max_tokens":{max_tokens},"#));
+    // Responses names the bound `max_output_tokens`.
+    let bound = if format == WireFormat::OpenAiResponses { "max_output_tokens" } else { "max_tokens" };
+    w.raw(&format!(r#""{bound}":{max_tokens},"#));
     match format {
         WireFormat::Anthropic => {
             w.raw(r#""system":"#);
             w.string(STANDALONE_PROMPT);
             w.raw(r#","messages":[{"role":"user","content":"#);
+            w.string(span_text);
+            w.raw("}]}");
+        }
+        WireFormat::OpenAiResponses => {
+            w.raw(r#""instructions":"#);
+            w.string(STANDALONE_PROMPT);
+            w.raw(r#","input":[{"role":"user","content":"#);
             w.string(span_text);
             w.raw("}]}");
         }

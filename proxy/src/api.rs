@@ -1,5 +1,6 @@
-//! `POST /v1/messages` and `POST /v1/chat/completions`: the history is logged, the planned
-//! view forwarded, the answer streamed back and the call committed when it ends.
+//! `POST /v1/messages`, `POST /v1/chat/completions` and `POST /v1/responses`: the history is
+//! logged, the planned view forwarded, the answer streamed back and the call committed when it
+//! ends (Responses specifics: `responses.rs`).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::oneshot;
 
-use crate::body::ClientBody;
+use crate::body::{ClientBody, Keys};
 use crate::identity::{digest, session_of, system_message};
 use crate::reply::{error, full, Body, Shape};
 use crate::server::{Proxy, Ticket};
@@ -27,11 +28,24 @@ pub(crate) async fn call(
     format: WireFormat,
     started: Instant,
 ) -> Response<Body> {
-    let shape = if format == WireFormat::Anthropic { Shape::Anthropic } else { Shape::OpenAi };
+    let shape = match format {
+        WireFormat::Anthropic => Shape::Anthropic,
+        WireFormat::OpenAi => Shape::OpenAi,
+        WireFormat::OpenAiResponses => Shape::Responses,
+    };
     let bad = |field: &str, message: &str| {
         error(shape, StatusCode::BAD_REQUEST, "invalid_request_error", &format!("{field}: {message}"))
     };
-    let body = match ClientBody::parse(&bytes) {
+    let responses = format == WireFormat::OpenAiResponses;
+    let keys = if responses { Keys::RESPONSES } else { Keys::MESSAGES };
+    // The client's own bytes: what a provider-held call forwards.
+    let original = bytes.clone();
+    let bytes = match ClientBody::parse_as(&bytes, keys).map(|b| crate::responses::with_items(&b)) {
+        Ok(Some(rewritten)) => Bytes::from(rewritten),
+        Ok(None) => bytes,
+        Err(e) => return bad(&e.field, &e.message),
+    };
+    let body = match ClientBody::parse_as(&bytes, keys) {
         Ok(b) => b,
         Err(e) => return bad(&e.field, &e.message),
     };
@@ -57,7 +71,7 @@ pub(crate) async fn call(
     // The history as spans of the body and their digests: the blocking task below rebuilds
     // borrowed items from the (refcounted) body instead of copying 600 KB into owned strings.
     let system = body.system.map(|s| {
-        let raw = system_message(s);
+        let raw = if responses { crate::responses::instructions_message(s) } else { system_message(s) };
         let d = digest(raw.as_bytes());
         (raw, d)
     });
@@ -71,7 +85,14 @@ pub(crate) async fn call(
             (at..at + raw.len(), digest(raw))
         })
         .collect();
-    let base = session_of(&parts.headers, format, &body);
+    // `previous_response_id`: the provider holds the history; the call joins its chain.
+    let previous = if responses { crate::responses::previous_of(&body) } else { None };
+    let (base, earlier) = match &previous {
+        Some(p) => proxy.chains.resolve(&crate::identity::key_hash(&parts.headers), p),
+        None => (session_of(&parts.headers, format, &body), Vec::new()),
+    };
+    let held_chain = previous.is_some();
+    let earlier = Arc::new(earlier);
     let sse = body.streams();
     // Shutdown waits for this call, through its commit and summaries.
     let ticket = Ticket::new(&proxy);
@@ -96,6 +117,8 @@ pub(crate) async fn call(
             return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: lost the request");
         };
         let system = system.clone();
+        let earlier = Arc::clone(&earlier);
+        let original = original.clone();
         let step = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
             let lease = match store.try_lease(base) {
@@ -110,7 +133,22 @@ pub(crate) async fn call(
             for (i, (span, digest)) in span_list.iter().enumerate() {
                 items.push(Item { raw: raw.get(span.clone()).unwrap_or_default(), digest: *digest, index: Some(i) });
             }
-            match prepare(&mut guard, &store, base, format, &config, &items, &o, ctxlog_now()) {
+            let prepared = if held_chain {
+                let body = original.to_vec();
+                crate::responses::prepare_provider_held(
+                    &mut guard,
+                    &store,
+                    base,
+                    &config,
+                    &earlier,
+                    &items,
+                    ctxlog_now(),
+                    body,
+                )
+            } else {
+                prepare(&mut guard, &store, base, format, &config, &items, &o, ctxlog_now())
+            };
+            match prepared {
                 Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p), o),
                 Err(e) => Step::Failed(e),
             }
@@ -209,12 +247,12 @@ pub(crate) async fn call(
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-    let anthropic = format == WireFormat::Anthropic;
-    let call = Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts, _ticket: ticket };
+    let chain = held_chain.then_some(stream);
+    let call = Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts, format, chain, _ticket: ticket };
     if sse {
         let (tx, rx) = oneshot::channel();
         let (committed_tx, committed_rx) = oneshot::channel();
-        let mut tee = Tee::new(up_body, Scan::new(anthropic), shape, proxy.cfg.upstream_timeout, tx, committed_rx);
+        let mut tee = Tee::new(up_body, Scan::new(format), shape, proxy.cfg.upstream_timeout, tx, committed_rx);
         if strip_usage {
             tee = tee.without_usage_chunk();
         }
@@ -248,7 +286,7 @@ pub(crate) async fn call(
             return r;
         }
     };
-    let outcome = json_outcome(anthropic, &body);
+    let outcome = json_outcome(format, &body);
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
         call.settle(outcome, |r| {
@@ -297,6 +335,9 @@ struct Call {
     held: Held,
     plan: ctxlog::Plan,
     opts: RequestOptions,
+    format: WireFormat,
+    /// A provider-held chain's session (`previous_response_id`), else `None`.
+    chain: Option<ctxlog::StreamId>,
     _ticket: Ticket,
 }
 
@@ -305,7 +346,7 @@ impl Call {
     /// the log has it — the client's final event or status waits for that — then runs the
     /// session's summary jobs before releasing the slot and the lease.
     async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), String>)) {
-        let Call { proxy, held, plan, opts, _ticket } = self;
+        let Call { proxy, held, plan, opts, format, chain, _ticket } = self;
         let (usage, answer) = match outcome {
             Outcome::Complete(usage, answer) => (usage, answer),
             Outcome::Failed(why) => {
@@ -318,6 +359,11 @@ impl Call {
         if let Some(u) = &usage {
             proxy.metrics.usage(u);
         }
+        // A Responses answer may be continued by `previous_response_id`: its chain is kept.
+        let response = match format {
+            WireFormat::OpenAiResponses => answer.as_deref().and_then(crate::responses::answer_parts),
+            _ => None,
+        };
         let at = ctxlog_now();
         let done = tokio::task::spawn_blocking(move || {
             let mut held = held;
@@ -328,6 +374,9 @@ impl Call {
         match done {
             Ok((held, Ok(()))) => {
                 proxy.metrics.committed.fetch_add(1, Relaxed);
+                if let Some((id, output)) = response {
+                    proxy.chains.remember(id, chain, output);
+                }
                 told(Ok(()));
                 // The session's summary jobs run before its next call plans.
                 crate::summaries::after_commit(&proxy.cfg.summaries, &proxy.store, held).await;

@@ -38,7 +38,7 @@ const CREDENTIALS: [&str; 4] = ["x-api-key", "authorization", "api-key", "x-goog
 /// credential never share a session. A lone `x-api-key` or `Authorization` hashes as it always
 /// did (sessions of earlier versions are found again); any other set hashes with the headers'
 /// names under another tag.
-fn key_hash(headers: &HeaderMap) -> [u8; 32] {
+pub(crate) fn key_hash(headers: &HeaderMap) -> [u8; 32] {
     let given: Vec<(&str, &[u8])> = CREDENTIALS
         .iter()
         .flat_map(|name| headers.get_all(*name).iter().map(move |v| (*name, v.as_bytes())))
@@ -67,6 +67,7 @@ fn key_hash(headers: &HeaderMap) -> [u8; 32] {
 fn format_tag(format: WireFormat) -> &'static [u8] {
     match format {
         WireFormat::Anthropic => b"anthropic",
+        WireFormat::OpenAiResponses => b"responses",
         _ => b"openai",
     }
 }

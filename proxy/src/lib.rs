@@ -21,6 +21,7 @@ mod headers;
 mod identity;
 mod metrics;
 mod reply;
+mod responses;
 mod server;
 mod sessions;
 mod summaries;

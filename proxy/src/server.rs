@@ -29,6 +29,8 @@ pub(crate) struct Proxy {
     pub store: Store,
     pub client: HttpClient,
     pub sessions: Sessions,
+    /// Responses' `previous_response_id` chains (`responses.rs`).
+    pub chains: crate::responses::Chains,
     pub metrics: Arc<Metrics>,
     /// Calls between their forward and the end of their commit and summaries: shutdown waits
     /// for them to drain.
@@ -167,6 +169,7 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         store,
         client,
         sessions: Sessions::default(),
+        chains: Default::default(),
         metrics: Arc::clone(&metrics),
         in_flight: InFlight::default(),
         upstream,
@@ -310,6 +313,7 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
         }
         (&Method::POST, "/v1/messages") => WireFormat::Anthropic,
         (&Method::POST, "/v1/chat/completions") => WireFormat::OpenAi,
+        (&Method::POST, "/v1/responses") => WireFormat::OpenAiResponses,
         _ => {
             let (parts, body) = req.into_parts();
             return forward(proxy, parts, body.map_err(Into::into).boxed(), false).await;

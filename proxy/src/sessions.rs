@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 
 use ctxlog::event::GuardKind;
 use ctxlog::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
-use ctxlog::{
-    parse_message, BlobId, Config, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp, WireFormat,
-};
+use ctxlog::{BlobId, Config, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp, WireFormat};
 
 use crate::identity::successor_of;
 
@@ -370,11 +368,15 @@ fn first_difference(slot: &mut Slot, items: &[Item<'_>]) -> Result<Option<u64>, 
     }
     // Reopened from the store: compare the rest of the log by content, once.
     let upto = logged.min(items.len());
+    let format = s.format();
     if known < upto {
         let stored = s.messages(known as u64..upto as u64)?;
         for (offset, (logged_msg, item)) in stored.iter().zip(&items[known..upto]).enumerate() {
-            let same =
-                item.text().ok().and_then(|t| parse_message(t).ok()).is_some_and(|m| same_message(&m, logged_msg));
+            let same = item
+                .text()
+                .ok()
+                .and_then(|t| ctxlog::wire::parse_in(t, format).ok())
+                .is_some_and(|m| same_message(&m, logged_msg));
             if !same {
                 return Ok(Some((known + offset) as u64));
             }
@@ -388,12 +390,16 @@ fn first_difference(slot: &mut Slot, items: &[Item<'_>]) -> Result<Option<u64>, 
 }
 
 /// Parses and checks every item; the first error names its field.
-fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Message>, PrepareError> {
+pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Message>, PrepareError> {
     items
         .iter()
         .map(|it| {
-            let m = parse_message(it.text()?).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
+            let m = ctxlog::wire::parse_in(it.text()?, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
             ctxlog::wire::check_format(&m, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
+            // ctxlog's tag for `instructions` is not an item a client may send.
+            if it.index.is_some() && ctxlog::wire::responses::is_instructions(&m) && format == WireFormat::OpenAiResponses {
+                return Err(invalid(&it.field(), "type", "unknown item type \"instructions\"".into()));
+            }
             Ok(m)
         })
         .collect()
@@ -457,17 +463,32 @@ impl Slot {
     ) -> Result<(), SessionError> {
         self.last_used = Instant::now();
         let Some(s) = self.session.as_mut() else { return Ok(()) };
-        let message = answer.and_then(|a| match parse_message(a) {
-            Ok(m) if ctxlog::wire::check_format(&m, s.format()).is_ok() => Some(m),
-            Ok(_) | Err(_) => {
-                tracing::warn!(session = %s.id(), "the answer is not a message of the session's format: not recorded");
-                None
+        let format = s.format();
+        // A Responses answer is its output items, several messages.
+        let raw: Vec<String> = match (format, answer) {
+            (WireFormat::OpenAiResponses, Some(a)) => crate::responses::answer_parts(a).map(|p| p.1).unwrap_or_default(),
+            (_, a) => a.map(str::to_owned).into_iter().collect(),
+        };
+        let parsed: Option<Vec<Message>> = raw
+            .iter()
+            .map(|a| {
+                ctxlog::wire::parse_in(a, format).ok().filter(|m| ctxlog::wire::check_format(m, format).is_ok())
+            })
+            .collect();
+        match parsed {
+            Some(messages) if !messages.is_empty() => s.commit_answers(plan, opts, at, usage, messages).map(|_| ()),
+            none => {
+                if none.is_none() {
+                    tracing::warn!(session = %s.id(), "the answer is not a message of the session's format: not recorded");
+                }
+                s.commit_request(plan, opts, at, usage).map(|_| ())
             }
-        });
-        match message {
-            Some(m) => s.commit_answered(plan, opts, at, usage, m).map(|_| ()),
-            None => s.commit_request(plan, opts, at, usage).map(|_| ()),
         }
+    }
+
+    /// Puts an opened or created session in the slot (a provider-held chain's, `responses.rs`).
+    pub fn set_session(&mut self, s: Sess) {
+        self.session = Some(s);
     }
 
     /// The stream whose store lease this slot's calls take.
