@@ -293,6 +293,17 @@ impl State {
         self.bodies.get(&seq)
     }
 
+    /// The seqs of the messages carrying a provider's compaction (an Anthropic `compaction`
+    /// block, a Responses `compaction` item), oldest first. The provider reads each as the
+    /// summary of everything before it, so a client may stop sending what precedes the latest:
+    /// its later histories continue the log from there. They are pinned, so always in the view.
+    pub fn provider_compactions(&self) -> Vec<u64> {
+        (0..self.message_count())
+            .filter(|seq| self.entry(*seq).is_some_and(|e| e.is_pinned()))
+            .filter(|seq| self.shown(*seq).is_some_and(|m| m.provider_compaction()))
+            .collect()
+    }
+
     /// Where the import that created this session stands (`None`: not an import).
     pub fn import(&self) -> Option<&ImportState> {
         self.import.as_ref()

@@ -87,11 +87,20 @@ pub(crate) async fn call(
         .collect();
     // `previous_response_id`: the provider holds the history; the call joins its chain.
     let previous = if responses { crate::responses::previous_of(&body) } else { None };
+    let tenant = crate::identity::key_hash(&parts.headers);
     let (base, earlier) = match &previous {
-        Some(p) => proxy.chains.resolve(&crate::identity::key_hash(&parts.headers), p),
-        None => (session_of(&parts.headers, format, &body), Vec::new()),
+        Some(p) => proxy.chains.resolve(&tenant, p),
+        None => {
+            // A history that starts at a provider's compaction continues the session that got it.
+            let named = parts.headers.contains_key(crate::SESSION_HEADER);
+            let after = body.messages.first().filter(|_| !named).and_then(|m| proxy.aliases.resolve(&tenant, m.as_bytes()));
+            (after.unwrap_or_else(|| session_of(&parts.headers, format, &body)), Vec::new())
+        }
     };
     let held_chain = previous.is_some();
+    // A provider compaction the proxy relayed, among the history's leading items.
+    let leading = body.messages.get(..body.messages.len().min(LEADING)).unwrap_or_default();
+    let answered = proxy.aliases.answered(&tenant, base, leading);
     let earlier = Arc::new(earlier);
     let sse = body.streams();
     // Shutdown waits for this call, through its commit and summaries.
@@ -128,10 +137,11 @@ pub(crate) async fn call(
             };
             let mut items = Vec::with_capacity(span_list.len() + 1);
             if let Some((raw, digest)) = &system {
-                items.push(Item { raw: raw.as_bytes(), digest: *digest, index: None });
+                items.push(Item { raw: raw.as_bytes(), digest: *digest, index: None, keys });
             }
             for (i, (span, digest)) in span_list.iter().enumerate() {
-                items.push(Item { raw: raw.get(span.clone()).unwrap_or_default(), digest: *digest, index: Some(i) });
+                let raw = raw.get(span.clone()).unwrap_or_default();
+                items.push(Item { raw, digest: *digest, index: Some(i), keys });
             }
             let prepared = if held_chain {
                 let body = original.to_vec();
@@ -146,7 +156,7 @@ pub(crate) async fn call(
                     body,
                 )
             } else {
-                prepare(&mut guard, &store, base, format, &config, &items, &o, ctxlog_now())
+                prepare(&mut guard, &store, base, format, &config, &items, &o, ctxlog_now(), answered)
             };
             match prepared {
                 Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p), o),
@@ -248,7 +258,7 @@ pub(crate) async fn call(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
     let chain = held_chain.then_some(stream);
-    let call = Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts, format, chain, _ticket: ticket };
+    let call = Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts, format, chain, tenant, _ticket: ticket };
     if sse {
         let (tx, rx) = oneshot::channel();
         let (committed_tx, committed_rx) = oneshot::channel();
@@ -305,6 +315,10 @@ pub(crate) async fn call(
     }
 }
 
+/// How many leading history items are looked at for a provider compaction the client kept
+/// while dropping what came before it.
+const LEADING: usize = 8;
+
 /// Whether an OpenAI request asks for its stream's usage (`stream_options.include_usage`).
 fn asks_usage(body: &ClientBody<'_>) -> bool {
     stream_options(body).and_then(|o| o.get("include_usage").and_then(serde_json::Value::as_bool)).unwrap_or(false)
@@ -338,6 +352,8 @@ struct Call {
     format: WireFormat,
     /// A provider-held chain's session (`previous_response_id`), else `None`.
     chain: Option<ctxlog::StreamId>,
+    /// The caller's key hash (what a provider compaction in the answer is remembered under).
+    tenant: [u8; 32],
     _ticket: Ticket,
 }
 
@@ -346,7 +362,7 @@ impl Call {
     /// the log has it — the client's final event or status waits for that — then runs the
     /// session's summary jobs before releasing the slot and the lease.
     async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), String>)) {
-        let Call { proxy, held, plan, opts, format, chain, _ticket } = self;
+        let Call { proxy, held, plan, opts, format, chain, tenant, _ticket } = self;
         let (usage, answer) = match outcome {
             Outcome::Complete(usage, answer) => (usage, answer),
             Outcome::Failed(why) => {
@@ -364,6 +380,10 @@ impl Call {
             WireFormat::OpenAiResponses => answer.as_deref().and_then(crate::responses::answer_parts),
             _ => None,
         };
+        let compactions = answer.as_deref().map(|a| crate::compaction::in_answer(format, a)).unwrap_or_default();
+        let base = held.lease_key();
+        let mut held = held;
+        let logged = held.session_mut().map_or(0, |s| s.state().message_count());
         let at = ctxlog_now();
         let done = tokio::task::spawn_blocking(move || {
             let mut held = held;
@@ -376,6 +396,9 @@ impl Call {
                 proxy.metrics.committed.fetch_add(1, Relaxed);
                 if let Some((id, output)) = response {
                     proxy.chains.remember(id, chain, output);
+                }
+                for payload in &compactions {
+                    proxy.aliases.remember(&tenant, payload, base, logged);
                 }
                 told(Ok(()));
                 // The session's summary jobs run before its next call plans.

@@ -17,6 +17,7 @@
 mod answer;
 mod api;
 mod body;
+mod compaction;
 mod headers;
 mod identity;
 mod metrics;

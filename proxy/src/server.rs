@@ -31,6 +31,8 @@ pub(crate) struct Proxy {
     pub sessions: Sessions,
     /// Responses' `previous_response_id` chains (`responses.rs`).
     pub chains: crate::responses::Chains,
+    /// Provider compactions seen in answers (`compaction.rs`).
+    pub aliases: crate::compaction::Aliases,
     pub metrics: Arc<Metrics>,
     /// Calls between their forward and the end of their commit and summaries: shutdown waits
     /// for them to drain.
@@ -170,6 +172,7 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         client,
         sessions: Sessions::default(),
         chains: Default::default(),
+        aliases: Default::default(),
         metrics: Arc::clone(&metrics),
         in_flight: InFlight::default(),
         upstream,

@@ -88,19 +88,22 @@ impl Sessions {
 
 /// One history item of a request: its raw JSON (a slice of the request body, or the
 /// Anthropic `system` wrapped as a message), its digest, and where it came from.
+#[derive(Clone, Copy)]
 pub(crate) struct Item<'a> {
     pub raw: &'a [u8],
     pub digest: u128,
     /// `None`: the `system` field; else the index in `messages`.
     pub index: Option<usize>,
+    /// The request's list and system field names (`messages`/`system`, `input`/`instructions`).
+    pub keys: crate::body::Keys,
 }
 
 impl Item<'_> {
     /// `system` or `messages[i]`: the field an error names.
     fn field(&self) -> String {
         match self.index {
-            None => "system".to_owned(),
-            Some(i) => format!("messages[{i}]"),
+            None => self.keys.system.to_owned(),
+            Some(i) => format!("{}[{i}]", self.keys.list),
         }
     }
 
@@ -174,11 +177,12 @@ pub(crate) fn prepare(
     items: &[Item<'_>],
     opts: &RequestOptions,
     now: Timestamp,
+    answered: Option<crate::compaction::Answered>,
 ) -> Result<Prepared, PrepareError> {
     slot.last_used = Instant::now();
     let mut raced = 0;
     loop {
-        match bring_up(slot, store, base, format, config, items, now) {
+        match bring_up(slot, store, base, format, config, items, now, answered) {
             Ok((diverged, caught_up)) => {
                 let Some(s) = slot.session.as_mut() else { return Err(SessionError::NotFound(base).into()) };
                 let plan = s.plan(now)?;
@@ -245,6 +249,7 @@ fn bring_up(
     config: &Config,
     items: &[Item<'_>],
     now: Timestamp,
+    answered: Option<crate::compaction::Answered>,
 ) -> Result<(bool, bool), BringUp> {
     let mut caught_up = false;
     if let Some(s) = slot.session.as_mut() {
@@ -274,7 +279,14 @@ fn bring_up(
             }
         };
     }
-    if let Some(at) = first_difference(slot, items)? {
+    // A history that skips what came before a provider compaction continues the log.
+    let skipped = match slot.session.as_ref() {
+        Some(s) => crate::compaction::align(s, &slot.digests, items, answered)?,
+        None => None,
+    };
+    let aligned = skipped.as_ref().map(|k| k.apply(items));
+    let continued: &[Item<'_>] = aligned.as_deref().unwrap_or(items);
+    if let Some(at) = first_difference(slot, continued)? {
         let messages = parse_all(items, format)?;
         let Some(old) = slot.session.as_mut() else { return Err(Failed(SessionError::NotFound(base).into())) };
         let successor = successor_of(old.id());
@@ -307,7 +319,7 @@ fn bring_up(
     }
     if let Some(s) = slot.session.as_mut() {
         let logged = usize::try_from(s.state().message_count()).unwrap_or(usize::MAX);
-        let new = items.get(logged..).unwrap_or_default();
+        let new = continued.get(logged..).unwrap_or_default();
         if !new.is_empty() {
             let messages = parse_all(new, format)?;
             let first = s.state().version() + 1;
@@ -408,8 +420,8 @@ pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Me
 fn invalid(item: &str, inner: &str, message: String) -> PrepareError {
     let field = match (item, inner) {
         // The Anthropic `system` field was wrapped as a message: its `content` is the field.
-        ("system", "content") | (_, "") => item.to_owned(),
-        ("system", rest) => format!("system{}", rest.strip_prefix("content").unwrap_or(rest)),
+        ("system" | "instructions", "content") | (_, "") => item.to_owned(),
+        (field @ ("system" | "instructions"), rest) => format!("{field}{}", rest.strip_prefix("content").unwrap_or(rest)),
         (item, rest) => format!("{item}.{rest}"),
     };
     PrepareError::Invalid { field, message }

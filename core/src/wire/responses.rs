@@ -291,3 +291,102 @@ pub fn write_instructions(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>,
         None => w.string(""),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{check_format, Media, RenderOpts, WireFormat};
+
+    fn view(m: &Message) -> String {
+        let mut w = JsonWriter::new();
+        write_item(&mut w, m, RenderOpts { meta: false, media: Media::Refs }, &mut Vec::new());
+        String::from_utf8(w.into_bytes()).unwrap()
+    }
+
+    fn same_json(a: &str, b: &str) {
+        let (x, y): (serde_json::Value, serde_json::Value) = (serde_json::from_str(a).unwrap(), serde_json::from_str(b).unwrap());
+        assert_eq!(x, y, "\n{a}\n{b}");
+    }
+
+    #[test]
+    fn every_item_kind_round_trips() {
+        let items = [
+            r#"{"role":"user","content":"hi"}"#,
+            r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"https://x/y.png","detail":"low"},{"type":"input_file","filename":"a.pdf","file_data":"data:application/pdf;base64,AAAA"}]}"#,
+            r#"{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","annotations":[],"logprobs":[],"text":"ok"}]}"#,
+            r#"{"id":"fc_1","type":"function_call","status":"completed","arguments":"{\"path\": \"a.rs\"}","call_id":"call_1","name":"read"}"#,
+            r#"{"type":"function_call_output","call_id":"call_1","output":"fn main() {}"}"#,
+            r#"{"type":"function_call_output","call_id":"call_2","output":[{"type":"input_text","text":"see"}]}"#,
+            r#"{"role":"developer","content":"be brief"}"#,
+        ];
+        for item in items {
+            let m = parse_item(item).unwrap();
+            check_format(&m, WireFormat::OpenAiResponses).unwrap();
+            same_json(&view(&m), item);
+            // The view is stable: parsing it again gives the same message.
+            assert_eq!(parse_item(&view(&m)).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn opaque_items_are_kept_byte_for_byte() {
+        // Odd spacing and key order: an encrypted payload must reach the provider as it came.
+        let reasoning = r#"{ "type" : "reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAAAB\u002bc=="}"#;
+        let compaction = r#"{"id":"cmp_1","type":"compaction","encrypted_content":"Zm9v"}"#;
+        for item in [reasoning, compaction] {
+            let m = parse_item(item).unwrap();
+            assert_eq!(view(&m), item);
+            assert_eq!(m.role, Role::Assistant);
+        }
+        assert_eq!(opaque_kind(&parse_item(reasoning).unwrap()).as_deref(), Some("reasoning"));
+        let c = parse_item(compaction).unwrap();
+        assert!(c.provider_compaction() && c.is_pinned(), "a compaction item is never edited");
+        assert!(!parse_item(reasoning).unwrap().is_pinned());
+    }
+
+    #[test]
+    fn tool_pairs_by_call_id() {
+        let call = parse_item(r#"{"type":"function_call","call_id":"call_9","name":"ls","arguments":"{}"}"#).unwrap();
+        let out = parse_item(r#"{"type":"function_call_output","call_id":"call_9","output":"a b"}"#).unwrap();
+        assert_eq!(call.call_ids().collect::<Vec<_>>(), ["call_9"]);
+        assert_eq!(out.result_ids().collect::<Vec<_>>(), ["call_9"]);
+        assert!(out.is_tool_result() && !out.is_human());
+    }
+
+    #[test]
+    fn instructions_are_a_tagged_system_message() {
+        let m = parse_item(r#"{"type":"instructions","role":"system","content":"You are terse."}"#).unwrap();
+        assert!(is_instructions(&m) && m.role.is_system());
+        assert!(!is_instructions(&parse_item(r#"{"role":"system","content":"x"}"#).unwrap()));
+        assert!(parse_item(r#"{"type":"instructions","role":"user","content":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn parts_take_their_type_from_the_role() {
+        // A part in the wrong role stays verbatim (the API refuses it; ctxlog does not fix it).
+        let m = parse_item(r#"{"role":"user","content":[{"type":"output_text","text":"x"}]}"#).unwrap();
+        assert!(matches!(m.blocks(), [Block::Other(_)]));
+        let m = parse_item(r#"{"role":"assistant","content":[{"type":"output_text","text":"x"}]}"#).unwrap();
+        assert!(matches!(m.blocks(), [Block::Text { .. }]));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = |s: &str| parse_item(s).unwrap_err().field;
+        assert_eq!(e(r#"{"role":"tool","content":"x"}"#), "role");
+        assert_eq!(e(r#"{"role":"user"}"#), "content");
+        assert_eq!(e(r#"{"type":"function_call","name":"f","arguments":"{}"}"#), "call_id");
+        assert_eq!(e(r#"{"type":"function_call_output","call_id":"c"}"#), "output");
+        assert_eq!(e(r#"{"role":"user","content":[{"type":"input_text"}]}"#), "content[0].text");
+        assert_eq!(e(r#"{"role":"user","content":5}"#), "content");
+    }
+
+    #[test]
+    fn media_is_externalizable_and_written_back() {
+        let png = "iVBORw0KGgo=";
+        let item = format!(r#"{{"role":"user","content":[{{"type":"input_image","image_url":"data:image/png;base64,{png}","detail":"auto"}}]}}"#);
+        let m = parse_item(&item).unwrap();
+        assert!(matches!(m.blocks(), [Block::ImageUrl { url: ImageUrl::Data { .. }, .. }]));
+        same_json(&view(&m), &item);
+    }
+}
