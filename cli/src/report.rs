@@ -103,6 +103,23 @@ pub fn page(analysis: &Analysis, store: &str, selected: Option<u64>) -> String {
     for line in summary(&records) {
         d.text_el("li", &[], &line);
     }
+    let compactions: Vec<String> = analysis
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.provider_compaction)
+        .map(|(seq, _)| format!("seq {seq}"))
+        .collect();
+    if !compactions.is_empty() {
+        d.text_el(
+            "li",
+            &[],
+            &format!(
+                "provider compaction at {}: the provider's own summary of everything before it, kept pinned by ctxlog",
+                compactions.join(", ")
+            ),
+        );
+    }
     let t = &analysis.totals;
     let misses = calls.iter().filter(|c| cache_class(c) == "cache-miss").count();
     let first_miss = calls.iter().find(|c| cache_class(c) == "cache-miss").map(|c| c.record.call);

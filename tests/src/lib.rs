@@ -17,4 +17,5 @@ pub mod postmortem;
 pub mod provider;
 pub mod scenario;
 pub mod store_files;
+pub mod responses;
 pub mod summaries;
