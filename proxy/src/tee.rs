@@ -428,6 +428,20 @@ data: {\"choices\":[],\"usage\":{\"prompt_tokens\":90,\"completion_tokens\":3,\"
     }
 
     #[test]
+    fn responses_stream_completes_at_response_completed_with_its_usage_and_output() {
+        let done = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"output\":[{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"hi\"}]}],\"usage\":{\"input_tokens\":90,\"input_tokens_details\":{\"cached_tokens\":80},\"output_tokens\":3}}}\n\n";
+        let s = format!("event: response.created\ndata: {{\"type\":\"response.created\",\"response\":{{}}}}\n\nevent: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}}\n\n{done}");
+        let Outcome::Complete(Some(u), Some(answer)) = run_in(WireFormat::OpenAiResponses, &[&s]) else { panic!() };
+        assert_eq!(u, Usage { input: 10, cache_read: 80, cache_write: 0, output: 3 });
+        assert!(answer.contains("resp_1") && answer.contains("output_text"), "{answer}");
+        // Cut before the final event, or an error event: not complete.
+        let cut = &s[..s.find("event: response.completed").unwrap()];
+        assert!(matches!(run_in(WireFormat::OpenAiResponses, &[cut]), Outcome::Failed(_)));
+        let err = "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\"}\n\n";
+        assert!(matches!(run_in(WireFormat::OpenAiResponses, &[err, done]), Outcome::Failed(_)));
+    }
+
+    #[test]
     fn json_bodies() {
         let Outcome::Complete(Some(u), _) = json(true, &["{\"usage\":{\"input_tokens\":", "3,\"output_tokens\":4}}"])
         else {
