@@ -299,11 +299,15 @@ pub(crate) fn render(
     let mut system = None;
     let responses = format == WireFormat::OpenAiResponses;
     let is_instructions = |it: &ViewItem| {
-        responses && is_system(it) && item_message(view.state, it.item).is_some_and(|m| wire::responses::is_instructions(&m))
+        responses
+            && is_system(it)
+            && item_message(view.state, it.item).is_some_and(|m| wire::responses::is_instructions(&m))
     };
     if responses {
         // The request's `instructions` come back to their field; input system messages stay items.
-        if let Some(m) = view.items.iter().find(|it| is_instructions(it)).and_then(|it| item_message(view.state, it.item)) {
+        if let Some(m) =
+            view.items.iter().find(|it| is_instructions(it)).and_then(|it| item_message(view.state, it.item))
+        {
             body.extend_from_slice(br#""instructions":"#);
             let start = body.len();
             let mut w = JsonWriter::new();
@@ -338,7 +342,7 @@ pub(crate) fn render(
         .items
         .iter()
         .zip(view.bytes)
-        .filter(|(it, _)| !(anthropic && is_system(it)) && !is_instructions(it))
+        .filter(|(it, _)| !(is_instructions(it) || anthropic && is_system(it)))
         .collect();
     // The message breakpoint goes on the last message that has a block to carry it.
     let marked = marks.and_then(|ttl| {

@@ -585,13 +585,7 @@ pub(crate) fn resolve<'m>(data: &'m MediaData, opts: RenderOpts<'_>, missing: &m
 }
 
 /// Writes a message as JSON in `format` ([`write_message`], or a Responses item).
-pub fn write_in(
-    format: WireFormat,
-    w: &mut JsonWriter,
-    m: &Message,
-    opts: RenderOpts<'_>,
-    missing: &mut Vec<BlobId>,
-) {
+pub fn write_in(format: WireFormat, w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
     match format {
         WireFormat::OpenAiResponses => responses::write_item(w, m, opts, missing),
         WireFormat::Anthropic | WireFormat::OpenAi => write_message(w, m, opts, missing),

@@ -153,7 +153,10 @@ pub fn check(strict: &Strictness, body: &Value, items: &[Value], prompt: u64) ->
                     let (ok, supported) = if role == "assistant" {
                         (matches!(pt, "output_text" | "refusal"), "'output_text' and 'refusal'")
                     } else {
-                        (matches!(pt, "input_text" | "input_image" | "input_file"), "'input_text', 'input_image', and 'input_file'")
+                        (
+                            matches!(pt, "input_text" | "input_image" | "input_file"),
+                            "'input_text', 'input_image', and 'input_file'",
+                        )
                     };
                     if on(Rule::ItemTypes) && !ok {
                         return Err(invalid(

@@ -93,7 +93,8 @@ pub(crate) async fn call(
         None => {
             // A history that starts at a provider's compaction continues the session that got it.
             let named = parts.headers.contains_key(crate::SESSION_HEADER);
-            let after = body.messages.first().filter(|_| !named).and_then(|m| proxy.aliases.resolve(&tenant, m.as_bytes()));
+            let after =
+                body.messages.first().filter(|_| !named).and_then(|m| proxy.aliases.resolve(&tenant, m.as_bytes()));
             (after.unwrap_or_else(|| session_of(&parts.headers, format, &body)), Vec::new())
         }
     };
@@ -258,7 +259,8 @@ pub(crate) async fn call(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
     let chain = held_chain.then_some(stream);
-    let call = Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts, format, chain, tenant, _ticket: ticket };
+    let call =
+        Call { proxy: Arc::clone(&proxy), held, plan: prepared.plan, opts, format, chain, tenant, _ticket: ticket };
     if sse {
         let (tx, rx) = oneshot::channel();
         let (committed_tx, committed_rx) = oneshot::channel();

@@ -79,7 +79,10 @@ impl Aliases {
 
     /// The relayed answer that brought the first compaction among a history's leading items.
     pub fn answered(&self, tenant: &[u8; 32], base: StreamId, leading: &[&str]) -> Option<Answered> {
-        leading.iter().find_map(|m| self.get(tenant, m.as_bytes()).filter(|(b, _)| *b == base)).map(|(_, logged)| Answered { logged })
+        leading
+            .iter()
+            .find_map(|m| self.get(tenant, m.as_bytes()).filter(|(b, _)| *b == base))
+            .map(|(_, logged)| Answered { logged })
     }
 }
 

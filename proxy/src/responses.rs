@@ -67,17 +67,20 @@ pub(crate) fn answer_parts(answer: &str) -> Option<(String, Vec<String>)> {
 /// call logs them (in memory: after a restart, a chain goes on in a new session).
 #[derive(Default)]
 pub(crate) struct Chains {
-    /// By response id: the chain's session (`None`: the response came from a call with the
-    /// whole history, so a chain continuing it starts a session of its own) and its output.
-    map: Mutex<HashMap<String, (Option<StreamId>, Option<Vec<String>>)>>,
+    map: Mutex<HashMap<String, Link>>,
 }
+
+/// By response id: the chain's session (`None`: the response came from a call with the whole
+/// history, so a chain continuing it starts a session of its own) and its output items, until
+/// the chain's next call logs them.
+type Link = (Option<StreamId>, Option<Vec<String>>);
 
 /// Chains remembered before the oldest are forgotten (a response id is a few dozen bytes).
 const CHAINS_KEPT: usize = 100_000;
 
 impl Chains {
     /// The session of the chain `previous` belongs to, and its output items if not yet logged.
-    fn take(&self, previous: &str) -> Option<(Option<StreamId>, Option<Vec<String>>)> {
+    fn take(&self, previous: &str) -> Option<Link> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         let entry = map.get_mut(previous)?;
         Some((entry.0, entry.1.take()))

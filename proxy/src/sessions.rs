@@ -406,10 +406,14 @@ pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Me
     items
         .iter()
         .map(|it| {
-            let m = ctxlog::wire::parse_in(it.text()?, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
+            let m =
+                ctxlog::wire::parse_in(it.text()?, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
             ctxlog::wire::check_format(&m, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
             // ctxlog's tag for `instructions` is not an item a client may send.
-            if it.index.is_some() && ctxlog::wire::responses::is_instructions(&m) && format == WireFormat::OpenAiResponses {
+            if it.index.is_some()
+                && ctxlog::wire::responses::is_instructions(&m)
+                && format == WireFormat::OpenAiResponses
+            {
                 return Err(invalid(&it.field(), "type", "unknown item type \"instructions\"".into()));
             }
             Ok(m)
@@ -421,7 +425,9 @@ fn invalid(item: &str, inner: &str, message: String) -> PrepareError {
     let field = match (item, inner) {
         // The Anthropic `system` field was wrapped as a message: its `content` is the field.
         ("system" | "instructions", "content") | (_, "") => item.to_owned(),
-        (field @ ("system" | "instructions"), rest) => format!("{field}{}", rest.strip_prefix("content").unwrap_or(rest)),
+        (field @ ("system" | "instructions"), rest) => {
+            format!("{field}{}", rest.strip_prefix("content").unwrap_or(rest))
+        }
         (item, rest) => format!("{item}.{rest}"),
     };
     PrepareError::Invalid { field, message }
@@ -478,14 +484,14 @@ impl Slot {
         let format = s.format();
         // A Responses answer is its output items, several messages.
         let raw: Vec<String> = match (format, answer) {
-            (WireFormat::OpenAiResponses, Some(a)) => crate::responses::answer_parts(a).map(|p| p.1).unwrap_or_default(),
+            (WireFormat::OpenAiResponses, Some(a)) => {
+                crate::responses::answer_parts(a).map(|p| p.1).unwrap_or_default()
+            }
             (_, a) => a.map(str::to_owned).into_iter().collect(),
         };
         let parsed: Option<Vec<Message>> = raw
             .iter()
-            .map(|a| {
-                ctxlog::wire::parse_in(a, format).ok().filter(|m| ctxlog::wire::check_format(m, format).is_ok())
-            })
+            .map(|a| ctxlog::wire::parse_in(a, format).ok().filter(|m| ctxlog::wire::check_format(m, format).is_ok()))
             .collect();
         match parsed {
             Some(messages) if !messages.is_empty() => s.commit_answers(plan, opts, at, usage, messages).map(|_| ()),

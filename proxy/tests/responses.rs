@@ -117,7 +117,8 @@ async fn a_tool_loop_of_forty_calls_compacts_and_every_call_is_the_logged_one() 
         c.engine.budget = 6_000;
     })
     .await;
-    let mut input = vec![json!({"role": "user", "content": [{"type": "input_text", "text": "Fix the build. [[tool:read_file]]"}]})];
+    let mut input =
+        vec![json!({"role": "user", "content": [{"type": "input_text", "text": "Fix the build. [[tool:read_file]]"}]})];
     let mut seqs = Vec::new();
     let mut stream = None;
     let mut turn = 0;
@@ -146,13 +147,21 @@ async fn a_tool_loop_of_forty_calls_compacts_and_every_call_is_the_logged_one() 
         let x = exchange(&up, *seq);
         assert_eq!(x.response.status, 200);
         let rebuilt = ctxlog::replay::served_request(&*store, id, call.call, &opts_of(&x.request.body)).unwrap();
-        assert_eq!(rebuilt.body(), &x.request.body[..], "call {}: the forwarded body is not the logged view", call.call);
+        assert_eq!(
+            rebuilt.body(),
+            &x.request.body[..],
+            "call {}: the forwarded body is not the logged view",
+            call.call
+        );
         let sent: Value = serde_json::from_slice(&x.request.body).unwrap();
         assert_eq!(sent["instructions"], "You are a coding agent. Be brief.", "call {}", call.call);
         assert_eq!(call.usage, Some(reported(&x)), "call {}: the logged usage is not the upstream's", call.call);
         assert!(call.anchored);
     }
-    assert!(served.iter().any(|c| c.level > 0) || evs.iter().any(|e| matches!(e, Event::Flushed(_))), "nothing compacted");
+    assert!(
+        served.iter().any(|c| c.level > 0) || evs.iter().any(|e| matches!(e, Event::Flushed(_))),
+        "nothing compacted"
+    );
     assert!(served.iter().any(|c| c.usage.is_some_and(|u| u.cache_read > 0)), "the prefix cache never hit");
     // Each answer's output items are in the log with their call.
     let answers = evs.iter().filter(|e| matches!(e, Event::AnswerReceived(_))).count();
@@ -183,7 +192,11 @@ async fn previous_response_id_calls_are_logged_and_passed_through() {
         let a = post(p.addr(), &b).await;
         assert_eq!(a.status, 200, "turn {turn}: {}", a.text());
         let x = exchange(&up, a.seq());
-        assert_eq!(x.request.body, b.as_bytes(), "turn {turn}: a provider-held call is forwarded as the client sent it");
+        assert_eq!(
+            x.request.body,
+            b.as_bytes(),
+            "turn {turn}: a provider-held call is forwarded as the client sent it"
+        );
         assert_eq!(*chain.get_or_insert(a.stream()), a.stream(), "turn {turn}: the chain left its session");
         assert_ne!(a.stream(), first.stream());
         previous = a.response();
@@ -193,7 +206,10 @@ async fn previous_response_id_calls_are_logged_and_passed_through() {
     assert!(evs.iter().any(|e| matches!(e, Event::GuardRaised(g) if g.kind == GuardKind::ProviderHeldHistory)));
     let served = served(&evs);
     assert_eq!(served.len(), 8);
-    assert!(served.iter().all(|c| c.level == 0 && c.usage.is_some()), "a provider-held call was compacted or not metered");
+    assert!(
+        served.iter().all(|c| c.level == 0 && c.usage.is_some()),
+        "a provider-held call was compacted or not metered"
+    );
     assert!(!evs.iter().any(|e| matches!(e, Event::Flushed(_) | Event::Edited(_))));
     // The new input and the answers it continues are in the log: every function call with its output.
     let appended = evs.iter().filter(|e| matches!(e, Event::MessageAppended(_))).count();
@@ -213,10 +229,19 @@ async fn a_client_mistake_is_a_4xx() {
     let up = FakeUpstream::start().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
-    let orphan = body(&[json!({"role": "user", "content": "hi"}), json!({"type": "function_call_output", "call_id": "call_x", "output": "o"})], false);
+    let orphan = body(
+        &[
+            json!({"role": "user", "content": "hi"}),
+            json!({"type": "function_call_output", "call_id": "call_x", "output": "o"}),
+        ],
+        false,
+    );
     let a = post(p.addr(), &orphan).await;
     assert_eq!(a.status, 400, "{}", a.text());
-    let ours = body(&[json!({"type": "instructions", "role": "system", "content": "x"}), json!({"role": "user", "content": "hi"})], false);
+    let ours = body(
+        &[json!({"type": "instructions", "role": "system", "content": "x"}), json!({"role": "user", "content": "hi"})],
+        false,
+    );
     let a = post(p.addr(), &ours).await;
     assert_eq!(a.status, 400, "{}", a.text());
     assert!(a.text().contains("input[0]"), "{}", a.text());
@@ -273,18 +298,25 @@ async fn a_history_with_a_compaction_item_continues_one_session() {
     assert!(compacted_at.is_some(), "the fake never compacted: the test proves nothing");
     assert!(sessions.iter().all(|s| *s == sessions[0]), "the compacted history left the session: {sessions:?}");
     let evs = calls(&*store, sessions[0], 10).await;
-    assert!(!evs.iter().any(|e| matches!(e, Event::GuardRaised(g) if matches!(g.kind, GuardKind::HistoryDiverged { .. }))));
+    assert!(!evs
+        .iter()
+        .any(|e| matches!(e, Event::GuardRaised(g) if matches!(g.kind, GuardKind::HistoryDiverged { .. }))));
     // The skipped items were not appended again: the log grew by what the client added.
     let logged: Vec<&ctxlog::Message> =
         evs.iter().filter_map(|e| if let Event::MessageAppended(m) = e { Some(&m.message) } else { None }).collect();
-    let compactions: Vec<String> = logged.iter().filter(|m| m.provider_compaction()).map(|m| m.plain_text() + &format!("{:?}", m.blocks())).collect();
+    let compactions: Vec<String> = logged
+        .iter()
+        .filter(|m| m.provider_compaction())
+        .map(|m| m.plain_text() + &format!("{:?}", m.blocks()))
+        .collect();
     let distinct: std::collections::BTreeSet<&String> = compactions.iter().collect();
     assert!(!compactions.is_empty());
     assert_eq!(distinct.len(), compactions.len(), "a compaction item was logged twice: the skipped items came back");
     assert!(logged.iter().all(|m| !m.provider_compaction() || m.is_pinned()));
     for (call, seq) in served(&evs).iter().zip(&seqs) {
         let x = exchange(&up, *seq);
-        let rebuilt = ctxlog::replay::served_request(&*store, sessions[0], call.call, &opts_of(&x.request.body)).unwrap();
+        let rebuilt =
+            ctxlog::replay::served_request(&*store, sessions[0], call.call, &opts_of(&x.request.body)).unwrap();
         assert_eq!(rebuilt.body(), &x.request.body[..], "call {}", call.call);
         assert_eq!(call.usage, Some(reported(&x)));
     }

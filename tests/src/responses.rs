@@ -88,7 +88,8 @@ pub fn run<S: Store>(s: &mut Session<S>, calls: usize) -> Vec<Vec<u8>> {
         s.commit_answers(plan, &opts, Timestamp::from_millis(now.as_millis() + 2_000), Some(usage), answers).unwrap();
         while let Some(job) = s.summary_job() {
             let text = s.summarize(&job).unwrap();
-            if !matches!(s.prepare(&job, text, Produced::extractive()).unwrap(), ctxlog::session::Prepared::Written(_)) {
+            if !matches!(s.prepare(&job, text, Produced::extractive()).unwrap(), ctxlog::session::Prepared::Written(_))
+            {
                 break;
             }
         }

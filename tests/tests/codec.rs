@@ -730,13 +730,20 @@ fn responses_values_round_trip_with_their_tags() {
     let rec = codec::encode(&guard).unwrap();
     assert_eq!(&rec.body()[2..], [0, 8, 1, b'd', 1, b'k'], "call none, variant 8, detail, knob");
     let reasoning = r#"{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAA+/=="}"#;
-    let events = vec![
+    let events = [
         started(ctxlog::WireFormat::OpenAiResponses),
         guard,
-        Event::MessageAppended(ctxlog::event::MessageAppended { seq: 0, message: parse_item(reasoning).unwrap(), tokens: 20 }),
+        Event::MessageAppended(ctxlog::event::MessageAppended {
+            seq: 0,
+            message: parse_item(reasoning).unwrap(),
+            tokens: 20,
+        }),
         Event::AnswerReceived(ctxlog::event::AnswerReceived {
             call: 0,
-            message: parse_item(r#"{"type":"function_call","id":"fc_1","call_id":"call_1","name":"ls","arguments":"{}"}"#).unwrap(),
+            message: parse_item(
+                r#"{"type":"function_call","id":"fc_1","call_id":"call_1","name":"ls","arguments":"{}"}"#,
+            )
+            .unwrap(),
         }),
     ];
     for (i, ev) in events.iter().enumerate() {

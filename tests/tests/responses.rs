@@ -80,7 +80,8 @@ fn rerun_why_report_and_export_read_a_responses_session() {
     .unwrap();
     assert_eq!(answers_per_call.get(&0), Some(&2), "a Responses answer is its output items, one event each");
     let seq = seq.expect("the compaction item was never appended");
-    let why: Value = serde_json::from_str(&r.ok(&["why", "--session", SESSION, "--seq", &seq.to_string(), "--json"])).unwrap();
+    let why: Value =
+        serde_json::from_str(&r.ok(&["why", "--session", SESSION, "--seq", &seq.to_string(), "--json"])).unwrap();
     assert_eq!(why["provider_compaction"], true);
     assert!(why["text"].as_str().unwrap().contains("provider's compaction"), "{why}");
     let before: Value = serde_json::from_str(&r.ok(&["why", "--session", SESSION, "--seq", "3", "--json"])).unwrap();

@@ -304,7 +304,8 @@ mod tests {
     }
 
     fn same_json(a: &str, b: &str) {
-        let (x, y): (serde_json::Value, serde_json::Value) = (serde_json::from_str(a).unwrap(), serde_json::from_str(b).unwrap());
+        let (x, y): (serde_json::Value, serde_json::Value) =
+            (serde_json::from_str(a).unwrap(), serde_json::from_str(b).unwrap());
         assert_eq!(x, y, "\n{a}\n{b}");
     }
 
@@ -384,7 +385,9 @@ mod tests {
     #[test]
     fn media_is_externalizable_and_written_back() {
         let png = "iVBORw0KGgo=";
-        let item = format!(r#"{{"role":"user","content":[{{"type":"input_image","image_url":"data:image/png;base64,{png}","detail":"auto"}}]}}"#);
+        let item = format!(
+            r#"{{"role":"user","content":[{{"type":"input_image","image_url":"data:image/png;base64,{png}","detail":"auto"}}]}}"#
+        );
         let m = parse_item(&item).unwrap();
         assert!(matches!(m.blocks(), [Block::ImageUrl { url: ImageUrl::Data { .. }, .. }]));
         same_json(&view(&m), &item);
