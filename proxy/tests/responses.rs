@@ -34,7 +34,7 @@ impl Answer {
         self.headers.get("x-ctxlog-stream").expect("no x-ctxlog-stream").to_str().unwrap().parse().unwrap()
     }
     fn seq(&self) -> u64 {
-        let v = self.headers.get("x-request-id").expect("no request id");
+        let v = self.headers.get("x-request-id").or_else(|| self.headers.get("request-id")).expect("no request id");
         v.to_str().unwrap().strip_prefix("req_fake_").unwrap().parse().unwrap()
     }
     fn text(&self) -> String {
@@ -326,5 +326,64 @@ async fn a_history_with_a_compaction_item_continues_one_session() {
     let issued = format!("cmp_fake_{}", seqs[compacted_at.unwrap()]);
     assert!(text.contains(&issued), "the compaction item left the view");
     assert!(ctxlog::replay::verify(&*store, sessions[0]).unwrap().problems.is_empty());
+    p.shutdown().await;
+}
+
+/// Anthropic's server-side compaction: an assistant message carrying a `compaction` block, after
+/// which the client sends only what follows it. One session; the block is never edited.
+#[tokio::test]
+async fn an_anthropic_compaction_block_continues_one_session() {
+    let up = FakeUpstream::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let send = |messages: Vec<Value>| {
+        let body = json!({"model": "claude-x", "max_tokens": 256, "system": "You are terse.", "messages": messages})
+            .to_string();
+        let addr = p.addr();
+        async move {
+            let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+            let req = Request::post(format!("http://{addr}/v1/messages"))
+                .header("x-api-key", "sk-ant-compaction-test")
+                .header("anthropic-version", "2023-06-01")
+                .header("x-ctxlog-session", "compacted")
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            let resp = client.request(req).await.unwrap();
+            let (parts, b) = resp.into_parts();
+            let body = b.collect().await.unwrap().to_bytes().to_vec();
+            Answer { status: parts.status.as_u16(), headers: parts.headers, body }
+        }
+    };
+    let user = |t: &str| json!({"role": "user", "content": t});
+    let assistant = |t: &str| json!({"role": "assistant", "content": [{"type": "text", "text": t}]});
+    let compaction = json!({"role": "assistant", "content": [
+        {"type": "compaction", "content": "Summary: the parser was ported; tests pass."},
+        {"type": "text", "text": "Continuing."}]});
+    let whole = vec![
+        user("port the parser"),
+        assistant("done"),
+        user("now the lexer"),
+        compaction.clone(),
+        user("and the docs"),
+    ];
+    let a = send(whole[..3].to_vec()).await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    let b = send(whole.clone()).await;
+    assert_eq!(b.status, 200, "{}", b.text());
+    // The client drops what the provider's compaction covers.
+    let c = send(vec![compaction.clone(), user("and the docs"), assistant("ok"), user("and the changelog")]).await;
+    assert_eq!(c.status, 200, "{}", c.text());
+    assert_eq!((a.stream(), b.stream()), (c.stream(), c.stream()), "the compacted history left the session");
+    let evs = calls(&*store, c.stream(), 3).await;
+    let logged: Vec<&ctxlog::Message> =
+        evs.iter().filter_map(|e| if let Event::MessageAppended(m) = e { Some(&m.message) } else { None }).collect();
+    assert_eq!(logged.len(), 8, "system + 5 + the 2 new ones: the skipped messages were not appended again");
+    assert!(logged[4].provider_compaction() && logged[4].is_pinned());
+    assert!(!evs
+        .iter()
+        .any(|e| matches!(e, Event::GuardRaised(g) if matches!(g.kind, GuardKind::HistoryDiverged { .. }))));
+    let x = exchange(&up, c.seq());
+    assert!(String::from_utf8_lossy(&x.request.body).contains("Summary: the parser was ported"));
     p.shutdown().await;
 }
