@@ -369,6 +369,10 @@ async fn wait_committed(proxy: &ctxlog_proxy::ProxyHandle, n: u64) {
 
 async fn latency(api: Api, tokens: usize, stream: bool, calls: usize) {
     let r = rig(|_| {}).await;
+    if api != Api::Messages {
+        // The strict fake's OpenAI window is 128k; 150k-token cases stand for a 1M-token model.
+        r.fake.set_context_tokens(Some(1_000_000));
+    }
     // Centre the measured calls on the nominal size: each turn adds ~2×60 chars.
     let growth = (calls + 5) * 2 * 110;
     let mut h = History::new(tokens, (tokens * 4).saturating_sub(growth / 2));
