@@ -320,6 +320,11 @@ fn fork(
     call: &SummaryCall,
     blobs: &dyn BlobSource,
 ) -> Result<(Vec<u8>, u64), ForkRefusal> {
+    // A Responses request names its bound `max_output_tokens` and may rely on the provider's
+    // stored state: a fork of one is not built (standalone instead).
+    if format == WireFormat::OpenAiResponses {
+        return Err(ForkRefusal::Unbuildable("forks of OpenAI Responses requests are not built".into()));
+    }
     let last = state.last_served();
     // 1. Tools never recorded (for the request a fork would append to).
     if let Some(l) = last.filter(|l| l.request.is_none()) {

@@ -279,14 +279,22 @@ fn bring_up(
             }
         };
     }
-    // A history that skips what came before a provider compaction continues the log.
-    let skipped = match slot.session.as_ref() {
-        Some(s) => crate::compaction::align(s, &slot.digests, items, answered)?,
-        None => None,
+    // A history that skips what came before a provider compaction continues the log; looked
+    // for only when the history as sent does not.
+    let mut difference = first_difference(slot, items)?;
+    let skipped = match (difference, slot.session.as_ref()) {
+        (Some(_), Some(s)) => crate::compaction::align(s, &slot.digests, items, answered)?,
+        _ => None,
     };
     let aligned = skipped.as_ref().map(|k| k.apply(items));
-    let continued: &[Item<'_>] = aligned.as_deref().unwrap_or(items);
-    if let Some(at) = first_difference(slot, continued)? {
+    if let Some(aligned) = &aligned {
+        difference = first_difference(slot, aligned)?;
+    }
+    let continued: &[Item<'_>] = match (&aligned, difference) {
+        (Some(a), None) => a,
+        _ => items,
+    };
+    if let Some(at) = difference {
         let messages = parse_all(items, format)?;
         let Some(old) = slot.session.as_mut() else { return Err(Failed(SessionError::NotFound(base).into())) };
         let successor = successor_of(old.id());
