@@ -13,7 +13,7 @@ failing loudly:
   c. the usage recorded for each call (`replay --json`) is the upstream's;
   d. `previous_response_id` calls reach the upstream as the SDK sent them, are logged in one
      chain session with their usage, and never compacted;
-  e. `ctxlog verify` passes.
+  e. `ctxlog verify` passes, and no API key is in the store's files or the proxy's log.
 """
 
 import argparse
@@ -29,7 +29,7 @@ import time
 import agents
 import openai
 
-from sdk_proxy_test import CheckFailed, TeeTransport, ctxlog, fail, http_get, sha, sse_events, start
+from sdk_proxy_test import CheckFailed, TeeTransport, ctxlog, fail, http_get, no_key_in, sha, sse_events, start
 
 CALLS = 44
 TURNS = 21  # two calls each through the Agents SDK: the tool call, then the answer
@@ -264,6 +264,7 @@ def main():
             fail("the proxy did not stop within 20 s of SIGINT")
         out = ctxlog(a.ctxlog, "verify", "--store", store)
         print("verify: " + " ".join(out.split())[:200])
+        no_key_in(store_dir, proxy_log, list(keys.values()))
         print("sdk-responses-test: all checks passed")
         return 0
     except (CheckFailed, Exception) as e:
