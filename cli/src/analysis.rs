@@ -10,7 +10,7 @@ use ctxlog::codec;
 use ctxlog::cost::{PrefixCache, Totals};
 use ctxlog::event::{EditReason, Event, FlushReason, SummaryMode};
 use ctxlog::message::{Block, MediaKind, Message};
-use ctxlog::replay::{CallRecord, Mode, Timeline};
+use ctxlog::replay::{CallRecord, GuardRecord, Mode, Timeline};
 use ctxlog::session::READ_CHUNK;
 use ctxlog::state::{Item, State, Violation};
 use ctxlog::time::Millis;
@@ -18,8 +18,9 @@ use ctxlog::view::ViewCache;
 use ctxlog::{Session, SessionError, Store, StreamId, Version};
 
 use crate::args::SessionArgs;
-use crate::commands::pick_session;
 use crate::error::CliError;
+use crate::lineage::{link_of, Link};
+use crate::session_id::pick_session;
 use crate::stores::{open_store, Access};
 
 /// Where the fold stops.
@@ -57,6 +58,35 @@ pub struct Analysis {
     pub totals: Totals,
     /// Violations a lenient fold went past.
     pub violations: Vec<Violation>,
+    /// Guards a host raised between calls (a `history_diverged`), in log order.
+    pub host_guards: Vec<HostGuard>,
+    /// Edges to other sessions this log records (see [`crate::lineage`]).
+    pub links: Vec<Link>,
+}
+
+/// A guard raised outside any call (by a host: the proxy's `history_diverged`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostGuard {
+    /// Stream version of its `GuardRaised`.
+    pub version: Version,
+    /// The last call before it (`None`: before the first call).
+    pub after_call: Option<u64>,
+    /// Kind and sentence, as the timeline shows a call's guards.
+    pub record: GuardRecord,
+}
+
+impl HostGuard {
+    /// The detail line under the row of the call it follows.
+    pub fn detail_line(&self) -> String {
+        let when = self.after_call.map_or_else(|| "before the first call".to_owned(), |c| format!("after call {c}"));
+        format!("      guard {} ({when}, version {}): {}", self.record.kind, self.version, self.record.detail)
+    }
+
+    /// As JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"kind": self.record.kind, "detail": self.record.detail, "version": self.version,
+                           "after_call": self.after_call})
+    }
 }
 
 /// One call.
@@ -123,6 +153,15 @@ pub enum Run {
         to: u64,
         /// A condensed summary (of earlier summaries).
         condensed: bool,
+        /// Its tokens.
+        tokens: u64,
+    },
+    /// A placeholder for hidden messages no summary covers.
+    Placeholder {
+        /// First seq it stands for.
+        from: u64,
+        /// One past the last.
+        to: u64,
         /// Its tokens.
         tokens: u64,
     },
@@ -330,6 +369,8 @@ struct Fold {
     pricing: PrefixCache,
     /// Tool names by call id, to say what a tool result answers.
     tool_names: BTreeMap<String, String>,
+    host_guards: Vec<HostGuard>,
+    links: Vec<Link>,
 }
 
 impl Fold {
@@ -349,6 +390,8 @@ impl Fold {
             previous_view: Vec::new(),
             pricing: PrefixCache::new(),
             tool_names: BTreeMap::new(),
+            host_guards: Vec::new(),
+            links: Vec::new(),
         }
     }
 
@@ -445,8 +488,13 @@ impl Fold {
                     self.decide(p, version, None, last_call, what(Some(r.seq)));
                 }
             }
+            Event::GuardRaised(g) if g.call.is_none() => {
+                let record = GuardRecord { kind: g.kind.name(), detail: format!("{} (knob: {})", g.detail, g.knob) };
+                self.host_guards.push(HostGuard { version, after_call: last_call, record });
+            }
             _ => {}
         }
+        self.links.extend(link_of(stream, version, ev));
         let record = self.timeline.feed(version, ev, &self.state);
         let Event::RequestServed(s) = ev else { return Ok(None) };
         let Some(record) = record else { return Ok(None) };
@@ -503,6 +551,8 @@ impl Fold {
             summaries: self.summaries,
             totals: self.pricing.totals,
             violations: self.violations,
+            host_guards: self.host_guards,
+            links: self.links,
         }
     }
 }
@@ -517,6 +567,7 @@ fn runs(state: &State) -> Vec<Run> {
                 let Some(s) = state.summaries().get(index as usize) else { continue };
                 out.push(Run::Summary { index, from: s.from, to: s.to, condensed: s.is_condensed(), tokens });
             }
+            Item::Placeholder { from, to } => out.push(Run::Placeholder { from, to, tokens }),
             Item::Message(seq) => match state.entry(seq).and_then(|e| e.edit.as_ref()) {
                 Some(edit) => out.push(Run::Edited { seq, kind: edit.kind.as_str(), tokens }),
                 None => match out.last_mut() {

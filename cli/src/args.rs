@@ -188,28 +188,37 @@ pub enum SummarizerArg {
     Model(String),
 }
 
+/// Why a `--summarizer` value (or a config file's `summarizer`) is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SummarizerArgError {
+    /// Neither a built-in summarizer nor `kind:rest`.
+    #[error("`{0}`: expected extractive, none, anthropic:URL, openai:URL or command:PROGRAM")]
+    Unknown(String),
+    /// A model in a config file, where only the built-in ones are read.
+    #[error("`{0}`: a model summarizer is given on the command line (--summarizer)")]
+    ModelInConfig(String),
+}
+
 impl SummarizerArg {
     /// `extractive`, `none`, or a model spec (`kind:rest`).
-    pub fn parse(s: &str) -> Result<SummarizerArg, String> {
+    pub fn parse(s: &str) -> Result<SummarizerArg, SummarizerArgError> {
         match s {
             "extractive" => Ok(SummarizerArg::Extractive),
             "none" => Ok(SummarizerArg::None),
             spec if spec.split_once(':').is_some_and(|(k, r)| !k.is_empty() && !r.trim().is_empty()) => {
                 Ok(SummarizerArg::Model(spec.to_owned()))
             }
-            other => Err(format!("`{other}`: expected extractive, none, anthropic:URL, openai:URL or command:PROGRAM")),
+            other => Err(SummarizerArgError::Unknown(other.to_owned())),
         }
     }
 }
 
 /// In a `--config` file: `extractive` or `none` (a model and its settings are given as flags).
 impl TryFrom<String> for SummarizerArg {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = SummarizerArgError;
+    fn try_from(s: String) -> Result<Self, SummarizerArgError> {
         match SummarizerArg::parse(&s)? {
-            SummarizerArg::Model(spec) => {
-                Err(format!("`{spec}`: a model summarizer is given on the command line (--summarizer)"))
-            }
+            SummarizerArg::Model(spec) => Err(SummarizerArgError::ModelInConfig(spec)),
             other => Ok(other),
         }
     }
@@ -608,4 +617,15 @@ pub struct ProxyArgs {
     /// On Ctrl-C or SIGTERM: seconds the calls in flight may take to end and commit.
     #[arg(long, default_value_t = 30)]
     pub drain_timeout: u64,
+    /// Anthropic prompt-cache breakpoints of forwarded requests: `auto` (the client's mapped
+    /// onto the view, the proxy's own when it set none), `client` (only the client's) or `off`.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub cache_breakpoints: ctxlog_proxy::CacheBreakpoints,
+    /// Context windows by model prefix over the built-in table, as a JSON object
+    /// (`{"my-finetune": 32768}`); used as the budget unless `--budget` is given.
+    #[arg(long, value_name = "FILE")]
+    pub models: Option<PathBuf>,
+    /// One context window over the table: `MODEL_PREFIX=TOKENS` (repeatable).
+    #[arg(long, value_name = "PREFIX=TOKENS")]
+    pub model_window: Vec<String>,
 }

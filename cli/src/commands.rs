@@ -12,35 +12,13 @@ use serde_json::json;
 
 use crate::analysis::{analyze, unfinished, Decision, Keep, Until, What};
 use crate::args::{CopyArgs, ExportArgs, InspectArgs, ReplayArgs, RestoreArgs, SessionArgs, StoreArgs, VerifyArgs};
-use crate::error::{is_damage, output, CliError};
-use crate::output::{print_timeline, Out};
+use crate::catalog::{self, is_log_damage, Catalog, Entry};
+use crate::error::{output, CliError};
+use crate::lineage::Lineage;
+use crate::output::{print_calls, Out};
+pub use crate::session_id::{parse_session, pick_session};
 use crate::stores::{open_store, open_store_with, Access};
 use crate::table::{Align, Columns};
-
-/// Resolves `--session`, or the only session of the store.
-pub fn pick_session(store: &dyn Store, arg: Option<&str>) -> Result<StreamId, CliError> {
-    if let Some(s) = arg {
-        return parse_session(s);
-    }
-    let streams = store.streams()?;
-    match streams.as_slice() {
-        [one] => Ok(*one),
-        [] => Err(CliError::Flag { flag: "--session", message: "the store holds no session".into() }),
-        many => Err(CliError::Flag {
-            flag: "--session",
-            message: format!(
-                "the store holds {} sessions; choose one with --session ({})",
-                many.len(),
-                many.iter().take(5).map(ToString::to_string).collect::<Vec<_>>().join(", ")
-            ),
-        }),
-    }
-}
-
-/// Parses a session id.
-pub fn parse_session(s: &str) -> Result<StreamId, CliError> {
-    s.parse().map_err(|e| CliError::Flag { flag: "--session", message: format!("--session {s:?} is not a UUID: {e}") })
-}
 
 fn open_selected(args: &SessionArgs, access: Access) -> Result<(Box<dyn Store>, StreamId), CliError> {
     open_selected_with(args, access, false)
@@ -56,42 +34,53 @@ fn open_selected_with(
     Ok((store, id))
 }
 
-/// `sessions`
+/// `sessions`: one line per session, read from the ends of each log (`catalog`).
 pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let store = open_store(&args.store, Access::ReadOnly)?;
-    let mut rows = Vec::new();
-    let mut damaged = Vec::new();
-    for id in store.streams()? {
-        // An unfinished import is not a session yet: say so aside, not in the list.
-        let session = match Session::open(store.as_ref(), id) {
-            Err(e @ ctxlog::SessionError::Unfinished { .. }) => {
-                out.err(&format!("note: {e}"))?;
-                continue;
-            }
-            // One damaged session does not hide the others: it is reported, and the command
-            // exits 4 once the list is out.
-            Err(e) if is_log_damage(&e) => {
-                out.err(&format!("damaged: session {id}: {e}"))?;
-                damaged.push(id);
-                continue;
-            }
-            other => other?,
-        };
-        let st = session.state();
-        rows.push((id, st.version(), st.message_count(), st.calls()));
+    let catalog = Catalog::read(store.as_ref())?;
+    // An unfinished import is not a session yet: say so aside, not in the list.
+    for e in &catalog.unfinished {
+        out.err(&format!("note: {e}"))?;
     }
+    // One damaged session does not hide the others: it is reported, and the command exits 4
+    // once the list is out.
+    for (id, e) in &catalog.damaged {
+        out.err(&format!("damaged: session {id}: {e}"))?;
+    }
+    let rows: Vec<(&Entry, Lineage)> = catalog.entries.iter().zip(catalog.lineages()).collect();
+    let short = catalog.short_ids();
+    let short = |id: StreamId| short.get(&id).cloned().unwrap_or_else(|| id.to_string());
     if args.json {
-        let list: Vec<_> = rows
-            .iter()
-            .map(|(id, v, m, c)| json!({"session": id.to_string(), "events": v, "messages": m, "calls": c}))
-            .collect();
+        let list: Vec<_> = rows.iter().map(|(e, l)| catalog::to_json(e, l)).collect();
         out.line(&serde_json::to_string(&list).unwrap_or_default())?;
     } else {
-        let heads =
-            [("session", Align::Left), ("events", Align::Right), ("messages", Align::Right), ("calls", Align::Right)];
+        let heads = [
+            ("session", Align::Left),
+            ("calls", Align::Right),
+            ("msgs", Align::Right),
+            ("first call", Align::Left),
+            ("last call", Align::Left),
+            ("model", Align::Left),
+            ("name", Align::Left),
+            ("lineage", Align::Left),
+            ("first user message", Align::Left),
+        ];
+        let dash = |s: Option<&str>| s.map_or_else(|| "-".to_owned(), str::to_owned);
         let cells: Vec<Vec<String>> = rows
             .iter()
-            .map(|(id, v, m, c)| vec![id.to_string(), v.to_string(), m.to_string(), c.to_string()])
+            .map(|(e, l)| {
+                vec![
+                    e.id.to_string(),
+                    e.calls.to_string(),
+                    e.messages.to_string(),
+                    catalog::when(e.first_call_ms),
+                    catalog::when(e.last_call_ms),
+                    dash(e.model.as_deref()),
+                    dash(e.name.as_deref()),
+                    l.cell(short),
+                    e.first_user.as_deref().map_or_else(|| "-".to_owned(), |u| format!("\"{u}\"")),
+                ]
+            })
             .collect();
         let table = Columns::new(&heads).gap(2).fitted(&cells);
         out.line(&table.header())?;
@@ -99,22 +88,13 @@ pub fn sessions(args: &StoreArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             out.line(&table.line(r))?;
         }
     }
-    match damaged.as_slice() {
+    match catalog.damaged.as_slice() {
         [] => Ok(()),
         ids => Err(CliError::InvalidLog(format!(
             "{} session(s) damaged and not listed: {}",
             ids.len(),
-            ids.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ids.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(", ")
         ))),
-    }
-}
-
-/// Whether opening a session failed because its log is damaged or invalid (exit 4).
-fn is_log_damage(e: &ctxlog::SessionError) -> bool {
-    match e {
-        ctxlog::SessionError::Store(e) => is_damage(e),
-        ctxlog::SessionError::Decode(_) | ctxlog::SessionError::Invariant { .. } => true,
-        _ => false,
     }
 }
 
@@ -131,7 +111,8 @@ pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let r = analyze(store.as_ref(), id, mode, until, Keep { views: false })?;
     let left = if until == Until::Head { unfinished(id, &r.state) } else { None };
     let timeline: Vec<_> = r.calls.iter().map(|c| c.record.clone()).collect();
-    print_timeline(out, &timeline, args.session.store.json)?;
+    print_calls(out, &timeline, &r.host_guards, args.session.store.json)?;
+    let lineage = catalog::lineage_of(store.as_ref(), id, &r.links);
     for v in &r.violations {
         out.err(&format!("violation (lenient replay went on): {v}"))?;
     }
@@ -139,8 +120,16 @@ pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         out.err(&format!("warning: {e}"))?;
     }
     if !args.session.store.json {
+        for l in lineage.sentences(id) {
+            out.line(&format!("lineage: this session {l}"))?;
+        }
+        let guards = timeline.iter().map(|c| c.guards.len()).sum::<usize>() + r.host_guards.len();
+        let guards = match guards {
+            1 => "1 guard".to_owned(),
+            n => format!("{n} guards"),
+        };
         out.line(&format!(
-            "session {id}: {} events, {} messages, {} calls, {} violations",
+            "session {id}: {} events, {} messages, {} calls, {guards}, {} violations",
             r.state.version(),
             r.state.message_count(),
             r.state.calls(),
@@ -235,6 +224,8 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             (seq, m.role.as_str(), m.tokens, status, reason, call, time, by)
         })
         .collect();
+    let lineage = catalog::lineage_of(store.as_ref(), id, &analysis.links);
+    let coverage = st.coverage(st.view().len());
     if args.session.store.json {
         let messages: Vec<_> = rows
             .iter()
@@ -248,20 +239,32 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             "compacted": st.compacted(),
             "flushed": st.flushed(),
             "view_tokens": st.view_tokens(),
+            "hidden": coverage.hidden,
+            "represented": coverage.represented,
             "messages": messages,
+            "guards_between_calls": analysis.host_guards.iter().map(|g| g.to_json()).collect::<Vec<_>>(),
+            "lineage": lineage.to_json(id),
         });
         out.line(&doc.to_string())?;
     } else {
         out.line(&format!(
-            "session {id} at version {}, {}: {} messages, compacted {}, flushed {}, view {} messages / {} tokens",
+            "session {id} at version {}, {}: {} messages, compacted {}, flushed {}, view {} messages / {} tokens; {} of {} hidden messages represented",
             st.version(),
             st.calls().checked_sub(1).map_or_else(|| "before the first call".to_owned(), |c| format!("after call {c}")),
             st.message_count(),
             st.compacted(),
             st.flushed(),
             st.view().len(),
-            st.view_tokens()
+            st.view_tokens(),
+            coverage.represented,
+            coverage.hidden
         ))?;
+        for g in &analysis.host_guards {
+            out.line(g.detail_line().trim_start())?;
+        }
+        for l in lineage.sentences(id) {
+            out.line(&format!("lineage: this session {l}"))?;
+        }
         let heads = [
             ("seq", Align::Right),
             ("role", Align::Left),
@@ -322,7 +325,7 @@ pub fn verify(args: &VerifyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         out.err(&format!("note: {n}"))?;
     }
     let ids = match &args.session {
-        Some(s) => vec![parse_session(s)?],
+        Some(s) => vec![pick_session(store.as_ref(), Some(s))?],
         None => store.streams()?,
     };
     let mut bad_sessions = 0;
@@ -332,14 +335,17 @@ pub fn verify(args: &VerifyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             // A stream the store cannot read at all (its head is damaged) is a finding like any
             // other: report it and go on with the next session.
             Err(e) if is_log_damage(&e) => {
-                ctxlog::replay::VerifyReport { problems: vec![e.to_string()], ..Default::default() }
+                let kind = ctxlog::replay::ProblemKind::Damaged { error: e.to_string() };
+                let problem = ctxlog::replay::Problem { stream: id, version: None, kind };
+                ctxlog::replay::VerifyReport { problems: vec![problem], ..Default::default() }
             }
             Err(e) => return Err(e.into()),
         };
         if json {
             out.line(
                 &json!({"session": id.to_string(), "ok": report.ok(), "events": report.events, "calls": report.calls,
-                        "blobs": report.blobs, "snapshot_checked": report.snapshot_checked, "problems": report.problems})
+                        "blobs": report.blobs, "snapshot_checked": report.snapshot_checked,
+                        "problems": report.problems.iter().map(ToString::to_string).collect::<Vec<_>>()})
                 .to_string(),
             )?;
         } else if report.ok() {
@@ -489,7 +495,7 @@ pub fn copy(args: &CopyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(),
     let from = open_store(&args.from, Access::ReadOnly)?;
     let to = open_store_with(&args.to, Access::Create, accept_loss)?;
     let ids = match &args.session {
-        Some(s) => vec![parse_session(s)?],
+        Some(s) => vec![pick_session(from.as_ref(), Some(s))?],
         None => from.streams()?,
     };
     let all = args.session.is_none();

@@ -12,10 +12,10 @@ use serde_json::{json, Value};
 use crate::analysis::{analyze, Analysis, Call, Keep, Until};
 use crate::args::DiffArgs;
 use crate::chart::cache_class;
-use crate::commands::parse_session;
 use crate::error::CliError;
 use crate::output::Out;
-use crate::rerun::Notes;
+use crate::rerun_notes::Notes;
+use crate::session_id::pick_session;
 use crate::stores::{open_store, Access};
 use crate::table::{Align, Columns};
 
@@ -362,12 +362,12 @@ pub fn print_diff(
 
 /// `diff`
 pub fn diff(args: &DiffArgs, out: &mut Out<'_>) -> Result<(), CliError> {
-    let (ia, ib) = (parse_session(&args.a)?, parse_session(&args.b)?);
     let store = open_store(&args.store.store, Access::ReadOnly)?;
-    let left = analyze(store.as_ref(), ia, Mode::Strict, Until::Head, Keep { views: false })?;
     // One handle when both sessions are in one store.
     let other = args.store_b.as_deref().map(|url| open_store(url, Access::ReadOnly)).transpose()?;
     let store_b = other.as_deref().unwrap_or(store.as_ref());
+    let (ia, ib) = (pick_session(store.as_ref(), Some(&args.a))?, pick_session(store_b, Some(&args.b))?);
+    let left = analyze(store.as_ref(), ia, Mode::Strict, Until::Head, Keep { views: false })?;
     let right = analyze(store_b, ib, Mode::Strict, Until::Head, Keep { views: false })?;
     let config = |a: &Analysis| a.state.info().map(|i| i.config.clone()).unwrap_or_default();
     let (lc, rc) = (config(&left), config(&right));

@@ -2,11 +2,13 @@
 
 pub mod analysis;
 pub mod args;
+pub mod catalog;
 pub mod chart;
 pub mod commands;
 pub mod diff;
 pub mod error;
 pub mod import;
+pub mod lineage;
 pub mod logs;
 pub mod markup;
 pub mod model_client;
@@ -15,6 +17,9 @@ pub mod proxy;
 pub mod report;
 pub mod request;
 pub mod rerun;
+pub mod rerun_notes;
+pub mod select;
+pub mod session_id;
 pub mod stores;
 pub mod summarizer;
 pub mod table;
@@ -116,7 +121,7 @@ fn dispatch(command: Command, accept_loss: bool, out: &mut Out<'_>) -> Result<()
 fn config_of(args: &ConfigArgs, base: Config) -> Result<(Config, Option<ctxlog::StreamId>), CliError> {
     let config = args.resolve(base)?;
     config.validate()?;
-    let session = args.session.as_deref().map(commands::parse_session).transpose()?;
+    let session = args.session.as_deref().map(session_id::parse_session).transpose()?;
     Ok((config, session))
 }
 
@@ -223,7 +228,7 @@ fn run_import(
         std::fs::rename(tmp, path).map_err(out_err(&path.display().to_string()))?;
     }
     if !json {
-        for l in summary(&done.timeline) {
+        for l in summary(&done.timeline, 0) {
             out.line(&l)?;
         }
         out.line(&format!(

@@ -5,6 +5,7 @@ use std::io::Write;
 use ctxlog::replay::CallRecord;
 use ctxlog::view::thousands;
 
+use crate::analysis::HostGuard;
 use crate::error::{output, CliError};
 use crate::table::{Align, Columns};
 
@@ -226,32 +227,65 @@ pub fn json_line(r: &CallRecord) -> String {
 
 /// Prints a whole timeline.
 pub fn print_timeline(out: &mut Out<'_>, records: &[CallRecord], json: bool) -> Result<(), CliError> {
+    print_calls(out, records, &[], json)
+}
+
+/// Prints a timeline with the guards a host raised between its calls, each under the row of the
+/// call it follows (in JSON, that call's line gets them as `guards_after`; one line per call
+/// stays one line per call). Guards raised before the first call follow the header.
+pub fn print_calls(out: &mut Out<'_>, records: &[CallRecord], host: &[HostGuard], json: bool) -> Result<(), CliError> {
     let table = TimelineTable::fitted(records);
     if !json {
         out.line(&table.header())?;
+        for g in host.iter().filter(|g| g.after_call.is_none()) {
+            out.line(&g.detail_line())?;
+        }
     }
     for r in records {
+        let after: Vec<&HostGuard> = host.iter().filter(|g| g.after_call == Some(r.call)).collect();
         if json {
-            out.line(&json_line(r))?;
+            let line = match after.as_slice() {
+                [] => json_line(r),
+                some => {
+                    let mut v = serde_json::to_value(r).unwrap_or_default();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("guards_after".into(), some.iter().map(|g| g.to_json()).collect());
+                    }
+                    v.to_string()
+                }
+            };
+            out.line(&line)?;
         } else {
             out.line(&table.row(r))?;
             for d in details(r) {
                 out.line(&d)?;
+            }
+            for g in after {
+                out.line(&g.detail_line())?;
             }
         }
     }
     Ok(())
 }
 
-/// The closing summary of a timeline.
-pub fn summary(records: &[CallRecord]) -> Vec<String> {
+/// The closing summary of a timeline; `host_guards` counts the guards raised between calls.
+pub fn summary(records: &[CallRecord], host_guards: usize) -> Vec<String> {
     let calls = records.len();
     let reused = records.iter().skip(1).filter(|r| r.prefix_reused).count();
     let flushes = records.iter().filter(|r| r.flush.is_some()).count();
     let edits: usize = records.iter().map(|r| r.edits.len()).sum();
-    let guards: usize = records.iter().map(|r| r.guards.len()).sum();
+    let guards: usize = records.iter().map(|r| r.guards.len()).sum::<usize>() + host_guards;
+    let between = match host_guards {
+        0 => String::new(),
+        n => format!(" ({n} between calls)"),
+    };
     let max_level = records.iter().map(|r| r.level).max().unwrap_or(0);
-    let over = records.iter().filter(|r| r.view_tokens > r.budget).count();
+    // By the provider's count where it reported one (issue 21: the estimate can be low).
+    let over = records.iter().filter(|r| r.reported_tokens.unwrap_or(r.view_tokens) > r.budget).count();
+    let over_estimate = records.iter().filter(|r| r.view_tokens > r.budget).count();
+    let hidden: u64 = records.iter().map(|r| r.hidden).sum();
+    let represented: u64 = records.iter().map(|r| r.represented).sum();
+    let unrepresented = records.iter().filter(|r| r.represented < r.hidden).count();
     let deferred = records.iter().filter(|r| r.deferred.is_some()).count();
     let max_summary = records.iter().map(|r| r.summary_tokens).max().unwrap_or(0);
     let last = records.last();
@@ -265,8 +299,17 @@ pub fn summary(records: &[CallRecord]) -> Vec<String> {
             thousands(last.map_or(0, |r| r.budget))
         ),
         format!("prefix reused on {reused} of {} calls ({share:.1}%)", calls.saturating_sub(1)),
-        format!("flushes: {flushes}; edits: {edits}; guards raised: {guards}; highest ladder level: {max_level}"),
-        format!("calls served over budget: {over}; calls deferred by the cache-aware gate: {deferred}"),
+        format!(
+            "flushes: {flushes}; edits: {edits}; guards raised: {guards}{between}; highest ladder level: {max_level}"
+        ),
+        format!(
+            "calls served over budget: {over} (provider's count where reported; {over_estimate} by the estimate); calls deferred by the cache-aware gate: {deferred}"
+        ),
+        format!(
+            "hidden messages represented (by a summary or a placeholder): {} of {} over all calls; calls leaving one unrepresented: {unrepresented}",
+            thousands(represented),
+            thousands(hidden)
+        ),
         format!("most summary tokens in a view: {}", thousands(max_summary)),
     ];
     let attempts: Vec<_> = records.iter().flat_map(|r| &r.summaries).collect();

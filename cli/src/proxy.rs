@@ -14,6 +14,7 @@ use crate::stores::{open_store_waiting, Access, Opening};
 pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), CliError> {
     let engine = a.config.resolve(Config::default())?;
     engine.validate()?;
+    let models = models(a)?;
     // Built before the store opens: a missing API key or a bad spec fails first.
     let summaries = summaries(a, &engine)?;
     let opening = Opening { pool: a.store_pool, wait: Duration::from_secs(a.store_wait), accept_loss };
@@ -31,6 +32,8 @@ pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), 
     cfg.header_timeout = Duration::from_secs(a.header_timeout.max(1));
     cfg.body_timeout = Duration::from_secs(a.body_timeout.max(1));
     cfg.drain_timeout = Duration::from_secs(a.drain_timeout);
+    cfg.cache_breakpoints = a.cache_breakpoints;
+    cfg.models = models;
     // `-v` installs its subscriber on this thread only; the proxy's work (and the engine's, in
     // `spawn_blocking`) runs on the runtime's threads, which would log nothing without it.
     let logs = tracing::dispatcher::get_default(Clone::clone);
@@ -55,6 +58,34 @@ pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), 
         handle.shutdown().await;
         Ok(())
     })
+}
+
+/// The context windows by model, unless `--budget` (a flag or the `--config` file) fixes every
+/// session's budget.
+fn models(a: &ProxyArgs) -> Result<Option<ctxlog_proxy::Models>, CliError> {
+    // A budget of 0 is refused by validation: left at 0, no budget was given.
+    let given = a.config.resolve(Config { budget: 0, ..Config::default() })?.budget != 0;
+    if given {
+        return Ok(None);
+    }
+    let mut m = ctxlog_proxy::Models::default();
+    if let Some(path) = &a.models {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| CliError::input(path, 0, format!("cannot read it: {e}")))?;
+        m.load_json(&path.display().to_string(), &text).map_err(|e| CliError::input(path, 0, e.message))?;
+    }
+    for entry in &a.model_window {
+        let parsed =
+            entry.split_once('=').and_then(|(k, v)| Some((k, v.trim().parse::<u64>().ok().filter(|n| *n > 0)?)));
+        let Some((prefix, window)) = parsed else {
+            return Err(CliError::Flag {
+                flag: "--model-window",
+                message: format!("--model-window {entry:?}: expected MODEL_PREFIX=TOKENS, e.g. my-finetune=32768"),
+            });
+        };
+        m.set(prefix, window);
+    }
+    Ok(Some(m))
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM (what `kill`, systemd and container runtimes send).
@@ -122,6 +153,55 @@ mod tests {
         assert!(err.contains("upstream URL"), "{err}");
         let (code, err) = run(&["ctxlog", "proxy", "--upstream", "http://x", "--store", "mem:", "--budget", "0"]);
         assert_ne!(code, 0, "{err}");
+    }
+
+    fn proxy_args(args: &[&str]) -> crate::args::ProxyArgs {
+        use clap::Parser;
+        let base = ["ctxlog", "proxy", "--upstream", "http://127.0.0.1:1", "--store", "mem:"];
+        match crate::args::Cli::try_parse_from([&base[..], args].concat()).unwrap().command {
+            crate::args::Command::Proxy(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_models_table_is_the_budget_unless_budget_is_given() {
+        let window = |a: &crate::args::ProxyArgs, model: &str| super::models(a).unwrap().and_then(|m| m.window(model));
+        assert_eq!(window(&proxy_args(&[]), "claude-opus-4-1"), Some(200_000));
+        // --budget (a flag or the --config file) fixes every session's budget: no table.
+        assert!(super::models(&proxy_args(&["--budget", "50000"])).unwrap().is_none());
+        let dir = std::env::temp_dir().join(format!("ctxlog-models-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("c.toml");
+        std::fs::write(&config, "budget = 50000\n").unwrap();
+        assert!(super::models(&proxy_args(&["--config", config.to_str().unwrap()])).unwrap().is_none());
+        // A file and flags add or override entries; a bad one names itself.
+        let file = dir.join("models.json");
+        std::fs::write(&file, r#"{"claude-": 150000, "my-tune": 32768}"#).unwrap();
+        let a = proxy_args(&["--models", file.to_str().unwrap(), "--model-window", "my-tune-v2=8192"]);
+        assert_eq!(
+            (window(&a, "claude-x"), window(&a, "my-tune-1"), window(&a, "my-tune-v2-q")),
+            (Some(150_000), Some(32_768), Some(8_192))
+        );
+        let (code, err) = run(&["ctxlog", "proxy", "--upstream", "http://x", "--store", "mem:", "--model-window", "x"]);
+        assert_ne!(code, 0);
+        assert!(err.contains("--model-window"), "{err}");
+        std::fs::write(&file, "[1]").unwrap();
+        let (code, err) =
+            run(&["ctxlog", "proxy", "--upstream", "http://x", "--store", "mem:", "--models", file.to_str().unwrap()]);
+        assert_ne!(code, 0);
+        assert!(err.contains("models.json"), "{err}");
+        assert_eq!(proxy_args(&["--cache-breakpoints", "off"]).cache_breakpoints, ctxlog_proxy::CacheBreakpoints::Off);
+        assert!(<crate::args::Cli as clap::Parser>::try_parse_from([
+            "ctxlog",
+            "proxy",
+            "--upstream",
+            "u",
+            "--cache-breakpoints",
+            "x"
+        ])
+        .is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

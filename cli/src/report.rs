@@ -10,6 +10,7 @@ use crate::analysis::{analyze, open_session, Analysis, Call, Keep, Run, Until};
 use crate::args::ReportArgs;
 use crate::chart::{cache_class, chart, ChartOptions};
 use crate::error::{output, CliError};
+use crate::lineage::Lineage;
 use crate::markup::{a, Doc};
 use crate::output::{details, summary, Out};
 
@@ -43,7 +44,10 @@ pub fn report(args: &ReportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let opts = ChartOptions { selected: args.call, standalone: true };
     let text = match ext.as_deref() {
         Some("svg") => format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n{}\n", chart(&analysis, opts)),
-        Some("html" | "htm") => page(&analysis, &args.session.store.store, args.call),
+        Some("html" | "htm") => {
+            let lineage = crate::catalog::lineage_of(store.as_ref(), id, &analysis.links);
+            page(&analysis, &lineage, &args.session.store.store, args.call)
+        }
         _ => {
             return Err(CliError::Flag {
                 flag: "--out",
@@ -66,7 +70,7 @@ pub fn report(args: &ReportArgs, out: &mut Out<'_>) -> Result<(), CliError> {
 }
 
 /// The whole page.
-pub fn page(analysis: &Analysis, store: &str, selected: Option<u64>) -> String {
+pub fn page(analysis: &Analysis, lineage: &Lineage, store: &str, selected: Option<u64>) -> String {
     let id = analysis.session;
     let st = &analysis.state;
     let config = st.info().map(|i| i.config.clone()).unwrap_or_default();
@@ -100,7 +104,7 @@ pub fn page(analysis: &Analysis, store: &str, selected: Option<u64>) -> String {
     d.text_el("p", &[a("class", "knobs")], &format!("Knobs: {}.", knobs(&config)));
     d.open("ul", &[a("class", "facts")]);
     let records: Vec<_> = calls.iter().map(|c| c.record.clone()).collect();
-    for line in summary(&records) {
+    for line in summary(&records, analysis.host_guards.len()) {
         d.text_el("li", &[], &line);
     }
     let compactions: Vec<String> = analysis
@@ -119,6 +123,13 @@ pub fn page(analysis: &Analysis, store: &str, selected: Option<u64>) -> String {
                 compactions.join(", ")
             ),
         );
+    }
+    // Guards raised between calls have no row of their own: each is a fact here.
+    for g in &analysis.host_guards {
+        d.text_el("li", &[], g.detail_line().trim_start());
+    }
+    for l in lineage.sentences(id) {
+        d.text_el("li", &[], &format!("Lineage: this session {l}."));
     }
     let t = &analysis.totals;
     let misses = calls.iter().filter(|c| cache_class(c) == "cache-miss").count();
@@ -205,11 +216,11 @@ fn row(d: &mut Doc, c: &Call, analysis: &Analysis, store: &str, selected: bool) 
     d.open("tr", &attrs);
     let time = ctxlog::time::format_rfc3339(c.at_ms);
     let flush = r.flush.as_ref().map_or("-".to_owned(), |f| format!("{} {}→{}", f.reason, f.from, f.to));
-    let guards = if r.guards.is_empty() {
-        "-".to_owned()
-    } else {
-        r.guards.iter().map(|g| g.kind.clone()).collect::<Vec<_>>().join(", ")
-    };
+    // A guard a host raised after this call (a divergence) is shown with it.
+    let after: Vec<_> = analysis.host_guards.iter().filter(|g| g.after_call == Some(r.call)).collect();
+    let kinds: Vec<String> =
+        r.guards.iter().map(|g| g.kind.clone()).chain(after.iter().map(|g| g.record.kind.clone())).collect();
+    let guards = if kinds.is_empty() { "-".to_owned() } else { kinds.join(", ") };
     let class = cache_class(c);
     let cache = match class {
         "cache-read" => "read",
@@ -236,7 +247,8 @@ fn row(d: &mut Doc, c: &Call, analysis: &Analysis, store: &str, selected: bool) 
         };
     }
     d.open("td", &[]).open("details", &[]);
-    let reasons = details(r);
+    let mut reasons = details(r);
+    reasons.extend(after.iter().map(|g| g.detail_line()));
     d.text_el(
         "summary",
         &[],
@@ -314,5 +326,8 @@ pub fn describe(run: &Run) -> String {
             to.saturating_sub(1),
             thousands(*tokens)
         ),
+        Run::Placeholder { from, to, tokens } => {
+            format!("placeholder for seq {from}–{} ({} tokens)", to.saturating_sub(1), thousands(*tokens))
+        }
     }
 }

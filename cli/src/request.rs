@@ -8,9 +8,9 @@ use ctxlog::{RequestOptions, SessionError};
 use serde_json::value::RawValue;
 
 use crate::args::RequestArgs;
-use crate::commands::pick_session;
 use crate::error::CliError;
 use crate::output::Out;
+use crate::session_id::pick_session;
 use crate::stores::{open_store, Access};
 
 /// Prints the body of call `--call` of the session, exactly as it was served (no newline).

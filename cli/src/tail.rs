@@ -6,15 +6,17 @@
 
 use std::time::Duration;
 
-use ctxlog::replay::{for_each_event, CallRecord, Timeline};
+use ctxlog::event::Event;
+use ctxlog::replay::{for_each_event, CallRecord, GuardRecord, Timeline};
 use ctxlog::store::StoreError;
 use ctxlog::{SessionError, State, Store, StreamId};
 use ctxlog_store_postgres::Listener;
 
+use crate::analysis::HostGuard;
 use crate::args::TailArgs;
-use crate::commands::pick_session;
 use crate::error::CliError;
 use crate::output::{details, header, json_line, row, Out};
+use crate::session_id::pick_session;
 use crate::stores::{open_store, Access};
 
 /// Folds a stream incrementally and turns each committed call into its timeline record.
@@ -29,18 +31,33 @@ impl Follower {
         Follower { stream, state: State::new(), timeline: Timeline::new() }
     }
 
-    /// The records of the calls committed since the last read.
-    fn read_new(&mut self, store: &dyn Store) -> Result<Vec<CallRecord>, SessionError> {
+    /// The calls committed since the last read, and the guards a host raised between them.
+    fn read_new(&mut self, store: &dyn Store) -> Result<Vec<Line>, SessionError> {
         let (stream, state, timeline) = (self.stream, &mut self.state, &mut self.timeline);
-        let mut calls = Vec::new();
+        let mut lines = Vec::new();
         for_each_event(store, stream, state.version() + 1, None, |version, ev| {
             ctxlog::session::hydrate(store, stream, state, &ev)?;
+            let after_call = state.calls().checked_sub(1);
             state.apply(version, &ev).map_err(|violation| SessionError::Invariant { stream, violation })?;
-            calls.extend(timeline.feed(version, &ev, state));
+            if let Event::GuardRaised(g) = &ev {
+                if g.call.is_none() {
+                    let record =
+                        GuardRecord { kind: g.kind.name(), detail: format!("{} (knob: {})", g.detail, g.knob) };
+                    lines.push(Line::Guard(HostGuard { version, after_call, record }));
+                }
+            }
+            lines.extend(timeline.feed(version, &ev, state).map(|r| Line::Call(Box::new(r))));
             Ok(())
         })?;
-        Ok(calls)
+        Ok(lines)
     }
+}
+
+/// What `tail` prints: a call, or a guard a host raised after one (its own line: the call's
+/// line is out already).
+enum Line {
+    Call(Box<CallRecord>),
+    Guard(HostGuard),
 }
 
 /// How `--follow` learns that something was appended.
@@ -90,20 +107,22 @@ pub fn tail(args: &TailArgs, out: &mut Out<'_>) -> Result<(), CliError> {
         out.line(&header())?;
     }
     let backlog = follower.read_new(store.as_ref())?;
-    let skip = backlog.len().saturating_sub(args.lines);
-    for r in backlog.iter().skip(skip) {
-        if printed >= limit {
-            return Ok(());
+    let calls = backlog.iter().filter(|l| matches!(l, Line::Call(_))).count();
+    let mut skip = calls.saturating_sub(args.lines);
+    for l in &backlog {
+        match l {
+            Line::Call(_) if skip > 0 => skip -= 1,
+            Line::Guard(_) if skip > 0 => {}
+            Line::Call(_) if printed >= limit => return Ok(()),
+            l => printed += print(out, l, json)?,
         }
-        print(out, r, json)?;
-        printed += 1;
     }
     if !args.follow {
         return Ok(());
     }
     let mut down = false;
     while printed < limit {
-        let step = (|| -> Result<Vec<CallRecord>, CliError> {
+        let step = (|| -> Result<Vec<Line>, CliError> {
             wake.wait(poll)?;
             if !is_postgres(url) {
                 store = open_store(url, Access::ReadOnly)?;
@@ -111,14 +130,16 @@ pub fn tail(args: &TailArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             Ok(follower.read_new(store.as_ref())?)
         })();
         match step {
-            Ok(records) => {
+            Ok(lines) => {
                 if down {
                     out.err("tail: the store answers again")?;
                     down = false;
                 }
-                for r in records.iter().take(usize::try_from(limit - printed).unwrap_or(usize::MAX)) {
-                    print(out, r, json)?;
-                    printed += 1;
+                for l in &lines {
+                    if printed >= limit {
+                        break;
+                    }
+                    printed += print(out, l, json)?;
                 }
             }
             // A server restart is not the end of a live session: say so once, keep trying.
@@ -138,10 +159,16 @@ pub fn tail(args: &TailArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     Ok(())
 }
 
-fn print(out: &mut Out<'_>, r: &CallRecord, json: bool) -> Result<(), CliError> {
-    if json {
-        return out.line(&json_line(r));
+/// Prints one line (and its details); returns how many calls it printed (`--max-calls`).
+fn print(out: &mut Out<'_>, l: &Line, json: bool) -> Result<u64, CliError> {
+    match (l, json) {
+        (Line::Call(r), true) => out.line(&json_line(r))?,
+        (Line::Call(r), false) => {
+            out.line(&row(r))?;
+            details(r).iter().try_for_each(|d| out.line(d))?;
+        }
+        (Line::Guard(g), true) => out.line(&serde_json::json!({"guard_between_calls": g.to_json()}).to_string())?,
+        (Line::Guard(g), false) => out.line(&g.detail_line())?,
     }
-    out.line(&row(r))?;
-    details(r).iter().try_for_each(|d| out.line(d))
+    Ok(u64::from(matches!(l, Line::Call(_))))
 }

@@ -12,16 +12,43 @@ use serde_json::{json, Value};
 use crate::analysis::{analyze, open_session, Analysis, Decision, Keep, SummaryHistory, Until, What};
 use crate::args::WhyArgs;
 use crate::error::CliError;
+use crate::lineage::Lineage;
 use crate::output::Out;
 
 /// `why`
 pub fn why(args: &WhyArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let (store, id) = open_session(&args.session)?;
     let analysis = analyze(store.as_ref(), id, Mode::Strict, Until::Head, Keep { views: false })?;
-    let answer = explain(&analysis, args.seq)?;
+    let mut answer = explain(&analysis, args.seq)?;
+    let lineage = crate::catalog::lineage_of(store.as_ref(), id, &analysis.links);
+    with_session_facts(&mut answer, &analysis, &lineage);
     match args.session.store.json {
         true => out.line(&answer.to_string()),
         false => out.line(answer.get("text").and_then(Value::as_str).unwrap_or_default()),
+    }
+}
+
+/// Adds what happened to the session as a whole — guards a host raised between calls (where
+/// the client's history parted from the log) and the lineage — to the paragraph and the JSON.
+pub fn with_session_facts(answer: &mut Value, analysis: &Analysis, lineage: &Lineage) {
+    let id = analysis.session;
+    let mut text = answer.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
+    for g in &analysis.host_guards {
+        let when = g.after_call.map_or_else(|| "Before the first call".to_owned(), |c| format!("After call {c}"));
+        text.push_str(&format!(" {when} guard {} was raised: {}.", g.record.kind, g.record.detail));
+    }
+    // Edges this log records are told by its guards above; the others (where the session came
+    // from, a branch recorded in the other log) in a sentence each.
+    let told = |l: &&crate::lineage::Link| {
+        l.recorded_in.0 == id && analysis.host_guards.iter().any(|g| g.version == l.recorded_in.1)
+    };
+    for l in lineage.predecessors.iter().chain(&lineage.successors).filter(|l| !told(l)) {
+        text.extend(l.describe(id).map(|d| format!(" This session {d}.")));
+    }
+    if let Some(o) = answer.as_object_mut() {
+        o.insert("guards_between_calls".into(), analysis.host_guards.iter().map(|g| g.to_json()).collect());
+        o.insert("lineage".into(), lineage.to_json(id));
+        o.insert("text".into(), Value::from(text));
     }
 }
 
@@ -253,7 +280,7 @@ fn latest(analysis: &Analysis, seq: u64) -> (Value, String) {
             .get(i as usize)
             .filter(|s| s.from <= seq && seq < s.to)
             .map(|s| (i, s.is_condensed(), s.from, s.to)),
-        Item::Message(_) => None,
+        Item::Message(_) | Item::Placeholder { .. } => None,
     });
     let removed = st.entry(seq).and_then(|e| e.edit.as_ref()).is_some();
     let status = if removed { "removed" } else { "flushed" };
@@ -270,8 +297,22 @@ fn latest(analysis: &Analysis, seq: u64) -> (Value, String) {
             )
         }
         None => {
-            let json = json!({"call": last, "in_view": false, "status": status, "summary": null});
-            (json, format!("{which} does not carry it in any form; {restore}."))
+            let placeholder = st.view().iter().find_map(|it| match it.item {
+                Item::Placeholder { from, to } if from <= seq && seq < to => Some((from, to)),
+                _ => None,
+            });
+            let json = json!({"call": last, "in_view": false, "status": status, "summary": null,
+                "placeholder": placeholder.map(|(from, to)| json!({"from": from, "to": to}))});
+            match placeholder {
+                Some((from, to)) => (
+                    json,
+                    format!(
+                        "{which} does not send it; a placeholder stands where it was (seq {from}–{}); {restore}.",
+                        to.saturating_sub(1)
+                    ),
+                ),
+                None => (json, format!("{which} does not carry it in any form; {restore}.")),
+            }
         }
     }
 }

@@ -79,27 +79,48 @@ pub mod kind {
     /// see [`REQUEST_SERVED`]).
     pub const REQUEST_SERVED_V3: u8 = 17;
     /// `SessionStarted` whose config has `usage_floor_ratio`, with `import` (the transcript an
-    /// import reads; `None` for every other session).
-    pub const SESSION_STARTED: u8 = 18;
+    /// import reads; `None` for every other session), before `view_version` (read only, frozen
+    /// as [`legacy::SessionStartedV4`](super::legacy::SessionStartedV4); see [`SESSION_STARTED`]).
+    pub const SESSION_STARTED_V4: u8 = 18;
     // 19 is reserved (another branch's kind).
-    /// `RequestServed` with the request record (model, tools, breakpoints).
-    pub const REQUEST_SERVED: u8 = 20;
+    /// `RequestServed` with the request record (model, tools, breakpoints), before the
+    /// placement (read only, frozen as [`legacy::RequestServedV4`](super::legacy::RequestServedV4);
+    /// see [`REQUEST_SERVED`]).
+    pub const REQUEST_SERVED_V4: u8 = 20;
     /// `SummaryPrepared` with the fork's prefix call, the summarizer's usage and latency.
     pub const SUMMARY_PREPARED: u8 = 21;
     /// `SummaryFailed`.
     pub const SUMMARY_FAILED: u8 = 22;
     /// `AnswerReceived`.
     pub const ANSWER_RECEIVED: u8 = 23;
+    /// `Branched`.
+    pub const BRANCHED: u8 = 24;
+    /// `SessionNamed`.
+    pub const SESSION_NAMED: u8 = 25;
+    /// `SessionStarted` whose config has `view_version` (placeholders for hidden messages).
+    pub const SESSION_STARTED: u8 = 26;
+    // 27-29 are left to other branches of the same release.
+    /// `RequestServed` whose request record has the breakpoints placed by position.
+    pub const REQUEST_SERVED: u8 = 30;
 }
 
-pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, String> {
+/// An event bincode could not encode: a bug, not bad input (every event's fields have a
+/// bincode form); the detail is bincode's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{detail}")]
+pub struct EncodeError {
+    detail: String,
+}
+
+pub(crate) fn payload<T: Serialize>(k: u8, value: &T) -> Result<Record, EncodeError> {
     let mut body = vec![FORMAT_VERSION, k];
-    bincode::serde::encode_into_std_write(value, &mut body, config()).map_err(|e| e.to_string())?;
+    bincode::serde::encode_into_std_write(value, &mut body, config())
+        .map_err(|e| EncodeError { detail: e.to_string() })?;
     Ok(Record::seal(body))
 }
 
 /// Encodes an event. Fails only for values bincode cannot represent (a bug, not bad input).
-pub fn encode(event: &Event) -> Result<Record, String> {
+pub fn encode(event: &Event) -> Result<Record, EncodeError> {
     match event {
         Event::SessionStarted(e) => payload(kind::SESSION_STARTED, e),
         Event::MessageAppended(e) => payload(kind::MESSAGE_APPENDED, e),
@@ -113,13 +134,24 @@ pub fn encode(event: &Event) -> Result<Record, String> {
         Event::ImportCompleted(e) => payload(kind::IMPORT_COMPLETED, e),
         Event::SummaryFailed(e) => payload(kind::SUMMARY_FAILED, e),
         Event::AnswerReceived(e) => payload(kind::ANSWER_RECEIVED, e),
+        Event::Branched(e) => payload(kind::BRANCHED, e),
+        Event::SessionNamed(e) => payload(kind::SESSION_NAMED, e),
     }
 }
 
-fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    let (value, read) = bincode::serde::decode_from_slice(bytes, config()).map_err(|e| e.to_string())?;
+/// Why a payload does not decode as its kind.
+#[derive(Debug, thiserror::Error)]
+enum PayloadError {
+    #[error(transparent)]
+    Bincode(#[from] bincode::error::DecodeError),
+    #[error("{0} trailing bytes after the payload")]
+    Trailing(usize),
+}
+
+fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, PayloadError> {
+    let (value, read) = bincode::serde::decode_from_slice(bytes, config())?;
     if read != bytes.len() {
-        return Err(format!("{} trailing bytes after the payload", bytes.len() - read));
+        return Err(PayloadError::Trailing(bytes.len() - read));
     }
     Ok(value)
 }
@@ -148,8 +180,11 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::SUMMARY_PREPARED => body(rest).map(Event::SummaryPrepared),
         kind::SUMMARY_FAILED => body(rest).map(Event::SummaryFailed),
         kind::ANSWER_RECEIVED => body(rest).map(Event::AnswerReceived),
+        kind::BRANCHED => body(rest).map(Event::Branched),
+        kind::SESSION_NAMED => body(rest).map(Event::SessionNamed),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
+        kind::REQUEST_SERVED_V4 => body::<legacy::RequestServedV4>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED => body(rest).map(Event::RequestServed),
         kind::SUMMARY_RETIRED => body(rest).map(Event::SummaryRetired),
         kind::FLUSHED => body(rest).map(Event::Flushed),
@@ -158,6 +193,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         }
         kind::IMPORT_COMPLETED => body(rest).map(Event::ImportCompleted),
         kind::SESSION_STARTED_V3 => body::<legacy::SessionStartedV3>(rest).map(|e| Event::SessionStarted(e.into())),
+        kind::SESSION_STARTED_V4 => body::<legacy::SessionStartedV4>(rest).map(|e| Event::SessionStarted(e.into())),
         kind::SESSION_STARTED => body(rest).map(Event::SessionStarted),
         other => return Err(fail(format!("unknown event kind {other} in format {format}"))),
     };

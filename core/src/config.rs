@@ -55,7 +55,16 @@ pub struct Config {
     /// such as Anthropic's `input_tokens` without the cache), and raises `usage_below_estimate`
     /// once. 0 trusts every report.
     pub usage_floor_ratio: f64,
+    /// How views render what they hide. 1: as before issue 21 (a retired summary or a ladder
+    /// removal leaves nothing in its place; a summary lists every elided output). 2 (new
+    /// sessions): every hidden message is represented, by a summary or by a placeholder where it
+    /// was (`docs/log-format.md`, "Placeholders"), and a summary names its elided outputs
+    /// compactly. Recorded so a replay renders each session's views as they were served.
+    pub view_version: u32,
 }
+
+/// [`Config::view_version`] of new sessions.
+pub const VIEW_VERSION: u32 = 2;
 
 impl Default for Config {
     fn default() -> Self {
@@ -76,6 +85,7 @@ impl Default for Config {
             hard_limit_ratio: 1.0,
             clear_at_least: 0,
             usage_floor_ratio: 0.5,
+            view_version: VIEW_VERSION,
         }
     }
 }
@@ -123,6 +133,25 @@ impl Config {
         reported as f64 >= estimate as f64 * self.usage_floor_ratio
     }
 
+    /// A first human message over this many tokens (the budget: nothing else could ever fit
+    /// beside it, and the ladder would strip everything else, the latest answer included, on
+    /// every call) is truncated once instead; the fold allows that one edit of the first human
+    /// message.
+    pub fn first_message_limit_tokens(&self) -> u64 {
+        self.budget
+    }
+
+    /// Characters of an oversized first human message kept when it is truncated: half the
+    /// target in tokens, at four characters a token.
+    pub fn first_message_keep_chars(&self) -> u32 {
+        u32::try_from((self.target_tokens() / 2).saturating_mul(4)).unwrap_or(u32::MAX)
+    }
+
+    /// Does every hidden message get a placeholder or a summary in the view (view version 2)?
+    pub fn placeholders(&self) -> bool {
+        self.view_version >= 2
+    }
+
     /// The estimator these knobs imply.
     pub fn estimator(&self) -> Estimator {
         Estimator { image_tokens: self.image_tokens }
@@ -165,6 +194,9 @@ impl Config {
         }
         if self.breaker_passes == 0 {
             return e("breaker", "must be at least 1".into());
+        }
+        if !(1..=VIEW_VERSION).contains(&self.view_version) {
+            return e("view-version", format!("{} is not a view version (1 to {VIEW_VERSION})", self.view_version));
         }
         if self.image_tokens == 0 {
             return e("image-tokens", "must be positive".into());

@@ -12,11 +12,14 @@
 //! tripped breaker lets the ladder run as soon as the floor fits).
 
 use crate::config::Config;
-use crate::event::{Deferral, Edited, Event, Flushed, GuardKind, SummaryRetired};
+use crate::event::{Deferral, EditKind, EditReason, Edited, Event, Flushed, GuardKind, SummaryRetired};
 use crate::policy::{gate, guards, ladder};
 use crate::state::{Item, State, Violation};
 use crate::time::Millis;
 use crate::view::{flush_stubs, thousands};
+
+/// Ladder passes after the first while the rendered view is over the ladder's aim.
+const EXTRA_PASSES: usize = 3;
 
 /// What a call decided.
 #[derive(Debug, Clone)]
@@ -178,7 +181,38 @@ fn meter(b: &Builder<'_>) -> u64 {
     cur.metered_tokens(cur.view_tokens())
 }
 
+/// The one edit of the first human message: when it alone is over the budget, it is
+/// truncated once to half the target (its head and media kept; the log keeps all of it), rather than the
+/// ladder removing everything else, the latest answer included, on every call.
+fn first_message_cut(state: &State, config: &Config) -> Option<Edited> {
+    let seq = state.first_human()?;
+    let entry = state.entry(seq)?;
+    let over = u64::from(entry.tokens) > config.first_message_limit_tokens();
+    if !over || entry.edit.is_some() || !state.in_view(seq) || state.restore_held(seq) {
+        return None;
+    }
+    let keep_chars = config.first_message_keep_chars();
+    let rule = format!(
+        "the first user message alone is {} tokens, over the budget of {}: truncated once to its first {} characters",
+        thousands(u64::from(entry.tokens)),
+        thousands(config.budget),
+        thousands(u64::from(keep_chars))
+    );
+    let reason = EditReason { level: 8, rule, target_tokens: config.target_tokens(), guard: None };
+    Some(Edited { seq, kind: EditKind::Truncated { keep_chars }, reason })
+}
+
 fn escalate(b: &mut Builder<'_>, config: &Config, call: u64, metered: u64) -> Result<u8, Violation> {
+    let mut metered = metered;
+    let mut cut_first = false;
+    if let Some(e) = first_message_cut(b.current(), config) {
+        b.push(Event::Edited(e))?;
+        metered = meter(b);
+        cut_first = true;
+        if metered < config.trigger_tokens() {
+            return Ok(8);
+        }
+    }
     let cur = b.current();
     // Breaker: after N consecutive passes that ended over the budget, the floor itself cannot
     // fit. Re-running the ladder every call would only churn the prefix, so the view is frozen
@@ -214,9 +248,29 @@ fn escalate(b: &mut Builder<'_>, config: &Config, call: u64, metered: u64) -> Re
     }
     // A pass that found nothing to edit serves the same view: it reached no level. Reporting
     // the level it walked up to (8) would make every no-op call look like a full escalation.
-    let level = if outcome.edits.is_empty() { 0 } else { outcome.level };
+    let mut level = if outcome.edits.is_empty() { 0 } else { outcome.level };
+    if cut_first {
+        level = level.max(8);
+    }
+    let aim = outcome.target;
     for Edited { seq, kind, reason } in outcome.edits {
         b.push(Event::Edited(Edited { seq, kind, reason }))?;
+    }
+    // The ladder reserves tokens for the placeholders its removals add; when the view as
+    // rendered is still over its aim (the reserve was short), it runs again on that view.
+    for _ in 0..EXTRA_PASSES {
+        let now = meter(b);
+        if level == 0 || now <= aim {
+            break;
+        }
+        let again = ladder::run(b.current(), config, now);
+        if again.edits.is_empty() {
+            break;
+        }
+        level = level.max(again.level);
+        for Edited { seq, kind, reason } in again.edits {
+            b.push(Event::Edited(Edited { seq, kind, reason }))?;
+        }
     }
     Ok(level)
 }

@@ -42,6 +42,12 @@ pub enum Event {
     /// The assistant message a served call was answered with, as the host that relayed it saw
     /// it; it changes nothing else (see [`AnswerReceived`]).
     AnswerReceived(AnswerReceived),
+    /// This session is a branch of another: the records before this one are the parent's,
+    /// copied up to the fork point (see [`Branched`]).
+    Branched(Branched),
+    /// The client's own name for the conversation, written with `SessionStarted` (see
+    /// [`SessionNamed`]); it changes nothing else.
+    SessionNamed(SessionNamed),
 }
 
 impl Event {
@@ -60,6 +66,8 @@ impl Event {
             Event::ImportCompleted(_) => "ImportCompleted",
             Event::SummaryFailed(_) => "SummaryFailed",
             Event::AnswerReceived(_) => "AnswerReceived",
+            Event::Branched(_) => "Branched",
+            Event::SessionNamed(_) => "SessionNamed",
         }
     }
 }
@@ -107,6 +115,37 @@ pub struct AnswerReceived {
     pub call: u64,
     /// The assistant message, in the session's wire format.
     pub message: Message,
+}
+
+/// `Branched`: the session continues another session's history from a fork point. Every record
+/// before this one is a copy of the parent's first `parent_version` records (the first,
+/// `SessionStarted`, with this session's id), so the state here is the parent's as it was when
+/// it held `messages` messages: the summaries, flushes and edits of the shared prefix are this
+/// session's too, and `replay`, `export` and `verify` read a branch like any session. A
+/// branch of a branch carries its ancestors' `Branched` records in its copy, oldest first: the
+/// lineage from the root, each with its fork point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Branched {
+    /// The session it branched from.
+    pub parent: Uuid,
+    /// How many of the parent's records were copied (this record's version is one more).
+    pub parent_version: u64,
+    /// The fork point: the messages shared with the parent (seqs `0..messages`); this branch's
+    /// own messages start at seq `messages`.
+    pub messages: u64,
+    /// When the branch was made.
+    pub at: Millis,
+}
+
+/// `SessionNamed`: the name a client gave its conversation (the proxy: the `x-ctxlog-session`
+/// header), written in the batch that creates the session, right after `SessionStarted`. The
+/// stream id a host derives from a name is a one-way hash (it mixes in the tenant's key), so
+/// without this record a person could not find a named session again. A record for readers
+/// (`ctxlog sessions`, `--session NAME`): the fold only checks it follows `SessionStarted`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionNamed {
+    /// The name as the client sent it (not unique: two tenants may use the same one).
+    pub name: String,
 }
 
 /// `ImportCompleted`: the last record an import writes; before it, the session is an unfinished
@@ -386,6 +425,10 @@ pub struct RequestRecord {
     pub tools: ToolsRecord,
     /// The cache breakpoints ctxlog placed (Anthropic), if requested.
     pub breakpoints: Option<CacheTtl>,
+    /// The breakpoints placed by position ([`crate::RequestOptions::place_breakpoints`]): who
+    /// decided them and where they went; the logged `cache_control` were left out. Added in
+    /// record kind 30 (kind 20 upcasts to `None`).
+    pub placement: Option<crate::breakpoints::Placement>,
 }
 
 /// The `tools` a served request carried. The JSON is stored once per distinct value in the

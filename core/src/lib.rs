@@ -54,6 +54,7 @@
 // the workspace's CLI, tests and benchmarks reach into; they are not part of the semver promise.
 // Private modules are reachable only through the root's re-exports.
 #[doc(hidden)]
+pub mod breakpoints;
 pub mod codec;
 pub mod config;
 pub mod cost;
@@ -65,7 +66,10 @@ mod json;
 pub mod media;
 pub mod message;
 #[doc(hidden)]
+pub mod placeholder;
+#[doc(hidden)]
 pub mod policy;
+mod problem;
 pub mod replay;
 pub mod request;
 pub mod session;

@@ -1,15 +1,18 @@
 //! Replays for postmortems: the per-call timeline, strict or lenient folding, and `verify`
 //! (full re-fold, invariants, re-rendered view digests, blobs, snapshot against replay).
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use crate::codec;
 use crate::event::{Event, GuardRaised, SummaryMode};
 use crate::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message};
+pub use crate::problem::{Problem, ProblemKind};
 use crate::request::{self, Request, RequestOptions, ServedView};
 use crate::session::{decode_snapshot, hydrate, SessionError, StoreBlobs, READ_CHUNK};
 use crate::state::{State, Violation};
-use crate::store::{Store, StoreError, StreamId, Version};
+use crate::store::{SnapshotError, Store, StoreError, StreamId, Version};
 use crate::view::ViewCache;
 
 /// One call of the timeline (`import --json`, `replay --json`).
@@ -61,6 +64,12 @@ pub struct CallRecord {
     /// summaries are not attempts: they show in `compacted`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub summaries: Vec<SummaryAttemptRecord>,
+    /// Messages up to the end of the served view that it does not show as themselves (removed,
+    /// or flushed into a summary).
+    pub hidden: u64,
+    /// Of those, how many a summary or a placeholder in the served view represents (goal:
+    /// all of them; fewer only in sessions of view version 1, whose removals left no trace).
+    pub represented: u64,
 }
 
 /// A summary attempt in the timeline.
@@ -197,6 +206,7 @@ impl Timeline {
             }
             Event::RequestServed(s) => {
                 let config = state.info().map(|i| i.config.clone()).unwrap_or_default();
+                let coverage = state.coverage(usize::try_from(s.view_messages).unwrap_or(usize::MAX));
                 return Some(CallRecord {
                     call: s.call,
                     version,
@@ -219,6 +229,8 @@ impl Timeline {
                     summary_tokens: state.view_summary_tokens(),
                     deferred: s.deferred.as_ref().map(|d| DeferRecord { reason: d.as_str(), detail: d.describe() }),
                     summaries: std::mem::take(&mut self.summaries),
+                    hidden: coverage.hidden,
+                    represented: coverage.represented,
                 });
             }
             _ => {}
@@ -328,10 +340,23 @@ pub fn served_request<S: Store + ?Sized>(
                         let rebuilt = cache.digest();
                         return Err(SessionError::ViewMismatch { stream, call, recorded: s.digest.clone(), rebuilt });
                     }
-                    let view =
-                        ServedView { state: &state, items: cache.items(), bytes: cache.bytes(), digest: &s.digest };
+                    let view = ServedView {
+                        state: &state,
+                        items: cache.items(),
+                        bytes: cache.bytes(),
+                        cuts: cache.cuts(),
+                        digest: &s.digest,
+                    };
                     let format = state.info().map_or(crate::wire::WireFormat::Anthropic, |i| i.format);
-                    return Ok(request::render(&view, format, opts, &StoreBlobs(store)));
+                    // Breakpoints placed by position are the call's own: recorded with it.
+                    let placed = s.request.as_ref().and_then(|r| r.placement.clone());
+                    let opts = match placed {
+                        Some(p) if opts.placement().is_none() && opts.breakpoints().is_none() => {
+                            Cow::Owned(opts.clone().place_breakpoints(p))
+                        }
+                        _ => Cow::Borrowed(opts),
+                    };
+                    return Ok(request::render(&view, format, &opts, &StoreBlobs(store)));
                 }
             }
             hydrate(store, stream, &mut state, &ev)?;
@@ -352,8 +377,8 @@ pub struct VerifyReport {
     pub blobs: u64,
     /// Whether a snapshot was compared.
     pub snapshot_checked: bool,
-    /// Every problem, each naming the stream and version.
-    pub problems: Vec<String>,
+    /// Every problem, each naming the stream and, where it has one, the version.
+    pub problems: Vec<Problem>,
     /// Things worth knowing that are not damage (e.g. a snapshot from another build).
     pub notes: Vec<String>,
 }
@@ -379,13 +404,11 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
     // snapshot's bytes (a stale layout included).
     if let Some(snap) = snapshot.take_if(|s| s.version > head) {
         report.snapshot_checked = true;
-        report.problems.push(format!(
-            "stream {stream}: snapshot at version {} is beyond the log head {head}: versions {}..={} were \
-             acknowledged and are missing from the log",
-            snap.version,
-            head + 1,
-            snap.version
-        ));
+        report.problems.push(Problem {
+            stream,
+            version: Some(snap.version),
+            kind: ProblemKind::SnapshotBeyondHead { head },
+        });
     }
     let mut state = State::new();
     let mut cache = ViewCache::new();
@@ -429,35 +452,28 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
             let digest = cache.digest();
             let tokens: u64 = view.iter().take(served).map(|i| u64::from(i.tokens)).sum();
             let sum: u64 = view.iter().map(|i| u64::from(i.tokens)).sum();
-            let mut bad = |what: String| {
-                report.problems.push(format!("stream {stream} version {version} (call {}): {what}", s.call))
-            };
+            let mut bad = |kind: ProblemKind| report.problems.push(Problem { stream, version: Some(version), kind });
+            let call = s.call;
             if digest != s.digest {
-                bad(format!("view digest {digest} differs from the recorded {}", s.digest));
+                bad(ProblemKind::ViewDigest { call, rebuilt: digest.to_string(), recorded: s.digest.clone() });
             }
             if tokens != s.view_tokens || sum != state.view_tokens() {
-                bad(format!(
-                    "view tokens: recorded {}, re-rendered {tokens}, sum of messages {sum} against {}",
-                    s.view_tokens,
-                    state.view_tokens()
-                ));
+                let (recorded, state_sum) = (s.view_tokens, state.view_tokens());
+                bad(ProblemKind::ViewTokens { call, recorded, rebuilt: tokens, sum, state_sum });
             }
             if served != recorded || (view.len() as u64) < s.view_messages || served < late_from {
-                bad(format!(
-                    "view messages: recorded {}, re-rendered {served} of a view of {} whose last {} are \
-                     messages appended after the plan",
-                    s.view_messages,
-                    view.len(),
-                    view.len() - late_from
-                ));
+                bad(ProblemKind::ViewMessages {
+                    call,
+                    recorded: s.view_messages,
+                    rebuilt: served as u64,
+                    view: view.len() as u64,
+                    late: (view.len() - late_from) as u64,
+                });
             }
             // Call 0 reused nothing (nothing was served before it); the first sync of the cache
             // says so by itself, so every call is checked.
             if let Some(synced) = synced.filter(|sy| sy.appended_only != s.prefix_reused) {
-                bad(format!(
-                    "prefix_reused recorded {} but the view bytes say {}",
-                    s.prefix_reused, synced.appended_only
-                ));
+                bad(ProblemKind::PrefixReused { call, recorded: s.prefix_reused, rebuilt: synced.appended_only });
             }
             report.calls += 1;
         }
@@ -476,47 +492,56 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
         }
         Ok(())
     });
-    match result {
-        Ok(()) => {}
-        Err(SessionError::Store(e @ StoreError::Corrupt { .. })) => report.problems.push(e.to_string()),
-        Err(e @ (SessionError::Decode(_) | SessionError::Invariant { .. } | SessionError::Body { .. })) => {
-            report.problems.push(e.to_string())
-        }
-        Err(e) => return Err(e),
+    let damaged_at = match &result {
+        Ok(()) => None,
+        Err(SessionError::Store(StoreError::Corrupt { version, .. })) => Some(*version),
+        Err(SessionError::Decode(e)) => Some(e.version),
+        Err(SessionError::Invariant { violation, .. }) => Some(violation.version),
+        Err(SessionError::Body { version, .. }) => Some(*version),
+        Err(_) => None,
+    };
+    match (result, damaged_at) {
+        (Ok(()), _) => {}
+        (Err(e), Some(version)) => report.problems.push(Problem {
+            stream,
+            version: Some(version),
+            kind: ProblemKind::Damaged { error: e.to_string() },
+        }),
+        (Err(e), None) => return Err(e),
     }
     for id in blobs {
         report.blobs += 1;
         match store.get_blob(&id) {
             Ok(Some(_)) => {}
-            Ok(None) => report.problems.push(format!("stream {stream}: blob {id} is referenced but missing")),
-            Err(e) => report.problems.push(format!("stream {stream}: {e}")),
+            Ok(None) => {
+                report.problems.push(Problem { stream, version: None, kind: ProblemKind::BlobMissing { blob: id } })
+            }
+            Err(e) => report.problems.push(Problem {
+                stream,
+                version: None,
+                kind: ProblemKind::BlobUnreadable { blob: id, error: e.to_string() },
+            }),
         }
     }
     if let Some(i) = state.import().filter(|i| !i.completed) {
-        report.problems.push(format!(
-            "stream {stream}: an import that did not finish ({} of {} messages appended, no ImportCompleted); \
-             readers treat it as absent until the import is retried",
-            state.message_count(),
-            i.source.messages
-        ));
+        report.problems.push(Problem {
+            stream,
+            version: None,
+            kind: ProblemKind::ImportUnfinished { appended: state.message_count(), announced: i.source.messages },
+        });
     }
     if let Some(snap) = snapshot {
         report.snapshot_checked = true;
+        let problem = |kind| Problem { stream, version: Some(snap.version), kind };
         match (decode_snapshot(&snap), snap_state) {
             // A snapshot of another build's state layout is a stale cache, not damage: opening
             // the session ignores it and replays.
-            (Err(e), _) if snap.body().is_ok() && e.starts_with("snapshot layout") => {
+            (Err(e @ SnapshotError::Layout { .. }), _) => {
                 report.notes.push(format!("stream {stream}: snapshot at version {} ignored: {e}", snap.version))
             }
-            (Err(e), _) => {
-                report.problems.push(format!("stream {stream}: snapshot at version {} is unusable: {e}", snap.version))
-            }
-            (Ok(_), None) => {
-                report.problems.push(format!("stream {stream}: snapshot at version {} is beyond the log", snap.version))
-            }
-            (Ok(s), Some(replayed)) if s != replayed => report
-                .problems
-                .push(format!("stream {stream}: snapshot at version {} differs from a full replay", snap.version)),
+            (Err(error), _) => report.problems.push(problem(ProblemKind::SnapshotUnusable { error })),
+            (Ok(_), None) => report.problems.push(problem(ProblemKind::SnapshotPastReplay)),
+            (Ok(s), Some(replayed)) if s != replayed => report.problems.push(problem(ProblemKind::SnapshotDiffers)),
             _ => {}
         }
     }

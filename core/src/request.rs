@@ -4,7 +4,9 @@
 //! * **Anthropic Messages** `{…fields, "system": …, "messages": [...]}`: system messages leave
 //!   `messages` for the top-level `system` (the API has no system role); with
 //!   [`RequestOptions::cache_breakpoints`], `cache_control` marks the last system block and the
-//!   last block of the last message (the whole prefix the next call will reuse).
+//!   last block of the last message (the whole prefix the next call will reuse); with
+//!   [`RequestOptions::place_breakpoints`], every `cache_control` the log carries is left out
+//!   and the [`Placement`]'s marks are placed instead (see [`crate::breakpoints`]).
 //! * **OpenAI chat** `{…fields, "messages": [...]}`: every message in place (`system` and
 //!   `developer` are roles there); OpenAI caches prefixes without markers.
 //! * **OpenAI Responses** `{…fields, "instructions": …, "input": [...]}`: the message tagged
@@ -17,7 +19,8 @@
 //! [`crate::view::ViewCache`] rendered and hashed them, without the trailing newline, with two
 //! deterministic exceptions: media stored as blobs are inlined as base64 (a provider cannot
 //! read a blob reference), and a requested breakpoint adds `cache_control` as the last key of
-//! the block it marks. A past call's request is rebuilt byte for byte from the log by
+//! the block it marks (with a placement, the logged `cache_control` members are cut out, and a
+//! marked message whose content is a string is written as one text block carrying the mark). A past call's request is rebuilt byte for byte from the log by
 //! [`crate::replay::served_request`].
 
 use std::borrow::Cow;
@@ -26,6 +29,7 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
+use crate::breakpoints::{self, Cuts, Mark, Placement};
 use crate::json::JsonWriter;
 use crate::message::{Block, Content, MediaData, MediaSource, Message, RawJson, Role};
 use crate::state::{Item, State, ViewItem};
@@ -33,24 +37,7 @@ use crate::store::BlobId;
 use crate::view::item_message;
 use crate::wire::{self, BlobSource, Media, RenderOpts, WireFormat};
 
-/// How long Anthropic keeps a marked prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum CacheTtl {
-    /// The default five minutes: `{"type":"ephemeral"}`.
-    FiveMinutes,
-    /// One hour: `{"type":"ephemeral","ttl":"1h"}` (priced higher for writes).
-    OneHour,
-}
-
-impl CacheTtl {
-    /// The `cache_control` object.
-    pub fn json(self) -> &'static str {
-        match self {
-            CacheTtl::FiveMinutes => r#"{"type":"ephemeral"}"#,
-            CacheTtl::OneHour => r#"{"type":"ephemeral","ttl":"1h"}"#,
-        }
-    }
-}
+pub use crate::breakpoints::CacheTtl;
 
 /// A field the options cannot take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,6 +58,7 @@ fn bad(field: &str, message: impl Into<String>) -> RequestError {
 pub struct RequestOptions {
     fields: Vec<(String, Box<RawValue>)>,
     breakpoints: Option<CacheTtl>,
+    placement: Option<Placement>,
 }
 
 /// Fields ctxlog writes itself (Anthropic's `system`, the messages; Responses' `instructions`
@@ -97,6 +85,7 @@ impl RequestOptions {
         Ok(RequestOptions {
             fields: fields.into_iter().filter(|(k, _)| !OWN_FIELDS.contains(&k.as_str())).collect(),
             breakpoints: None,
+            placement: None,
         })
     }
 
@@ -138,7 +127,22 @@ impl RequestOptions {
     /// `cache_control` (ignored for OpenAI, which caches without markers).
     pub fn cache_breakpoints(mut self, ttl: CacheTtl) -> Self {
         self.breakpoints = Some(ttl);
+        self.placement = None;
         self
+    }
+
+    /// Anthropic: place exactly these breakpoints, by position in the log (mapped onto the
+    /// view), and none of the `cache_control` the logged messages carry. Replaces
+    /// [`RequestOptions::cache_breakpoints`]; ignored for OpenAI.
+    pub fn place_breakpoints(mut self, placement: Placement) -> Self {
+        self.placement = Some(placement);
+        self.breakpoints = None;
+        self
+    }
+
+    /// The breakpoints placed by position, if set.
+    pub fn placement(&self) -> Option<&Placement> {
+        self.placement.as_ref()
     }
 
     /// The fields, in order.
@@ -267,6 +271,8 @@ pub(crate) struct ServedView<'a> {
     pub state: &'a State,
     pub items: &'a [ViewItem],
     pub bytes: &'a [Arc<[u8]>],
+    /// The `cache_control` members of items' bytes, by view index (see [`breakpoints::cuts`]).
+    pub cuts: &'a [(usize, Cuts)],
     pub digest: &'a str,
 }
 
@@ -279,10 +285,11 @@ pub(crate) fn render(
 ) -> Request {
     let mut missing = Vec::new();
     let anthropic = format == WireFormat::Anthropic;
+    let placement = if anthropic { opts.placement.as_ref() } else { None };
     let marks = if anthropic { opts.breakpoints } else { None };
     let is_system = |it: &ViewItem| match it.item {
         Item::Message(seq) => view.state.entry(seq).is_some_and(|e| e.is_system()),
-        Item::Summary(_) => false,
+        Item::Summary(_) | Item::Placeholder { .. } => false,
     };
     // Sized up front: a 150k-token view is ~600 KB, and growing to it by doubling copied and
     // faulted in twice as much (measured by the proxy, issue 13).
@@ -318,7 +325,7 @@ pub(crate) fn render(
         }
     }
     if anthropic {
-        let system_msgs: Vec<Message> = view
+        let mut system_msgs: Vec<Message> = view
             .items
             .iter()
             .filter(|it| is_system(it))
@@ -328,7 +335,14 @@ pub(crate) fn render(
             body.extend_from_slice(br#""system":"#);
             let start = body.len();
             let mut w = JsonWriter::new();
-            let content = system_content(system_msgs, marks, &mut breakpoints);
+            let system_mark = match placement {
+                Some(p) => {
+                    system_msgs.iter_mut().for_each(breakpoints::strip);
+                    p.system()
+                }
+                None => marks,
+            };
+            let content = system_content(system_msgs, system_mark, &mut breakpoints);
             wire::write_content_value(&mut w, &content, inline(blobs), &mut missing);
             body.extend_from_slice(&w.into_bytes());
             system = Some(start..body.len());
@@ -338,34 +352,50 @@ pub(crate) fn render(
     body.extend_from_slice(if responses { br#""input":"# } else { br#""messages":"# });
     let start = body.len();
     body.push(b'[');
-    let sent: Vec<(&ViewItem, &Arc<[u8]>)> = view
+    let sent: Vec<(usize, &ViewItem, &Arc<[u8]>)> = view
         .items
         .iter()
         .zip(view.bytes)
-        .filter(|(it, _)| !(is_instructions(it) || anthropic && is_system(it)))
+        .enumerate()
+        .filter(|(_, (it, _))| !(is_instructions(it) || anthropic && is_system(it)))
+        .map(|(j, (it, b))| (j, it, b))
         .collect();
-    // The message breakpoint goes on the last message that has a block to carry it.
-    let marked = marks.and_then(|ttl| {
-        sent.iter().enumerate().rev().find_map(|(i, (it, _))| {
-            let mut m = item_message(view.state, it.item)?.into_owned();
-            mark_last_block(&mut m, ttl).then_some((i, m))
-        })
-    });
-    for (i, (it, bytes)) in sent.into_iter().enumerate() {
+    let marked: Vec<(usize, Message)> = match placement {
+        Some(p) => place(p, &sent, view.state),
+        // The message breakpoint goes on the last message that has a block to carry it.
+        None => marks
+            .and_then(|ttl| {
+                sent.iter().enumerate().rev().find_map(|(i, (_, it, _))| {
+                    let mut m = item_message(view.state, it.item)?.into_owned();
+                    mark_last_block(&mut m, ttl).then_some((i, m))
+                })
+            })
+            .into_iter()
+            .collect(),
+    };
+    breakpoints += marked.iter().map(|(_, m)| marks_in(m)).sum::<usize>();
+    let mut next_mark = marked.iter().peekable();
+    for (i, (j, it, bytes)) in sent.into_iter().enumerate() {
         if i > 0 {
             body.push(b',');
         }
-        let m = match &marked {
-            Some((at, m)) if *at == i => {
-                breakpoints += 1;
-                Cow::Borrowed(m)
-            }
-            _ if has_blobs(view.state, it.item) => match item_message(view.state, it.item) {
+        let m = match next_mark.next_if(|(at, _)| *at == i) {
+            Some((_, m)) => Cow::Borrowed(m),
+            None if has_blobs(view.state, it.item) => match item_message(view.state, it.item) {
+                Some(m) if placement.is_some() => {
+                    let mut m = m.into_owned();
+                    breakpoints::strip(&mut m);
+                    Cow::Owned(m)
+                }
                 Some(m) => m,
                 None => continue,
             },
-            _ => {
-                body.extend_from_slice(bytes.strip_suffix(b"\n").unwrap_or(bytes));
+            None => {
+                let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+                match placement.and_then(|_| cuts_of(view.cuts, j)) {
+                    Some(cuts) => breakpoints::apply_cuts(&mut body, bytes, cuts),
+                    None => body.extend_from_slice(bytes),
+                }
                 continue;
             }
         };
@@ -379,6 +409,129 @@ pub(crate) fn render(
     missing.sort();
     missing.dedup();
     Request { format, body, system, messages, view_digest: view.digest.to_owned(), missing_blobs: missing, breakpoints }
+}
+
+/// The cuts of view item `j`, if it has any.
+fn cuts_of(cuts: &[(usize, Cuts)], j: usize) -> Option<&[(u32, u32)]> {
+    cuts.binary_search_by_key(&j, |(k, _)| *k).ok().and_then(|i| cuts.get(i)).map(|(_, c)| &c[..])
+}
+
+/// The placement's message marks on the sent items: each on the item the view shows at or before
+/// its seq (a string content written as one text block), walking back past items that cannot
+/// carry one (an empty content, only thinking). Returns the marked messages (every
+/// logged `cache_control` stripped) by index in `sent`, in order.
+fn place(p: &Placement, sent: &[(usize, &ViewItem, &Arc<[u8]>)], state: &State) -> Vec<(usize, Message)> {
+    let mut out: std::collections::BTreeMap<usize, Message> = std::collections::BTreeMap::new();
+    for mark in &p.marks {
+        let Mark::Message { seq, block, ttl } = mark else { continue };
+        let Some(target) = sent.partition_point(|(_, it, _)| it.seq <= *seq).checked_sub(1) else { continue };
+        let exact =
+            sent.get(target).is_some_and(|(_, it, _)| it.item == Item::Message(*seq)) && state.original(*seq).is_some();
+        for k in (0..=target).rev() {
+            let Some((_, it, _)) = sent.get(k) else { continue };
+            let mut m = match out.remove(&k) {
+                Some(m) => m,
+                None => match item_message(state, it.item) {
+                    Some(m) => {
+                        let mut m = m.into_owned();
+                        breakpoints::strip(&mut m);
+                        // A string content is one text block to the API (its documented
+                        // shorthand): written as that block, it can carry the mark.
+                        if let Some(Content::Text(text)) = &m.content {
+                            if !text.is_empty() {
+                                let text = text.clone();
+                                m.content = Some(Content::Blocks(vec![Block::Text { text, extra: Vec::new() }]));
+                            }
+                        }
+                        m
+                    }
+                    None => continue,
+                },
+            };
+            let done = match block.filter(|_| exact && k == target) {
+                Some(b) => mark_block(&mut m, b as usize, *ttl) || mark_longest(&mut m, *ttl),
+                None => mark_longest(&mut m, *ttl),
+            };
+            if done || marks_in(&m) > 0 {
+                out.insert(k, m);
+            }
+            if done {
+                break;
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// [`mark_last_block`], where a block marked already (by an earlier mark of the same placement)
+/// takes the longer TTL of the two.
+fn mark_longest(m: &mut Message, ttl: CacheTtl) -> bool {
+    if ttl == CacheTtl::OneHour {
+        let mut fresh = m.clone();
+        breakpoints::strip(&mut fresh);
+        if mark_last_block(&mut fresh, ttl) {
+            // The block the mark lands on, re-marked 1h; the others keep theirs.
+            let marked_at = last_markable(&fresh);
+            if let (Some(at), Some(Content::Blocks(blocks)), Some(Content::Blocks(new))) =
+                (marked_at, &mut m.content, &fresh.content)
+            {
+                if let (Some(b), Some(n)) = (blocks.get_mut(at), new.get(at)) {
+                    *b = n.clone();
+                }
+            }
+            return true;
+        }
+        return false;
+    }
+    mark_last_block(m, ttl)
+}
+
+/// The index of the last block of `m` that carries a `cache_control`.
+fn last_markable(m: &Message) -> Option<usize> {
+    m.blocks().iter().rposition(|b| marks_in(&one_block(b)) > 0)
+}
+
+fn one_block(b: &Block) -> Message {
+    let mut m = Message::text(Role::User, String::new());
+    m.content = Some(Content::Blocks(vec![b.clone()]));
+    m
+}
+
+/// Breakpoints on a message's blocks.
+fn marks_in(m: &Message) -> usize {
+    m.blocks()
+        .iter()
+        .filter(|b| match b {
+            Block::Text { extra, .. }
+            | Block::Media { extra, .. }
+            | Block::ImageUrl { extra, .. }
+            | Block::ToolUse { extra, .. }
+            | Block::ToolResult { extra, .. }
+            | Block::Thinking { extra, .. } => extra.iter().any(|(k, _)| k == "cache_control"),
+            Block::Other(raw) => serde_json::from_str::<serde_json::Value>(raw.as_str())
+                .ok()
+                .is_some_and(|v| v.get("cache_control").is_some()),
+        })
+        .count()
+}
+
+/// Marks block `at` of `m`, when it can carry a breakpoint.
+fn mark_block(m: &mut Message, at: usize, ttl: CacheTtl) -> bool {
+    let Some(Content::Blocks(blocks)) = &mut m.content else { return false };
+    let Some(b) = blocks.get_mut(at) else { return false };
+    let mut one = one_block(b);
+    if ttl == CacheTtl::OneHour {
+        breakpoints::strip(&mut one);
+    }
+    if !mark_last_block(&mut one, ttl) {
+        return false;
+    }
+    if let Some(Content::Blocks(mut v)) = one.content {
+        if let Some(marked) = v.pop() {
+            *b = marked;
+        }
+    }
+    true
 }
 
 fn inline(blobs: &dyn BlobSource) -> RenderOpts<'_> {

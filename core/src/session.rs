@@ -4,11 +4,14 @@
 //! the state without touching it, appended to the store as one atomic batch, and applied only
 //! after the store acknowledged them.
 
+mod branch;
+
 use std::ops::Range;
 use std::sync::Arc;
 
 use uuid::Uuid;
 
+use crate::breakpoints::{Mark, Origin, Placement};
 use crate::codec::{self, DecodeError};
 use crate::config::{Config, ConfigError};
 use crate::engine;
@@ -19,8 +22,9 @@ use crate::event::{
 use crate::media;
 use crate::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
 use crate::policy::guards;
-use crate::request::{self, Request, RequestOptions, ServedView};
+use crate::request::{self, CacheTtl, Request, RequestOptions, ServedView};
 use crate::state::{State, Violation};
+pub use crate::store::SnapshotError;
 use crate::store::{BlobId, ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId, Version};
 use crate::summary::{self, SummaryJob};
 use crate::summary_call::{self, SummaryCall, SummaryRequest};
@@ -45,7 +49,10 @@ pub const READ_CHUNK: usize = 1024;
 /// usage guard.
 /// 7: the last served request (its record of model and tools), consecutive summary failures,
 /// fork refusal counts; a call that needs no compaction ends a paused summarizer's wait.
-pub const SNAPSHOT_LAYOUT: u32 = 7;
+/// 8: the config holds `view_version`; views of version 2 hold placeholders; the meter keeps the
+/// provider's rate across history changes; restored messages and when; the first human message
+/// over the target may be truncated once.
+pub const SNAPSHOT_LAYOUT: u32 = 8;
 
 /// Everything a session command can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +163,10 @@ pub enum SessionError {
     },
     /// Encoding an event failed (a bug).
     #[error("cannot encode event: {0}")]
-    Encode(String),
+    Encode(codec::EncodeError),
+    /// Encoding the state as a snapshot failed (a bug).
+    #[error("cannot encode the snapshot: {0}")]
+    Snapshot(SnapshotError),
     /// A summary attempt is already in flight in this session (at most one at a time): finish
     /// or cancel it first.
     #[error("stream {0}: a summary attempt is already in flight; finish or cancel it first")]
@@ -187,7 +197,10 @@ impl StaleCause {
     /// (an append, or the import's completion marker: neither is part of a served view).
     fn of(ev: &Event) -> Option<StaleCause> {
         match ev {
-            Event::MessageAppended(_) | Event::ImportCompleted(_) | Event::AnswerReceived(_) => None,
+            Event::MessageAppended(_)
+            | Event::ImportCompleted(_)
+            | Event::AnswerReceived(_)
+            | Event::SessionNamed(_) => None,
             // A failed summary attempt and the summarizer's guards change no view.
             Event::SummaryFailed(_) => None,
             Event::GuardRaised(g) if matches!(g.kind, GuardKind::ForkRefused { .. } | GuardKind::SummarizerPaused) => {
@@ -195,7 +208,7 @@ impl StaleCause {
             }
             Event::SummaryPrepared(_) => Some(StaleCause::SummaryPrepared),
             Event::Restored(_) => Some(StaleCause::Restored),
-            Event::SessionStarted(_) => Some(StaleCause::Reopened),
+            Event::SessionStarted(_) | Event::Branched(_) => Some(StaleCause::Reopened),
             _ => Some(StaleCause::CallCommitted),
         }
     }
@@ -230,9 +243,18 @@ pub struct Plan {
     pub view_tokens: u64,
     /// This view is the previous one plus new messages, byte for byte.
     pub prefix_reused: bool,
+    /// Leading items of this view that the previous call's view had too (all of that view when
+    /// `prefix_reused`): the part a provider's prompt cache may still hold.
+    reused: usize,
 }
 
 impl Plan {
+    /// How many leading items of this view were in the previous call's view (0 on the first
+    /// call): the prefix a provider's prompt cache may still hold.
+    pub fn reused_items(&self) -> usize {
+        self.reused
+    }
+
     /// The tentative events (flush, edits, guards) this call would commit.
     pub fn events(&self) -> &[Event] {
         &self.decision.events
@@ -481,6 +503,22 @@ impl<S: Store> Session<S> {
         now: Timestamp,
         messages: Vec<Message>,
     ) -> Result<(Self, Appended), SessionError> {
+        Self::create_named(store, id, format, config, now, None, messages)
+    }
+
+    /// [`Session::create_with`], recording the client's name for the conversation (a
+    /// [`SessionNamed`](crate::event::SessionNamed) event right after `SessionStarted`, in the
+    /// same batch) when `name` is given: the proxy passes its `x-ctxlog-session` header, so
+    /// `ctxlog sessions` can show it and `--session NAME` find the session.
+    pub fn create_named(
+        store: S,
+        id: StreamId,
+        format: WireFormat,
+        config: Config,
+        now: Timestamp,
+        name: Option<String>,
+        messages: Vec<Message>,
+    ) -> Result<(Self, Appended), SessionError> {
         config.validate()?;
         if store.head(id)?.is_some() {
             return Err(SessionError::Exists(id));
@@ -492,9 +530,16 @@ impl<S: Store> Session<S> {
         // The appends are validated against the started state; nothing is durable until the
         // one batch below is, so on any error the session is simply dropped.
         s.state.apply(1, &started).map_err(|v| s.refused(v))?;
+        let named = name.map(|name| Event::SessionNamed(crate::event::SessionNamed { name }));
+        if let Some(ev) = &named {
+            s.state.apply(2, ev).map_err(|v| s.refused(v))?;
+        }
+        // `SessionStarted` and the name are applied already; the appends follow them.
+        let applied = s.state.version() as usize;
         let (events, mut report) = s.append_events(messages)?;
-        let mut batch = Vec::with_capacity(events.len() + 1);
+        let mut batch = Vec::with_capacity(events.len() + 2);
         batch.push(started);
+        batch.extend(named);
         batch.extend(events);
         let records =
             batch.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
@@ -502,7 +547,7 @@ impl<S: Store> Session<S> {
             Err(StoreError::Conflict { .. }) => return Err(SessionError::Exists(id)),
             other => other?,
         };
-        for (ev, v) in batch.iter().zip(1..).skip(1) {
+        for (ev, v) in batch.iter().zip(1..).skip(applied) {
             s.state.apply(v, ev).map_err(|violation| SessionError::Invariant { stream: id, violation })?;
         }
         report.version = version;
@@ -663,11 +708,24 @@ impl<S: Store> Session<S> {
     /// # Ok(()) }
     /// ```
     pub fn append(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
+        self.append_with(messages, Sync::Now)
+    }
+
+    /// [`Session::append`] whose sync to stable storage is left to the session's next write
+    /// (see [`Store::append_unsynced`]): written and safe from a crash of this process when it
+    /// returns, safe from a crash of the machine once the next write (e.g. the call's commit)
+    /// lands. The proxy appends a request's messages this way before forwarding it, so a call
+    /// costs one sync, the commit's, which still comes before the client has the answer.
+    pub fn append_unsynced(&mut self, messages: Vec<Message>) -> Result<Appended, SessionError> {
+        self.append_with(messages, Sync::WithNext)
+    }
+
+    fn append_with(&mut self, messages: Vec<Message>, sync: Sync) -> Result<Appended, SessionError> {
         let _span =
             tracing::info_span!("ctxlog.append", session = %self.stream, version = self.state.version()).entered();
         let (events, mut report) = self.append_events(messages)?;
         let messages = events.len();
-        report.version = self.persist_then_apply(events)?;
+        report.version = self.persist_then_apply_with(events, sync)?;
         for reason in &report.inline_fallbacks {
             tracing::warn!(%reason, "a media payload stays inline: its blob could not be written");
         }
@@ -815,6 +873,15 @@ impl<S: Store> Session<S> {
         };
         let digest = cache.as_ref().unwrap_or(&self.cache).digest();
         let prefix_reused = self.state.calls() > 0 && view_state.prefix_stable_since_last_call();
+        let previous = self.state.last_served().map_or(0, |l| usize::try_from(l.view_messages).unwrap_or(usize::MAX));
+        // Between calls the view only grows (flushes and edits are a call's; a restore is the
+        // exception, and only costs a breakpoint that misses), so the previous view is the head
+        // of the current one; this call's flush or edits end the shared part.
+        let reused = if prefix_reused || decision.scratch.is_none() {
+            previous.min(view_state.view().len())
+        } else {
+            self.state.view().iter().zip(view_state.view()).take(previous).take_while(|(a, b)| a == b).count()
+        };
         tracing::debug!(
             view_messages = view_state.view().len(),
             view_tokens = view_state.view_tokens(),
@@ -832,6 +899,7 @@ impl<S: Store> Session<S> {
             view_messages: view_state.view().len() as u64,
             view_tokens: view_state.view_tokens(),
             prefix_reused,
+            reused,
             decision,
             cache,
         })
@@ -869,6 +937,64 @@ impl<S: Store> Session<S> {
         }
         tracing::debug!(bytes = request.body().len(), breakpoints = request.breakpoints(), "request rendered");
         Ok(request)
+    }
+
+    /// The request the next call would send if `messages` were appended first, rendered with
+    /// `opts`: appends, plan and render on a copy of the state; nothing is written (media
+    /// stay inline, no blob is stored) and the session is left as it was. What a proxy answers
+    /// `count_tokens` with.
+    pub fn preview(
+        &self,
+        messages: Vec<Message>,
+        now: Timestamp,
+        opts: &RequestOptions,
+    ) -> Result<Request, SessionError> {
+        let format = self.format();
+        let estimator = self.config().estimator();
+        let mut state = self.state.clone();
+        for (index, m) in messages.into_iter().enumerate() {
+            wire::check_format(&m, format).map_err(|error| SessionError::Message { index, error })?;
+            let tokens = estimator.message(&m);
+            let ev = Event::MessageAppended(MessageAppended { seq: state.message_count(), message: m, tokens });
+            state.apply(state.version() + 1, &ev).map_err(|v| self.refused(v))?;
+        }
+        let decision = engine::decide(&state, now.as_millis()).map_err(|v| self.refused(v))?;
+        let served = decision.scratch.as_ref().unwrap_or(&state);
+        let mut cache = ViewCache::new();
+        cache.sync(served);
+        let digest = cache.digest();
+        let view = ServedView {
+            state: served,
+            items: cache.items(),
+            bytes: cache.bytes(),
+            cuts: cache.cuts(),
+            digest: &digest,
+        };
+        Ok(request::render(&view, format, opts, &StoreBlobs(&self.store)))
+    }
+
+    /// Breakpoints for a client that placed none (Anthropic caches only up to breakpoints): the
+    /// system prompt (with the tools before it), the last item of the part of `plan`'s view
+    /// the previous call's view had too (the provider may hold it: read), and the view's last
+    /// message (the prefix the next call reuses: written). At most 3, by position in the log.
+    pub fn auto_breakpoints(&self, plan: &Plan, ttl: CacheTtl) -> Result<Placement, SessionError> {
+        let view = self.served_view(plan)?;
+        let system = |it: &crate::state::ViewItem| match it.item {
+            crate::state::Item::Message(seq) => view.state.entry(seq).is_some_and(|e| e.is_system()),
+            crate::state::Item::Summary(_) | crate::state::Item::Placeholder { .. } => false,
+        };
+        let mut marks = Vec::new();
+        if view.items.iter().any(system) {
+            marks.push(Mark::System(ttl));
+        }
+        let reused = plan.reused.min(view.items.len());
+        for it in [reused.checked_sub(1).and_then(|i| view.items.get(i)), view.items.last()].into_iter().flatten() {
+            let mark = Mark::Message { seq: it.seq, block: None, ttl };
+            if !system(it) && !marks.contains(&mark) {
+                marks.push(mark);
+            }
+        }
+        Ok(Placement { origin: Origin::Auto, marks })
     }
 
     /// The span of call `call`: session, call number, the version it starts from.
@@ -913,6 +1039,7 @@ impl<S: Store> Session<S> {
             state,
             items: items.get(..n).unwrap_or(items),
             bytes: bytes.get(..n).unwrap_or(bytes),
+            cuts: cache.cuts(),
             digest: &plan.digest,
         })
     }
@@ -980,7 +1107,12 @@ impl<S: Store> Session<S> {
     ) -> Result<Committed, SessionError> {
         self.check_fresh(&plan)?;
         let tools = self.tools_record(opts)?;
-        let record = RequestRecord { model: opts.model_name(), tools, breakpoints: opts.breakpoints() };
+        let record = RequestRecord {
+            model: opts.model_name(),
+            tools,
+            breakpoints: opts.breakpoints(),
+            placement: opts.placement().cloned(),
+        };
         self.commit_with(plan, at, usage, Some(record), Vec::new())
     }
 
@@ -1015,7 +1147,12 @@ impl<S: Store> Session<S> {
             wire::check_format(answer, self.format()).map_err(|error| SessionError::Message { index, error })?;
         }
         let tools = self.tools_record(opts)?;
-        let record = RequestRecord { model: opts.model_name(), tools, breakpoints: opts.breakpoints() };
+        let record = RequestRecord {
+            model: opts.model_name(),
+            tools,
+            breakpoints: opts.breakpoints(),
+            placement: opts.placement().cloned(),
+        };
         self.commit_with(plan, at, usage, Some(record), answers)
     }
 
@@ -1231,8 +1368,12 @@ impl<S: Store> Session<S> {
         if self.state.raised().contains(&kind) {
             return Ok(self.state.version());
         }
-        let event = Event::GuardRaised(crate::event::GuardRaised { call: None, kind, detail, knob: knob.into() });
-        self.persist_then_apply(vec![event])
+        let events =
+            vec![Event::GuardRaised(crate::event::GuardRaised { call: None, kind, detail, knob: knob.into() })];
+        let version = self.persist_then_apply(events.clone())?;
+        // `-v` shows a host's guard (a divergence) like the engine's own.
+        crate::trace::committed(&events, version);
+        Ok(version)
     }
 
     /// The next summary the host should write (an effect): a span of messages when the meter is
@@ -1409,7 +1550,7 @@ impl<S: Store> Session<S> {
         if text.trim().is_empty() {
             return Err(SummaryFailure::Empty);
         }
-        summary::still_valid(&self.state, job).map_err(SummaryFailure::Stale)?;
+        summary::still_valid(&self.state, job).map_err(|why| SummaryFailure::Stale(why.to_string()))?;
         let replaced_tokens = self.replaced_tokens(job);
         let tokens = text_tokens(&text);
         if u64::from(tokens) >= replaced_tokens {
@@ -1485,7 +1626,7 @@ impl<S: Store> Session<S> {
 
     fn try_prepare(&mut self, job: &SummaryJob, text: String, produced: Produced) -> Result<Prepared, SessionError> {
         if let Err(why) = summary::still_valid(&self.state, job) {
-            return Ok(Prepared::Discarded(why));
+            return Ok(Prepared::Discarded(why.to_string()));
         }
         let replaced_tokens = self.replaced_tokens(job);
         let tokens = text_tokens(&text);
@@ -1520,7 +1661,7 @@ impl<S: Store> Session<S> {
 
     /// Writes a snapshot of the current state (a cache for faster opens).
     pub fn snapshot(&self) -> Result<(), SessionError> {
-        let snap = encode_snapshot(&self.state).map_err(SessionError::Encode)?;
+        let snap = encode_snapshot(&self.state).map_err(SessionError::Snapshot)?;
         self.store.put_snapshot(self.stream, &snap)?;
         tracing::debug!(session = %self.stream, version = snap.version, bytes = snap.bytes.len(), "snapshot written");
         Ok(())
@@ -1530,8 +1671,12 @@ impl<S: Store> Session<S> {
     /// to apply after a successful append is a bug in the validation; the session then reports
     /// it and must be reopened from the store.
     fn persist_then_apply(&mut self, events: Vec<Event>) -> Result<Version, SessionError> {
+        self.persist_then_apply_with(events, Sync::Now)
+    }
+
+    fn persist_then_apply_with(&mut self, events: Vec<Event>, sync: Sync) -> Result<Version, SessionError> {
         let first = self.state.version() + 1;
-        let version = self.write(&events)?;
+        let version = self.write_with(&events, sync)?;
         self.note_settled(&events, version);
         for (i, ev) in events.iter().enumerate() {
             let stream = self.stream;
@@ -1558,10 +1703,18 @@ impl<S: Store> Session<S> {
 
     /// Encodes `events` and appends them as one atomic batch at the current version.
     fn write(&self, events: &[Event]) -> Result<Version, SessionError> {
+        self.write_with(events, Sync::Now)
+    }
+
+    fn write_with(&self, events: &[Event], sync: Sync) -> Result<Version, SessionError> {
         let records =
             events.iter().map(codec::encode).collect::<Result<Vec<Record>, _>>().map_err(SessionError::Encode)?;
         let expected = ExpectedVersion::Exact(self.state.version());
-        match self.store.append(self.stream, expected, &records) {
+        let written = match sync {
+            Sync::Now => self.store.append(self.stream, expected, &records),
+            Sync::WithNext => self.store.append_unsynced(self.stream, expected, &records),
+        };
+        match written {
             Err(e @ StoreError::Conflict { .. }) => {
                 tracing::warn!(
                     error = %e,
@@ -1574,6 +1727,13 @@ impl<S: Store> Session<S> {
     }
 }
 
+/// When a write reaches stable storage: before it returns, or with the next write.
+#[derive(Clone, Copy)]
+enum Sync {
+    Now,
+    WithNext,
+}
+
 /// A store's blob area as the renderer's blob source (a blob that cannot be read is missing).
 pub(crate) struct StoreBlobs<'a, S: Store + ?Sized>(pub &'a S);
 
@@ -1584,25 +1744,27 @@ impl<S: Store + ?Sized> BlobSource for StoreBlobs<'_, S> {
 }
 
 /// Encodes a state as a sealed snapshot.
-pub fn encode_snapshot(state: &State) -> Result<Snapshot, String> {
+pub fn encode_snapshot(state: &State) -> Result<Snapshot, SnapshotError> {
     let mut body = SNAPSHOT_LAYOUT.to_le_bytes().to_vec();
-    bincode::serde::encode_into_std_write(state, &mut body, bincode::config::standard()).map_err(|e| e.to_string())?;
+    bincode::serde::encode_into_std_write(state, &mut body, bincode::config::standard())
+        .map_err(|e| SnapshotError::Payload(e.to_string()))?;
     Ok(Snapshot::seal(state.version(), body))
 }
 
 /// Decodes a snapshot; any problem (seal, layout, payload, version mismatch) is reported so
 /// the caller can fall back to a full replay.
-pub fn decode_snapshot(snap: &Snapshot) -> Result<State, String> {
+pub fn decode_snapshot(snap: &Snapshot) -> Result<State, SnapshotError> {
     let body = snap.body()?;
-    let (layout, rest) = body.split_at_checked(4).ok_or("snapshot shorter than its header")?;
-    let layout = u32::from_le_bytes([layout[0], layout[1], layout[2], layout[3]]);
-    if layout != SNAPSHOT_LAYOUT {
-        return Err(format!("snapshot layout {layout}, this build reads {SNAPSHOT_LAYOUT}"));
+    let (layout, rest) = body.split_at_checked(4).ok_or(SnapshotError::Short)?;
+    let found = u32::from_le_bytes([layout[0], layout[1], layout[2], layout[3]]);
+    if found != SNAPSHOT_LAYOUT {
+        return Err(SnapshotError::Layout { found, reads: SNAPSHOT_LAYOUT });
     }
     let config = bincode::config::standard().with_limit::<{ codec::MAX_PAYLOAD_BYTES }>();
-    let (state, _): (State, usize) = bincode::serde::decode_from_slice(rest, config).map_err(|e| e.to_string())?;
+    let (state, _): (State, usize) =
+        bincode::serde::decode_from_slice(rest, config).map_err(|e| SnapshotError::Payload(e.to_string()))?;
     if state.version() != snap.version {
-        return Err(format!("snapshot claims version {} but holds state at version {}", snap.version, state.version()));
+        return Err(SnapshotError::Version { claimed: snap.version, held: state.version() });
     }
     Ok(state)
 }

@@ -28,13 +28,21 @@ use crate::view;
 use crate::wire::WireFormat;
 
 mod entry;
+pub mod findings;
 pub mod heap;
 mod summaries;
 pub mod tools;
 pub use entry::{has_media, EditRecord, Entry};
+use findings::{BodyError, PairError};
 use heap::{btree_bytes, HeapSize};
 pub use summaries::{Standing, Summaries, SummaryState};
 use tools::{grow, Link, ToolIndex};
+
+/// Calls during which the ladder leaves a restored message (and the partners restored with it)
+/// as restored: a person asked for it back, so the next calls must not take it away again (issue
+/// 21: a restored tool result was truncated again two calls later). A later explicit edit, a
+/// flush or, after this many calls, the ladder may hide it again.
+pub const RESTORE_HOLD_CALLS: u64 = 20;
 
 /// Session-level facts from `SessionStarted`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,13 +84,22 @@ pub enum Item {
     Message(u64),
     /// The summary with this index.
     Summary(u32),
+    /// A placeholder for the hidden messages `[from, to)` that no summary in the view covers
+    /// (view version 2, [`crate::placeholder`]); `from` is also the item's `seq`.
+    Placeholder {
+        /// First seq it stands for.
+        from: u64,
+        /// One past the last.
+        to: u64,
+    },
 }
 
 /// An element of the view with its token cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ViewItem {
-    /// Position in the log: the message's seq, or for a summary the seq of the first message
-    /// it hides. Strictly increasing along the view.
+    /// Position in the log: the message's seq, for a summary the seq of the first message it
+    /// hides, for a placeholder the first message it stands for. Strictly increasing along the
+    /// view.
     pub seq: u64,
     /// What.
     pub item: Item,
@@ -99,6 +116,15 @@ pub struct Anchor {
     pub estimate: u64,
     /// View generation of that call (the anchor is void once the history changes).
     pub generation: u64,
+}
+
+/// How many hidden messages a view represents ([`State::coverage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Coverage {
+    /// Messages up to the view's end that it does not show as themselves.
+    pub hidden: u64,
+    /// Of those, how many a summary or a placeholder in the view stands for (goal: all).
+    pub represented: u64,
 }
 
 /// Where a state's heap bytes go ([`State::heap_report`]).
@@ -174,6 +200,9 @@ pub enum Invariant {
     /// messages below seq 2^32 − 1 (bounds no real session nears; beyond them an append is
     /// refused rather than mis-indexed).
     ToolCapacity,
+    /// A `Branched` record follows exactly the records it says it copied, with the messages
+    /// they hold.
+    BranchPoint,
 }
 
 impl fmt::Display for Invariant {
@@ -212,6 +241,12 @@ pub struct State {
     calls: u64,
     last_request_at: Option<Millis>,
     anchor: Option<Anchor>,
+    /// The last trusted report and its view's estimate: the provider's rate, kept across
+    /// history changes and calls without a report.
+    rate: Option<(u64, u64)>,
+    /// Restored messages and the call count when each was restored: the ladder leaves them be
+    /// for [`RESTORE_HOLD_CALLS`] calls.
+    restored_at: BTreeMap<u64, u64>,
     breaker: u32,
     raised: BTreeSet<GuardKind>,
     first_human: Option<u64>,
@@ -246,8 +281,8 @@ pub struct LastServed {
     pub request: Option<crate::event::RequestRecord>,
 }
 
-fn violation(version: Version, ev: &Event, invariant: Invariant, detail: impl Into<String>) -> Violation {
-    Violation { version, event: ev.name(), invariant, detail: detail.into() }
+fn violation(version: Version, ev: &Event, invariant: Invariant, detail: impl fmt::Display) -> Violation {
+    Violation { version, event: ev.name(), invariant, detail: detail.to_string() }
 }
 
 impl State {
@@ -335,7 +370,7 @@ impl State {
     pub fn oldest_summary_in_view(&self) -> Option<u32> {
         self.view.iter().find_map(|it| match it.item {
             Item::Summary(i) => Some(i),
-            Item::Message(_) => None,
+            Item::Message(_) | Item::Placeholder { .. } => None,
         })
     }
 
@@ -469,6 +504,11 @@ impl State {
         self.tools.pair(id).map(|p| self.tools.name(&p))
     }
 
+    /// The name of the tool of a pair.
+    pub fn tool_name_of(&self, pair: &tools::Pair) -> &str {
+        self.tools.name(pair)
+    }
+
     /// How a summary lists the media of `seq` (see [`view::media_note`]).
     pub fn media_note(&self, seq: u64) -> Option<&str> {
         self.media.get(&seq).map(|n| &**n)
@@ -499,18 +539,29 @@ impl State {
     /// rate the provider counted the anchored view (reported ÷ estimate) when that is above 1:
     /// a provider whose tokenizer counts 30% more than the estimate will count the new messages
     /// 30% higher too, and a cache-aware session may let the meter reach the budget itself.
+    /// Once the history changed (a flush, an edit, a restore) the anchor's total no longer
+    /// applies, but the provider still counts at its rate: the whole estimate is scaled by the
+    /// last trusted rate above 1 (issue 21: the call after a restore went over the budget by
+    /// the provider's count while the plain estimate said it fit).
     pub fn metered_tokens(&self, estimate: u64) -> u64 {
+        let scaled = |n: u64, (reported, est): (u64, u64)| -> u64 {
+            match reported > est && est > 0 {
+                true => u64::try_from(u128::from(n) * u128::from(reported) / u128::from(est)).unwrap_or(u64::MAX),
+                false => n,
+            }
+        };
         match self.anchor {
             Some(a) if a.generation == self.generation => {
-                let added = u128::from(estimate.saturating_sub(a.estimate));
-                let added = match a.reported > a.estimate && a.estimate > 0 {
-                    true => added * u128::from(a.reported) / u128::from(a.estimate),
-                    false => added,
-                };
-                a.reported.saturating_add(u64::try_from(added).unwrap_or(u64::MAX))
+                let added = scaled(estimate.saturating_sub(a.estimate), (a.reported, a.estimate));
+                a.reported.saturating_add(added)
             }
-            _ => estimate,
+            _ => self.rate.map_or(estimate, |r| scaled(estimate, r)),
         }
+    }
+
+    /// Is `seq` a restored message the ladder still leaves be ([`RESTORE_HOLD_CALLS`])?
+    pub fn restore_held(&self, seq: u64) -> bool {
+        self.restored_at.get(&seq).is_some_and(|&at| self.calls < at + RESTORE_HOLD_CALLS)
     }
 
     /// Is `seq` in the view (not removed, not hidden by a flush)?
@@ -671,6 +722,22 @@ impl State {
                 format!("an answer to call {} after {} calls were served", e.call, self.calls),
             ),
             Event::AnswerReceived(_) => Ok(()),
+            Event::Branched(e) if e.parent_version + 1 != version || e.messages != self.count() => fail(
+                Invariant::BranchPoint,
+                format!(
+                    "it says {} records holding {} messages were copied; {} records holding {} messages precede it",
+                    e.parent_version,
+                    e.messages,
+                    version - 1,
+                    self.count()
+                ),
+            ),
+            Event::Branched(_) => Ok(()),
+            // Readers find a session's name at version 2 without reading further.
+            Event::SessionNamed(_) if version != 2 => {
+                fail(Invariant::SessionStart, "SessionNamed must directly follow SessionStarted".into())
+            }
+            Event::SessionNamed(_) => Ok(()),
             Event::MessageAppended(e) => self.check_append(version, ev, e, self.count(), &|_| false, &|_| false),
             Event::SummaryPrepared(e) if e.is_condensed() => self
                 .summaries
@@ -766,11 +833,9 @@ impl State {
     }
 
     /// Every seq of `seqs` has its original at hand (in the view unedited, or hydrated).
-    fn check_loaded(&self, mut seqs: impl Iterator<Item = u64>) -> Result<(), String> {
+    fn check_loaded(&self, mut seqs: impl Iterator<Item = u64>) -> Result<(), BodyError> {
         match seqs.find(|&s| self.original_for_event(s).is_none()) {
-            Some(s) => Err(format!(
-                "seq {s} is out of the view or edited and its message was not loaded from the log (State::hydrate)"
-            )),
+            Some(s) => Err(BodyError::NotLoaded(s)),
             None => Ok(()),
         }
     }
@@ -857,9 +922,14 @@ impl State {
             ));
         }
         // The first human message holds the user's own instructions (the seeds' incident lost
-        // its project path with it); unlike the last one it never changes, so no edit is valid.
+        // its project path with it); unlike the last one it never changes, so no edit is valid,
+        // but one: a first message over the budget is truncated once (keeping its head
+        // and its media), or the ladder would strip everything else on every call.
         if Some(seq) == self.first_human {
-            return Err((Invariant::EditProtected, format!("seq {seq} is the first human message")));
+            let oversized = u64::from(entry.tokens) > self.config().first_message_limit_tokens();
+            if !(oversized && matches!(kind, EditKind::Truncated { .. }) && entry.edit.is_none()) {
+                return Err((Invariant::EditProtected, format!("seq {seq} is the first human message")));
+            }
         }
         if entry.is_removed() {
             return Err((Invariant::AlreadyRemoved, format!("seq {seq} is already removed")));
@@ -884,7 +954,7 @@ impl State {
                     ));
                 }
             }
-            EditKind::Truncated { .. } if !entry.is_tool_result() => {
+            EditKind::Truncated { .. } if !entry.is_tool_result() && Some(seq) != self.first_human => {
                 return Err((Invariant::EditTarget, format!("seq {seq} is not a tool result and cannot be truncated")));
             }
             EditKind::Stubbed { .. } if entry.role() != crate::message::Role::User => {
@@ -896,23 +966,20 @@ impl State {
     }
 
     /// A span `[from, to)` must contain both ends of every tool pair it touches.
-    pub fn span_pairs_ok(&self, from: u64, to: u64) -> Result<(), String> {
+    pub fn span_pairs_ok(&self, from: u64, to: u64) -> Result<(), PairError> {
         let inside = |s: u64| (from..to).contains(&s);
         for seq in from..to {
             for link in self.tool_links(seq) {
                 match link {
                     Link::Call(p) => match p.result() {
-                        Some(r) if !inside(r) => {
-                            return Err(format!("a call at seq {seq} is answered at seq {r}, outside {from}..{to}"))
+                        Some(result) if !inside(result) => {
+                            return Err(PairError::AnsweredOutside { call: seq, result, from, to })
                         }
-                        None => return Err(format!("a call at seq {seq} has no result yet")),
+                        None => return Err(PairError::Unanswered(seq)),
                         _ => {}
                     },
                     Link::Result(p) if !inside(p.call()) => {
-                        return Err(format!(
-                            "the result at seq {seq} answers the call at seq {}, outside {from}..{to}",
-                            p.call()
-                        ))
+                        return Err(PairError::CallOutside { result: seq, call: p.call(), from, to })
                     }
                     Link::Result(_) => {}
                 }
@@ -1005,7 +1072,9 @@ impl State {
                 }
             }
             // A record of the call: the conversation and its view do not change.
-            Event::AnswerReceived(_) => {}
+            Event::AnswerReceived(_) | Event::SessionNamed(_) => {}
+            // A record of the lineage: the copied prefix is the state.
+            Event::Branched(_) => {}
             Event::SummaryFailed(e) => {
                 self.summary_failures = self.summary_failures.saturating_add(1);
                 if let Some(r) = &e.refusal {
@@ -1045,6 +1114,9 @@ impl State {
                         if e.kind == EditKind::Removed {
                             if let Some(p) = pos {
                                 self.view.remove(p);
+                                if self.config().placeholders() {
+                                    self.refill_gap(p);
+                                }
                             }
                         }
                     }
@@ -1054,6 +1126,7 @@ impl State {
             Event::Restored(e) => {
                 let flushed = self.flushed;
                 for seq in std::iter::once(e.seq).chain(e.partners.iter().copied()) {
+                    self.restored_at.insert(seq, self.calls);
                     let original = self.original_for_event(seq).cloned();
                     if let Some(entry) = usize::try_from(seq).ok().and_then(|i| self.entries.get_mut(i)) {
                         entry.edit = None;
@@ -1082,6 +1155,11 @@ impl State {
                     estimate: e.view_tokens,
                     generation: self.generation,
                 });
+                if let Some(a) = self.anchor {
+                    self.rate = Some((a.reported, a.estimate));
+                }
+                let calls = self.calls;
+                self.restored_at.retain(|_, at| calls < *at + RESTORE_HOLD_CALLS);
                 if e.anchored {
                     self.raised.remove(&GuardKind::UsageBelowEstimate);
                 }
@@ -1123,19 +1201,16 @@ impl State {
     }
 
     /// No orphan tool result, and no answered call whose result is missing from the view.
-    pub fn check_tool_pairs(&self) -> Result<(), String> {
+    pub fn check_tool_pairs(&self) -> Result<(), PairError> {
         for it in &self.view {
             let Item::Message(seq) = it.item else { continue };
             for link in self.tool_links(seq) {
                 match link {
                     Link::Result(p) if !self.in_view(p.call()) => {
-                        return Err(format!("seq {seq} answers a call of seq {}, which is not in the view", p.call()))
+                        return Err(PairError::OrphanResult { result: seq, call: p.call() })
                     }
                     Link::Call(p) if p.result().is_some_and(|r| !self.in_view(r)) => {
-                        return Err(format!(
-                            "seq {seq} makes a call whose result (seq {}) is not in the view",
-                            p.result().unwrap_or_default()
-                        ))
+                        return Err(PairError::MissingResult { call: seq, result: p.result().unwrap_or_default() })
                     }
                     _ => {}
                 }
@@ -1146,10 +1221,10 @@ impl State {
 
     /// Every message in the view holds its body (as appended, or as its edit shows it) and no
     /// other message holds one: the bound on a session's memory.
-    pub fn check_bodies(&self) -> Result<(), String> {
+    pub fn check_bodies(&self) -> Result<(), BodyError> {
         let mut view = self.view.iter().filter_map(|it| match it.item {
             Item::Message(seq) => Some(seq),
-            Item::Summary(_) => None,
+            Item::Summary(_) | Item::Placeholder { .. } => None,
         });
         let mut next = view.next();
         for (seq, e) in self.entries.iter().enumerate() {
@@ -1160,18 +1235,18 @@ impl State {
             }
             let body = self.bodies.get(&seq);
             if body.is_some() != in_view {
-                return Err(format!("seq {seq}: in the view {in_view}, holds a body {}", body.is_some()));
+                return Err(BodyError::Misplaced { seq, in_view, holds: body.is_some() });
             }
             // An edited message holds its rendering, never its (bigger) original.
             if let (Some(body), Some(edit)) = (body, e.edit) {
                 let seen = self.estimator().message(body);
                 if seen != edit.tokens {
-                    return Err(format!("seq {seq}: its body counts {seen} tokens, its edit {}", edit.tokens));
+                    return Err(BodyError::EditTokens { seq, seen, edit: edit.tokens });
                 }
             }
         }
         if self.bodies.len() != self.view.iter().filter(|it| matches!(it.item, Item::Message(_))).count() {
-            return Err(format!("{} bodies for the view's messages", self.bodies.len()));
+            return Err(BodyError::Count(self.bodies.len()));
         }
         Ok(())
     }
@@ -1203,6 +1278,116 @@ impl State {
 
     fn config(&self) -> Config {
         self.info.as_ref().map(|i| i.config.clone()).unwrap_or_default()
+    }
+
+    /// One past the last seq item `it` accounts for: the message itself, a summary's span, a
+    /// placeholder's run.
+    pub fn item_end(&self, it: &ViewItem) -> u64 {
+        match it.item {
+            Item::Message(seq) => seq + 1,
+            Item::Summary(i) => self.summaries.prepared().get(i as usize).map_or(it.seq + 1, |s| s.to.max(it.seq + 1)),
+            Item::Placeholder { to, .. } => to,
+        }
+    }
+
+    /// `items` (messages and summaries, by seq) with a placeholder in every gap: a run of seqs
+    /// that no item shows or covers. A gap inside an open tool exchange (a call in the view whose
+    /// result comes after the gap, which only a malformed log has) gets none: a message between
+    /// a call and its result would break the pairing every provider enforces.
+    fn with_placeholders(&self, items: Vec<ViewItem>) -> Vec<ViewItem> {
+        let mut out = Vec::with_capacity(items.len() + 8);
+        let mut covered = 0u64;
+        let mut prev: Option<ViewItem> = None;
+        for it in items {
+            if covered < it.seq {
+                out.extend(self.placeholder_item(prev.as_ref(), covered, it.seq));
+            }
+            covered = covered.max(self.item_end(&it));
+            prev = Some(it);
+            out.push(it);
+        }
+        if covered < self.count() {
+            out.extend(self.placeholder_item(prev.as_ref(), covered, self.count()));
+        }
+        out
+    }
+
+    /// The placeholder for the gap `[from, to)` after the view item `prev`, unless the gap sits
+    /// inside `prev`'s open tool exchange.
+    fn placeholder_item(&self, prev: Option<&ViewItem>, from: u64, to: u64) -> Option<ViewItem> {
+        if let Some(ViewItem { item: Item::Message(p), .. }) = prev {
+            let open =
+                self.tool_links(*p).any(|l| matches!(l, Link::Call(pair) if pair.result().is_some_and(|r| r >= to)));
+            if open {
+                return None;
+            }
+        }
+        let tokens = self.config().estimator().message(&placeholder::message(self, from, to));
+        Some(ViewItem { seq: from, item: Item::Placeholder { from, to }, tokens })
+    }
+
+    /// After the message at view position `pos` was removed: merges the placeholders on either
+    /// side of that position and the removed message into one placeholder for the whole gap.
+    fn refill_gap(&mut self, pos: usize) {
+        // At most one placeholder on each side: gaps are maximal.
+        let mut start = pos;
+        if start > 0 && matches!(self.view.get(start - 1), Some(ViewItem { item: Item::Placeholder { .. }, .. })) {
+            start -= 1;
+        }
+        let mut end = pos;
+        if matches!(self.view.get(end), Some(ViewItem { item: Item::Placeholder { .. }, .. })) {
+            end += 1;
+        }
+        let removed: u64 = self.view.drain(start..end).map(|it| u64::from(it.tokens)).sum();
+        self.view_tokens -= removed;
+        let prev = start.checked_sub(1).and_then(|i| self.view.get(i)).copied();
+        let next_seq = self.view.get(start).map_or(self.count(), |it| it.seq);
+        // Covered up to: the previous item's end, or any summary before the gap reaching further
+        // (a summary's span runs on past the messages it keeps verbatim).
+        let mut covered = prev.map_or(0, |p| self.item_end(&p));
+        for (i, standing) in self.summaries.standing().iter().enumerate() {
+            if standing.state == SummaryState::Shown {
+                if let Some(s) = self.summaries.prepared().get(i).filter(|s| s.from < next_seq) {
+                    covered = covered.max(s.to);
+                }
+            }
+        }
+        if covered < next_seq {
+            if let Some(item) = self.placeholder_item(prev.as_ref(), covered, next_seq) {
+                self.view_tokens += u64::from(item.tokens);
+                self.view.insert(start, item);
+            }
+        }
+    }
+
+    /// Of the view's first `len` items (the view a call served): how many messages up to its
+    /// end are hidden (in no item as themselves), and how many of those a summary or a
+    /// placeholder in those items represents.
+    pub fn coverage(&self, len: usize) -> Coverage {
+        let items = self.view.get(..len.min(self.view.len())).unwrap_or_default();
+        let visible: Vec<u64> = items
+            .iter()
+            .filter_map(|it| match it.item {
+                Item::Message(seq) => Some(seq),
+                _ => None,
+            })
+            .collect();
+        let end = items.iter().map(|it| self.item_end(it)).max().unwrap_or(0);
+        let hidden = end - visible.len() as u64;
+        let mut represented = 0u64;
+        for it in items {
+            let (from, to) = match it.item {
+                Item::Message(_) => continue,
+                Item::Summary(i) => match self.summaries.prepared().get(i as usize) {
+                    Some(s) => (s.from, s.to),
+                    None => continue,
+                },
+                Item::Placeholder { from, to } => (from, to),
+            };
+            let shown = visible.partition_point(|&s| s < to) - visible.partition_point(|&s| s < from);
+            represented += (to - from) - shown as u64;
+        }
+        Coverage { hidden, represented: represented.min(hidden) }
     }
 
     /// The view changed other than by appending: bump the generation and rebuild it.
@@ -1255,10 +1440,96 @@ impl State {
             };
             items.push(ViewItem { seq, item: Item::Message(seq), tokens });
         }
+        if self.config().placeholders() {
+            items = self.with_placeholders(items);
+        }
         self.view_tokens = items.iter().map(|i| u64::from(i.tokens)).sum();
         self.view_summary_tokens =
             items.iter().filter(|i| matches!(i.item, Item::Summary(_))).map(|i| u64::from(i.tokens)).sum();
         items.shrink_to_fit();
         self.view = items;
+    }
+}
+
+/// The placeholder's composition and text ([`crate::placeholder`] re-exports them): here, in the
+/// state's file, so the state's estimate of a placeholder imports nothing that imports the state.
+pub(crate) mod placeholder {
+    use std::collections::BTreeMap;
+
+    use super::tools::Link;
+    use super::State;
+    use crate::message::{Message, Role};
+    use crate::view::thousands;
+
+    /// Tool names listed by name in a placeholder; the rest are counted.
+    pub const NAMED_TOOLS: usize = 6;
+
+    /// What a run of hidden messages `[from, to)` held.
+    #[derive(Debug, Default, Clone, PartialEq, Eq)]
+    pub struct Composition {
+        /// Tool calls made by the run's messages, by tool name.
+        pub calls: BTreeMap<String, u64>,
+        /// Messages of the run that make no call and carry no result (text of either side).
+        pub other: u64,
+    }
+
+    /// The composition of `[from, to)`, read from the state's tool index (no message bodies).
+    pub fn composition(state: &State, from: u64, to: u64) -> Composition {
+        let mut c = Composition::default();
+        for seq in from..to {
+            let mut linked = false;
+            for link in state.tool_links(seq) {
+                linked = true;
+                if let Link::Call(p) = link {
+                    let name = state.tool_name_of(&p);
+                    match c.calls.get_mut(name) {
+                        Some(n) => *n += 1,
+                        None => {
+                            c.calls.insert(name.to_owned(), 1);
+                        }
+                    }
+                }
+            }
+            if !linked && state.entry(seq).is_some() {
+                c.other += 1;
+            }
+        }
+        c
+    }
+
+    /// The placeholder's text for the hidden messages `[from, to)`, e.g.
+    /// `[ctxlog: 41 tool calls removed (seq 2–83): read_file ×41 — restore with ctxlog restore --seq N, N in 2–83]`.
+    pub fn text(state: &State, from: u64, to: u64) -> String {
+        let c = composition(state, from, to);
+        let calls: u64 = c.calls.values().sum();
+        let plural = |n: u64, one: &str, many: &str| format!("{} {}", thousands(n), if n == 1 { one } else { many });
+        let what = match (calls, c.other) {
+            (0, n) => plural(n, "message", "messages"),
+            (k, 0) => plural(k, "tool call", "tool calls"),
+            (k, n) => {
+                format!("{} and {}", plural(k, "tool call", "tool calls"), plural(n, "other message", "other messages"))
+            }
+        };
+        let last = to.saturating_sub(1);
+        let (range, restore) = if last <= from {
+            (format!("seq {from}"), format!("ctxlog restore --seq {from}"))
+        } else {
+            (format!("seq {from}–{last}"), format!("ctxlog restore --seq N, N in {from}–{last}"))
+        };
+        let mut names: Vec<(&String, &u64)> = c.calls.iter().collect();
+        // Most used first, then by name: a deterministic order.
+        names.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let mut listed: Vec<String> =
+            names.iter().take(NAMED_TOOLS).map(|(name, n)| format!("{name} ×{}", thousands(**n))).collect();
+        if names.len() > NAMED_TOOLS {
+            listed.push(format!("{} more tools", names.len() - NAMED_TOOLS));
+        }
+        let tools = if listed.is_empty() { String::new() } else { format!(": {}", listed.join(", ")) };
+        format!("[ctxlog: {what} removed ({range}){tools} — restore with {restore}]")
+    }
+
+    /// The user message a placeholder is in the view.
+    pub fn message(state: &State, from: u64, to: u64) -> Message {
+        Message::text(Role::User, text(state, from, to))
     }
 }

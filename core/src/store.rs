@@ -82,7 +82,7 @@ impl Record {
     pub fn from_stored(stream: StreamId, version: Version, bytes: Vec<u8>) -> Result<Record, StoreError> {
         match unseal_check(&bytes) {
             Ok(()) => Ok(Record(bytes)),
-            Err(detail) => Err(StoreError::Corrupt { stream, version, detail }),
+            Err(e) => Err(StoreError::Corrupt { stream, version, detail: e.to_string() }),
         }
     }
 
@@ -110,18 +110,70 @@ fn seal(mut body: Vec<u8>) -> Vec<u8> {
     body
 }
 
-fn unseal_check(bytes: &[u8]) -> Result<(), String> {
+/// Why sealed bytes (a record, a snapshot) do not hold their seal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SealError {
+    /// Fewer bytes than the checksum itself.
+    #[error("{len} bytes is shorter than the {CHECKSUM_LEN}-byte checksum")]
+    Short {
+        /// How many bytes there are.
+        len: usize,
+    },
+    /// The checksum does not match the bytes.
+    #[error("checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    Mismatch {
+        /// The checksum stored after the body.
+        stored: u32,
+        /// The checksum of the body.
+        computed: u32,
+    },
+}
+
+fn unseal_check(bytes: &[u8]) -> Result<(), SealError> {
     let Some(split) = bytes.len().checked_sub(CHECKSUM_LEN) else {
-        return Err(format!("{} bytes is shorter than the {CHECKSUM_LEN}-byte checksum", bytes.len()));
+        return Err(SealError::Short { len: bytes.len() });
     };
     let (body, tail) = bytes.split_at(split);
     let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-    let actual = crc32c::crc32c(body);
-    if stored == actual {
+    let computed = crc32c::crc32c(body);
+    if stored == computed {
         Ok(())
     } else {
-        Err(format!("checksum mismatch: stored {stored:#010x}, computed {actual:#010x}"))
+        Err(SealError::Mismatch { stored, computed })
     }
+}
+
+/// Why a snapshot could not be written or read. Only [`SnapshotError::Layout`] is expected
+/// (another build's cache); the others are damage or a bug.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// The seal does not hold.
+    #[error(transparent)]
+    Seal(#[from] SealError),
+    /// Fewer bytes than the layout number.
+    #[error("snapshot shorter than its header")]
+    Short,
+    /// Another build's state layout: a stale cache, not damage.
+    #[error("snapshot layout {found}, this build reads {reads}")]
+    Layout {
+        /// The layout the snapshot was written in.
+        found: u32,
+        /// The layout this build reads (`session::SNAPSHOT_LAYOUT`).
+        reads: u32,
+    },
+    /// The state does not encode or decode (bincode's message).
+    #[error("{0}")]
+    Payload(String),
+    /// The state is of another version than the snapshot says.
+    #[error("snapshot claims version {claimed} but holds state at version {held}")]
+    Version {
+        /// The snapshot's version.
+        claimed: Version,
+        /// The state's.
+        held: Version,
+    },
 }
 
 /// A record read back from a stream.
@@ -156,7 +208,7 @@ impl Snapshot {
     }
 
     /// The body if the seal holds.
-    pub fn body(&self) -> Result<&[u8], String> {
+    pub fn body(&self) -> Result<&[u8], SealError> {
         unseal_check(&self.bytes)?;
         Ok(self.bytes.get(..self.bytes.len() - CHECKSUM_LEN).unwrap_or_default())
     }
@@ -371,6 +423,22 @@ pub struct IntegrityReport {
 pub trait Store: Send + Sync {
     /// Appends `records` atomically after checking the head; returns the new head.
     fn append(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError>;
+    /// [`append`](Store::append) with its sync to stable storage left to the next `append` of
+    /// this store (any stream), which covers every write before it. When it returns `Ok` the
+    /// records are written, visible to every reader and survive a crash of this process (a
+    /// `kill -9`); only a crash of the machine before the next `append` may lose them. A host
+    /// uses it for a write whose loss matters only if a later, synced write lands (the proxy:
+    /// a request's messages, made durable by the call's commit before the client has its
+    /// answer). The default syncs: right for stores where one write's sync does not cover
+    /// another's (a file per stream) or that cannot tell the two apart.
+    fn append_unsynced(
+        &self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        records: &[Record],
+    ) -> Result<Version, StoreError> {
+        self.append(stream, expected, records)
+    }
     /// Reads up to `max` records starting at version `from` (1-based).
     fn read(&self, stream: StreamId, from: Version, max: usize) -> Result<Vec<StoredRecord>, StoreError>;
     /// The stream's head, `None` if it has no records.
@@ -437,6 +505,9 @@ macro_rules! forward_store {
         impl<S: Store + ?Sized> Store for $ty {
             fn append(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError> {
                 (**self).append(stream, expected, records)
+            }
+            fn append_unsynced(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError> {
+                (**self).append_unsynced(stream, expected, records)
             }
             fn read(&self, stream: StreamId, from: Version, max: usize) -> Result<Vec<StoredRecord>, StoreError> {
                 (**self).read(stream, from, max)

@@ -1,11 +1,13 @@
 //! Prepare: choosing the span to summarize, and the built-in deterministic extractive
 //! summarizer (the embedded default; an LLM summarizer is a host-side effect).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::config::{ratio_of, Config, SummarizerKind};
 use crate::event::{EditKind, SummaryPrepared};
 use crate::message::{Block, Content, Message};
+use crate::state::tools::Link;
 use crate::state::{Item, State};
 use crate::tokens::text_tokens;
 use crate::view::{summary_message, thousands};
@@ -73,7 +75,7 @@ fn current_summaries(state: &State, config: &Config) -> Vec<(u32, u64)> {
         .iter()
         .filter_map(|it| match it.item {
             Item::Summary(i) => Some((i, u64::from(it.tokens))),
-            Item::Message(_) => None,
+            _ => None,
         })
         .collect();
     state
@@ -90,10 +92,12 @@ fn current_summaries(state: &State, config: &Config) -> Vec<(u32, u64)> {
         .collect()
 }
 
-/// The oldest unprepared messages, cut at the start of a human turn (so whole turns and whole
-/// tool pairs go together), outside the protected recent window of the view and before the
-/// last human message, long enough to bring the view down to the target once flushed
-/// (counting what prepared summaries not yet flushed will already free).
+/// The oldest unprepared messages, cut at the start of a human turn or after a complete tool
+/// exchange (an assistant's calls with all their results, so no tool pair is split and a session
+/// of one instruction and thousands of tool calls is summarized as it goes), outside the
+/// protected recent window of the view and before the last human message (unless a flush keeps
+/// that one verbatim anyway, as it does the first), long enough to bring the view down to the
+/// target once flushed (counting what prepared summaries not yet flushed will already free).
 fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
     let metered = state.metered_tokens(state.view_tokens());
     if metered < config.prepare_tokens() {
@@ -108,26 +112,56 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
         .iter()
         .filter_map(|it| match it.item {
             Item::Message(seq) => Some(seq),
-            Item::Summary(_) => None,
+            _ => None,
         })
         .collect();
     let cut = live.len() - ratio_of(live.len() as u64, config.protected_recent_ratio) as usize;
     let recent = live.get(cut).copied().unwrap_or(count);
-    let boundary = recent.min(state.last_human()?);
-    let excess = metered.saturating_sub(config.target_tokens()).saturating_sub(pending_savings(state, config));
-    if excess == 0 {
+    let last_human = state.last_human()?;
+    // A flush would hide the last human message (the request being worked on) unless it is kept
+    // verbatim: only then may a span run past it.
+    let boundary = if state.kept_through_flush(last_human) { recent } else { recent.min(last_human) };
+    let pending = pending_savings(state, config);
+    let excess = metered.saturating_sub(config.target_tokens()).saturating_sub(pending);
+    // Spans end after any tool exchange, so a span could be two messages long: each summary
+    // costs its header and a flush (a prefix rewrite). A span frees at least half the gap
+    // between the soft threshold and the target, and a remainder smaller than that waits while
+    // a prepared span is pending.
+    let least = (config.prepare_tokens().saturating_sub(config.target_tokens()) / 2).max(1);
+    if excess == 0 || (pending > 0 && excess < least) {
         return None;
     }
+    let excess = excess.max(least);
     let mut acc = 0u64;
     let mut best = None;
+    // Tool pairs the span has opened and not closed yet: the latest result they wait for. A cut
+    // is whole when every call made inside the span is answered inside it.
+    let mut open_until = 0u64;
     for p in from..boundary {
+        let entry = state.entry(p)?;
         // Messages a flush keeps verbatim (system, pinned, first human) free nothing.
         if !state.kept_through_flush(p) {
-            acc += u64::from(state.entry(p)?.tokens);
+            acc += u64::from(entry.tokens);
+        }
+        for link in state.tool_links(p) {
+            match link {
+                Link::Call(pair) => match pair.result() {
+                    Some(r) => open_until = open_until.max(r),
+                    // An unanswered call: no span may end after it.
+                    None => open_until = u64::MAX,
+                },
+                // A result whose call is before the span: the span can never be whole (a
+                // log whose earlier span split a pair); the check below refuses it.
+                Link::Result(pair) if pair.call() < from => open_until = u64::MAX,
+                Link::Result(_) => {}
+            }
         }
         let cut = p + 1;
-        let starts_turn = state.entry(cut).is_some_and(|e| e.is_human());
-        if starts_turn && acc > 0 && state.span_pairs_ok(from, cut).is_ok() {
+        let next = state.entry(cut);
+        let starts_turn = next.is_some_and(|e| e.is_human());
+        // After a complete exchange: the message is a result and nothing opened is pending.
+        let ends_exchange = entry.is_tool_result() && open_until < cut && !next.is_some_and(|e| e.is_tool_result());
+        if (starts_turn || ends_exchange) && acc > 0 && open_until < cut {
             best = Some((cut, acc));
             if acc >= excess {
                 break;
@@ -135,6 +169,7 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
         }
     }
     let (to, span_tokens) = best?;
+    state.span_pairs_ok(from, to).ok()?;
     let edits = (from..to).filter_map(|s| Some((s, state.entry(s)?.edit.map(|e| e.kind)))).collect();
     Some(SummaryJob { from, to, edits, span_tokens, condense: Vec::new(), max_tokens: None })
 }
@@ -153,7 +188,12 @@ fn pending_savings(state: &State, config: &Config) -> u64 {
         .get(start..end)
         .unwrap_or_default()
         .iter()
-        .filter(|it| matches!(it.item, Item::Message(seq) if !state.kept_through_flush(seq)))
+        .filter(|it| match it.item {
+            Item::Message(seq) => !state.kept_through_flush(seq),
+            // A placeholder in the flushed range goes with the messages it stands for.
+            Item::Placeholder { .. } => true,
+            Item::Summary(_) => false,
+        })
         .map(|it| u64::from(it.tokens))
         .sum();
     let summaries: u64 = state
@@ -218,31 +258,52 @@ fn condense_job(state: &State, config: &Config, current: &[(u32, u64)], threshol
     })
 }
 
+/// Why a summary job no longer describes the state (recorded as the reason of a stale
+/// `SummaryFailed` or a discarded summary).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StaleJob {
+    /// The summaries a condense job named are no longer the oldest current ones.
+    #[error("the summaries to condense {condense:?} are no longer the oldest current ones {current:?}")]
+    Condensed {
+        /// What the job condenses.
+        condense: Vec<u32>,
+        /// The oldest current summaries now (as many as the job names).
+        current: Vec<u32>,
+    },
+    /// Another summary moved the compacted prefix past the job's start.
+    #[error("the span starts at {from} but compacted_prefix_messages is now {compacted}")]
+    Moved {
+        /// The job's first message.
+        from: u64,
+        /// `compacted_prefix_messages` now.
+        compacted: u64,
+    },
+    /// A message of the span was edited (or restored) since.
+    #[error("seq {0} was edited after the job was made")]
+    Edited(u64),
+}
+
 /// Whether a job still describes the state (same start, span not edited since; for a condense
 /// job, the same summaries are still the oldest current ones).
-pub fn still_valid(state: &State, job: &SummaryJob) -> Result<(), String> {
+pub fn still_valid(state: &State, job: &SummaryJob) -> Result<(), StaleJob> {
     if job.is_condense() {
         let current = state.summary_ledger().current();
         if !current.starts_with(&job.condense) {
-            return Err(format!(
-                "the summaries to condense {:?} are no longer the oldest current ones {:?}",
-                job.condense,
-                current.get(..job.condense.len().min(current.len())).unwrap_or_default()
-            ));
+            return Err(StaleJob::Condensed {
+                condense: job.condense.clone(),
+                current: current.get(..job.condense.len().min(current.len())).unwrap_or_default().to_vec(),
+            });
         }
         return Ok(());
     }
     if job.from != state.compacted() {
-        return Err(format!(
-            "the span starts at {} but compacted_prefix_messages is now {}",
-            job.from,
-            state.compacted()
-        ));
+        return Err(StaleJob::Moved { from: job.from, compacted: state.compacted() });
     }
     for (seq, kind) in &job.edits {
         let now = state.entry(*seq).and_then(|e| e.edit.map(|e| e.kind));
         if now != *kind {
-            return Err(format!("seq {seq} was edited after the job was made"));
+            return Err(StaleJob::Edited(*seq));
         }
     }
     Ok(())
@@ -272,29 +333,64 @@ fn content_text(c: &Option<Content>) -> String {
     }
 }
 
-fn describe(state: &State, seq: u64, m: &Message) -> String {
+/// What a tool result says, in one short phrase: its size, whether it is an error, its first line.
+fn outcome(body: &str, is_error: bool) -> String {
+    let err = if is_error { " (error)" } else { "" };
+    format!(
+        "{} chars{err}: {}",
+        thousands(body.chars().count() as u64),
+        one_line(body.lines().find(|l| !l.trim().is_empty()).unwrap_or(""), TOOL_CHARS)
+    )
+}
+
+/// The outcome of every call answered in `span`, by call id.
+fn outcomes(span: &[Arc<Message>]) -> BTreeMap<&str, String> {
+    let mut out = BTreeMap::new();
+    for m in span {
+        for b in m.blocks() {
+            if let Block::ToolResult { tool_use_id, content, is_error, .. } = b {
+                out.insert(tool_use_id.as_str(), outcome(&content_text(content), *is_error == Some(true)));
+            }
+        }
+        if let (crate::message::Role::Tool, Some(id)) = (m.role, m.tool_call_id.as_deref()) {
+            out.insert(id, outcome(&content_text(&m.content), false));
+        }
+    }
+    out
+}
+
+/// One line for a message. A call answered within the span is described with its outcome
+/// (`read_file {"path":"a.rs"} → 8,000 chars: …`), so a tool exchange takes one line and its
+/// result message none; `None` for a result message whose calls are all described so.
+fn describe(
+    state: &State,
+    seq: u64,
+    m: &Message,
+    answered: &BTreeMap<&str, String>,
+    called: &BTreeSet<&str>,
+) -> Option<String> {
     let role = m.role.as_str();
     let mut parts = Vec::new();
     let text = m.plain_text();
-    if !text.trim().is_empty() {
+    if !text.trim().is_empty() && m.role != crate::message::Role::Tool {
         let max = if m.is_human() { HUMAN_CHARS } else { ASSISTANT_CHARS };
         parts.push(one_line(&text, max));
     }
+    let call = |name: &str, input: &str, id: &str| match answered.get(id) {
+        Some(o) => format!("{name} {} → {o}", one_line(input, TOOL_CHARS)),
+        None => format!("called {name} {}", one_line(input, TOOL_CHARS)),
+    };
+    let mut results = 0usize;
     for b in m.blocks() {
         match b {
-            Block::ToolUse { name, input, .. } => {
-                parts.push(format!("called {name} {}", one_line(input.as_str(), TOOL_CHARS)))
-            }
+            Block::ToolUse { id, name, input, .. } => parts.push(call(name, input.as_str(), id)),
             Block::ToolResult { tool_use_id, content, is_error, .. } => {
-                let body = content_text(content);
-                let name = state.tool_name(tool_use_id);
-                let err = if *is_error == Some(true) { " (error)" } else { "" };
-                parts.push(format!(
-                    "{} returned {} chars{err}: {}",
-                    name.unwrap_or("tool"),
-                    thousands(body.chars().count() as u64),
-                    one_line(body.lines().next().unwrap_or(""), TOOL_CHARS)
-                ));
+                results += 1;
+                if called.contains(tool_use_id.as_str()) {
+                    continue;
+                }
+                let name = state.tool_name(tool_use_id).unwrap_or("tool");
+                parts.push(format!("{name} returned {}", outcome(&content_text(content), *is_error == Some(true))));
             }
             Block::Media { kind, .. } => parts.push(format!("[{}]", kind.as_str())),
             Block::ImageUrl { .. } => parts.push("[image]".into()),
@@ -302,21 +398,27 @@ fn describe(state: &State, seq: u64, m: &Message) -> String {
         }
     }
     for c in m.tool_calls.iter().flatten() {
-        parts.push(format!("called {} {}", c.name, one_line(&c.arguments, TOOL_CHARS)));
+        parts.push(call(&c.name, &c.arguments, &c.id));
     }
     if m.role == crate::message::Role::Tool {
-        let body = content_text(&m.content);
-        parts = vec![format!(
-            "returned {} chars: {}",
-            thousands(body.chars().count() as u64),
-            one_line(body.lines().next().unwrap_or(""), TOOL_CHARS)
-        )];
+        results += 1;
+        match m.tool_call_id.as_deref() {
+            Some(id) if called.contains(id) => {}
+            id => {
+                let name = id.and_then(|id| state.tool_name(id)).unwrap_or("tool");
+                parts.push(format!("{name} returned {}", outcome(&content_text(&m.content), false)));
+            }
+        }
     }
-    format!("- [{seq}] {role}: {}", parts.join(" | "))
+    if parts.is_empty() && results > 0 {
+        return None;
+    }
+    Some(format!("- [{seq}] {role}: {}", parts.join(" | ")))
 }
 
 /// The built-in extractive summary of `[from, to)`: one line per message with the beginning of
-/// what was said, the tools called and what they returned. Deterministic. `span` holds the
+/// what was said, and one per tool exchange (the tool, its arguments, what it returned or the
+/// error: the call's line carries its result's outcome). Deterministic. `span` holds the
 /// messages of the span as appended, in order (`Session::messages`: those out of the view or
 /// edited are read back from the log).
 pub fn extractive(state: &State, job: &SummaryJob, span: &[Arc<Message>]) -> String {
@@ -327,75 +429,148 @@ pub fn extractive(state: &State, job: &SummaryJob, span: &[Arc<Message>]) -> Str
         job.to - job.from,
         thousands(job.span_tokens)
     );
+    let answered = outcomes(span);
+    let called: BTreeSet<&str> =
+        span.iter().flat_map(|m| m.call_ids()).filter(|id| answered.contains_key(id)).collect();
     for (seq, m) in (job.from..job.to).zip(span) {
         if m.role.is_system() || m.is_pinned() || Some(seq) == state.first_human() {
             continue; // kept verbatim in the view anyway
         }
-        out.push('\n');
-        out.push_str(&describe(state, seq, m));
+        if let Some(line) = describe(state, seq, m, &answered, &called) {
+            out.push('\n');
+            out.push_str(&line);
+        }
     }
     out
 }
 
-/// The built-in condensed summary of earlier summaries: their human requests and the latest
-/// activity, newest first until `job.max_tokens` is reached (shown in order), so the result is
-/// bounded whatever it condenses, and a condensed summary condensed again keeps the most recent
-/// requests. Works on the summaries' own lines (`- [seq] role: …`), so it is a summary of
-/// summaries, not a re-read of the messages. Deterministic.
+/// What a line of a summary tells, for condensing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Tells {
+    /// The user's own words.
+    Request,
+    /// A tool exchange that failed.
+    Error,
+    /// A tool exchange (what was done and found).
+    Work,
+    /// Anything else the agent said.
+    Other,
+}
+
+/// A summary line (`- [seq] role: part | part`) as a condensed summary keeps it: the user's
+/// words as they were, tool work as its exchanges only (`- [seq] read_file {…} → 1,234 chars:
+/// first line`), shortened to [`CONDENSED_LINE_CHARS`].
+fn condensed_line(state: &State, line: &str) -> Option<(u64, Tells, String)> {
+    let (seq, rest) = line.strip_prefix("- [").and_then(|l| l.split_once(']'))?;
+    let seq = seq.parse::<u64>().ok()?;
+    if state.entry(seq).is_some_and(|e| e.is_human()) {
+        return Some((seq, Tells::Request, one_line(line, CONDENSED_LINE_CHARS)));
+    }
+    // A message's line names its role (`- [seq] assistant: …`); a line kept by an earlier
+    // condensing does not (`- [seq] read_file … → …`).
+    let rest = rest.trim_start();
+    let body = ["user: ", "assistant: ", "tool: ", "system: ", "developer: "]
+        .iter()
+        .find_map(|role| rest.strip_prefix(role))
+        .unwrap_or(rest);
+    let work: Vec<&str> = body.split(" | ").filter(|p| p.contains(" → ") || p.contains(" returned ")).collect();
+    if work.is_empty() {
+        return Some((seq, Tells::Other, one_line(line, CONDENSED_LINE_CHARS)));
+    }
+    let tells = if work.iter().any(|p| p.contains("(error)")) { Tells::Error } else { Tells::Work };
+    Some((seq, tells, one_line(&format!("- [{seq}] {}", work.join(" | ")), CONDENSED_LINE_CHARS)))
+}
+
+/// The built-in condensed summary of earlier summaries, bounded by `job.max_tokens` whatever it
+/// condenses: the user's requests (newest first), then failed tool exchanges (newest first),
+/// then the other tool work, taken from both ends (the oldest findings and the latest state),
+/// shown in log order, and the latest activity. Works on the summaries' own lines (`- [seq]
+/// role: …`), so it is a summary of summaries, not a re-read of the messages, and a condensed
+/// summary condensed again keeps the same kinds of lines. Deterministic.
 pub fn condense(state: &State, job: &SummaryJob) -> String {
     let max = job.max_tokens.map_or(usize::MAX, |m| m as usize);
     let covered = job.condense.iter().filter_map(|&i| state.summaries().get(i as usize));
     let messages: u64 = covered.clone().map(|s| s.to - s.from).sum();
     let header = format!(
-        "Condensed summary of messages {}–{} ({} messages in {} summaries; the user's requests, newest kept):",
+        "Condensed summary of messages {}–{} ({} messages in {} summaries; the user's requests, errors and tool work kept):",
         job.from,
         job.to.saturating_sub(1),
         thousands(messages),
         job.condense.len()
     );
-    let mut requests = Vec::new();
+    let mut lines: Vec<(u64, Tells, String)> = Vec::new();
     let mut latest = None;
     for line in covered.flat_map(|s| s.text.lines()) {
-        let Some((seq, _)) = line.strip_prefix("- [").and_then(|l| l.split_once(']')) else { continue };
-        let Ok(seq) = seq.parse::<u64>() else { continue };
-        let short = one_line(line, CONDENSED_LINE_CHARS);
-        if state.entry(seq).is_some_and(|e| e.is_human()) {
-            requests.push(short);
-        } else {
-            latest = Some(short);
+        if let Some(l) = line.strip_prefix("Latest: ") {
+            latest = Some(l.to_owned());
+            continue;
         }
+        let Some(entry) = condensed_line(state, line) else { continue };
+        if entry.1 != Tells::Request {
+            latest = Some(entry.2.trim_start_matches("- ").to_owned());
+        }
+        lines.push(entry);
     }
-    // Newest first within the limit (in characters: tokens are chars / 4).
+    // Which lines fit (in characters: tokens are chars / 4), by priority.
     let limit = max.saturating_mul(4);
     let mut used = header.chars().count();
-    let mut kept: Vec<String> = Vec::new();
-    if let Some(l) = latest {
-        if used + 1 + l.chars().count() <= limit {
-            used += 1 + l.chars().count();
-            kept.push(format!("Latest: {}", l.trim_start_matches("- ")));
+    if let Some(l) = &latest {
+        used += 1 + "Latest: ".len() + l.chars().count();
+    }
+    let mut keep = vec![false; lines.len()];
+    let take = |i: usize, until: usize, used: &mut usize, keep: &mut Vec<bool>| -> bool {
+        let n = 1 + lines.get(i).map_or(0, |l| l.2.chars().count());
+        if *used + n > until.min(limit) {
+            return false;
+        }
+        *used += n;
+        if let Some(k) = keep.get_mut(i) {
+            *k = true;
+        }
+        true
+    };
+    // Requests may fill half the room, errors a quarter more: tool work keeps the rest, so the
+    // session's findings are not crowded out by a long run of failures.
+    for (tells, until) in [(Tells::Request, limit / 2), (Tells::Error, limit / 4 * 3)] {
+        let idx: Vec<usize> = (0..lines.len()).rev().filter(|&i| lines.get(i).is_some_and(|l| l.1 == tells)).collect();
+        for i in idx {
+            if !take(i, until.max(used), &mut used, &mut keep) {
+                break;
+            }
         }
     }
-    let mut omitted = 0usize;
-    for r in requests.iter().rev() {
-        let n = 1 + r.chars().count();
-        if omitted == 0 && used + n <= limit {
-            used += n;
-            kept.push(r.clone());
+    // Tool work from both ends: what was found first, and where the work stands.
+    let work: Vec<usize> = (0..lines.len()).filter(|&i| lines.get(i).is_some_and(|l| l.1 == Tells::Work)).collect();
+    let (mut lo, mut hi) = (0usize, work.len());
+    let mut from_start = true;
+    while lo < hi {
+        let i = if from_start { work.get(lo).copied() } else { work.get(hi - 1).copied() };
+        let Some(i) = i else { break };
+        if !take(i, limit, &mut used, &mut keep) {
+            break;
+        }
+        if from_start {
+            lo += 1;
         } else {
-            omitted += 1;
+            hi -= 1;
         }
+        from_start = !from_start;
     }
-    kept.reverse();
+    let omitted = keep.iter().filter(|k| !**k).count();
     let mut out = header;
-    for l in kept {
+    for (line, _) in lines.iter().zip(&keep).filter(|(_, k)| **k) {
         out.push('\n');
-        out.push_str(&l);
+        out.push_str(&line.2);
     }
     if omitted > 0 {
-        let note = format!("\n({omitted} earlier requests omitted)");
+        let note = format!("\n({} earlier lines omitted)", thousands(omitted as u64));
         if out.chars().count() + note.chars().count() <= limit {
             out.push_str(&note);
         }
+    }
+    if let Some(l) = latest {
+        out.push_str("\nLatest: ");
+        out.push_str(&l);
     }
     if text_tokens(&out) as usize > max {
         out = out.chars().take(limit).collect();

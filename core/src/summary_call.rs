@@ -366,12 +366,14 @@ fn fork(
     }
     let is_system = |item: Item| match item {
         Item::Message(seq) => state.entry(seq).is_some_and(|e| e.is_system()),
-        Item::Summary(_) => false,
+        Item::Summary(_) | Item::Placeholder { .. } => false,
     };
     let in_span = |item: Item| match item {
         Item::Message(seq) if !job.is_condense() => (job.from..job.to).contains(&seq),
         Item::Summary(i) => job.condense.contains(&i),
-        Item::Message(_) => false,
+        // A placeholder for messages of the span goes with them.
+        Item::Placeholder { from, .. } if !job.is_condense() => (job.from..job.to).contains(&from),
+        Item::Message(_) | Item::Placeholder { .. } => false,
     };
     // Positions among the messages after the system prompt (how the scope names them).
     let after_system: Vec<Item> = cache.items().iter().map(|it| it.item).filter(|&i| !is_system(i)).collect();
@@ -411,8 +413,9 @@ fn fork(
             last.digest
         )));
     }
-    let opts = options(record, call, blobs).map_err(ForkRefusal::Unbuildable)?;
-    let view = ServedView { state, items: cache.items(), bytes: cache.bytes(), digest: &last.digest };
+    let opts = options(record, call, blobs).map_err(|e| ForkRefusal::Unbuildable(e.to_string()))?;
+    let view =
+        ServedView { state, items: cache.items(), bytes: cache.bytes(), cuts: cache.cuts(), digest: &last.digest };
     let served = request::render(&view, format, &opts, blobs);
     if let Some(id) = served.missing_blobs().first() {
         return Err(ForkRefusal::Unbuildable(format!("media blob {id} of the prefix is missing")));
@@ -424,21 +427,39 @@ fn fork(
     Ok((body, last.call))
 }
 
+/// Why a call's recorded tools cannot be sent again.
+#[derive(Debug, thiserror::Error)]
+enum RecordedTools {
+    #[error("the recorded tools (blob {0}) are missing")]
+    Missing(crate::store::BlobId),
+    #[error("the recorded tools (blob {0}) are not UTF-8")]
+    NotUtf8(crate::store::BlobId),
+    #[error("the recorded tools (blob {id}): {error}")]
+    Invalid { id: crate::store::BlobId, error: crate::request::RequestError },
+}
+
 /// The recorded fields as request options: model, the summary's `max_tokens`, the recorded
 /// tools verbatim, the recorded breakpoints.
-fn options(record: &RequestRecord, call: &SummaryCall, blobs: &dyn BlobSource) -> Result<RequestOptions, String> {
+fn options(
+    record: &RequestRecord,
+    call: &SummaryCall,
+    blobs: &dyn BlobSource,
+) -> Result<RequestOptions, RecordedTools> {
     let mut opts = RequestOptions::new();
     if let Some(m) = &record.model {
         opts = opts.model(m);
     }
     opts = opts.max_tokens(call.max_tokens);
     if let ToolsRecord::Blob { id, .. } = &record.tools {
-        let bytes = blobs.blob(id).ok_or_else(|| format!("the recorded tools (blob {id}) are missing"))?;
-        let json = String::from_utf8(bytes).map_err(|_| format!("the recorded tools (blob {id}) are not UTF-8"))?;
-        opts = opts.field("tools", &json).map_err(|e| format!("the recorded tools (blob {id}): {e}"))?;
+        let bytes = blobs.blob(id).ok_or_else(|| RecordedTools::Missing(id.clone()))?;
+        let json = String::from_utf8(bytes).map_err(|_| RecordedTools::NotUtf8(id.clone()))?;
+        opts = opts.field("tools", &json).map_err(|error| RecordedTools::Invalid { id: id.clone(), error })?;
     }
     if let Some(ttl) = record.breakpoints {
         opts = opts.cache_breakpoints(ttl);
+    }
+    if let Some(p) = &record.placement {
+        opts = opts.place_breakpoints(p.clone());
     }
     Ok(opts)
 }

@@ -79,11 +79,38 @@ fn stub_text(text: &str) -> String {
     format!("[User message compacted - original: \"{}{ellipsis}\"]", preview.trim())
 }
 
+/// A human message cut to its first `keep` characters of text (non-text blocks stay), saying so.
+fn truncate_human(m: &Message, keep: u32) -> Option<Content> {
+    let text = m.plain_text();
+    let total = text.chars().count();
+    if total <= keep as usize {
+        return m.content.clone();
+    }
+    let head: String = text.chars().take(keep as usize).collect();
+    let cut = format!(
+        "{head}…\n[ctxlog: this message was cut to its first {} of {} characters (~{} tokens) to fit the budget; \
+         the whole message is in the log: ctxlog restore]",
+        thousands(u64::from(keep)),
+        thousands(total as u64),
+        thousands(u64::from(text_tokens(&text)))
+    );
+    match &m.content {
+        Some(Content::Blocks(blocks)) => {
+            let mut out = vec![Block::Text { text: cut, extra: Vec::new() }];
+            out.extend(blocks.iter().filter(|b| !matches!(b, Block::Text { .. })).cloned());
+            Some(Content::Blocks(out))
+        }
+        _ => Some(Content::Text(cut)),
+    }
+}
+
 /// The message as an edit shows it. `Removed` returns the message unchanged (it is not shown).
 pub fn edited_message(m: &Message, kind: EditKind) -> Message {
     let mut out = m.clone();
     match kind {
         EditKind::Removed => {}
+        // Only an oversized first human message is truncated (the fold allows nothing else).
+        EditKind::Truncated { keep_chars } if m.is_human() => out.content = truncate_human(m, keep_chars),
         EditKind::Truncated { keep_chars } => {
             out.content = match &m.content {
                 Some(Content::Blocks(blocks)) => Some(Content::Blocks(
@@ -189,12 +216,44 @@ pub fn summary_message(state: &State, s: &SummaryPrepared) -> Message {
         return Message::text(Role::User, text);
     }
     let stubs = flush_stubs(state, s.from, s.to);
-    if !stubs.is_empty() {
-        text.push_str("\nElided from this span, restorable by seq:");
-        for seq in stubs {
+    if stubs.is_empty() {
+        return Message::text(Role::User, text);
+    }
+    text.push_str("\nElided from this span, restorable by seq:");
+    if state.info().is_some_and(|i| i.config.placeholders()) {
+        // View version 2: tool outputs in one line (a tool loop's span elides thousands), media
+        // one by one (their notes say what each image was).
+        let (media, outputs): (Vec<u64>, Vec<u64>) =
+            stubs.into_iter().partition(|&seq| state.media_note(seq).is_some());
+        if let (Some(first), Some(last)) = (outputs.first(), outputs.last()) {
+            let mut names: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+            let mut tokens = 0u64;
+            for &seq in &outputs {
+                for name in state.result_tool_names(seq) {
+                    *names.entry(name).or_default() += 1;
+                }
+                tokens += state.entry(seq).map_or(0, |e| u64::from(e.tokens));
+            }
+            let mut names: Vec<(&str, u64)> = names.into_iter().collect();
+            names.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            let listed: Vec<String> = names.iter().map(|(n, k)| format!("{n} ×{}", thousands(*k))).collect();
+            let range = if first == last { format!("seq {first}") } else { format!("seq {first}–{last}") };
+            text.push_str(&format!(
+                "\n- {} tool outputs ({range}: {}; ~{} tokens)",
+                thousands(outputs.len() as u64),
+                listed.join(", "),
+                thousands(tokens)
+            ));
+        }
+        for seq in media {
             text.push_str("\n- ");
             text.push_str(&describe_stub(state, seq));
         }
+        return Message::text(Role::User, text);
+    }
+    for seq in stubs {
+        text.push_str("\n- ");
+        text.push_str(&describe_stub(state, seq));
     }
     Message::text(Role::User, text)
 }
@@ -205,6 +264,7 @@ pub fn item_message(state: &State, item: Item) -> Option<Cow<'_, Message>> {
     match item {
         Item::Message(seq) => state.shown(seq).map(|m| Cow::Borrowed(m.as_ref())),
         Item::Summary(i) => state.summaries().get(i as usize).map(|s| Cow::Owned(summary_message(state, s))),
+        Item::Placeholder { from, to } => Some(Cow::Owned(crate::state::placeholder::message(state, from, to))),
     }
 }
 
@@ -232,6 +292,9 @@ pub struct ViewCache {
     generation: Option<u64>,
     items: Vec<ViewItem>,
     bytes: Vec<Arc<[u8]>>,
+    /// Where the items that carry a logged `cache_control` have it, by index (found once, when
+    /// the item is rendered: a request that places its own breakpoints cuts them out).
+    cuts: Vec<(usize, crate::breakpoints::Cuts)>,
     hasher: Sha256,
 }
 
@@ -273,6 +336,7 @@ impl ViewCache {
         if !grown {
             self.items.clear();
             self.bytes.clear();
+            self.cuts.clear();
             self.hasher = Sha256::new();
             self.generation = Some(state.generation());
         }
@@ -280,6 +344,9 @@ impl ViewCache {
         for it in view.iter().skip(start) {
             let bytes = render_item(state, it.item);
             self.hasher.update(&bytes);
+            if let Some(c) = crate::breakpoints::cuts(&bytes) {
+                self.cuts.push((self.items.len(), c));
+            }
             self.items.push(*it);
             self.bytes.push(bytes);
         }
@@ -301,6 +368,11 @@ impl ViewCache {
         &self.items
     }
 
+    /// The `cache_control` members of the rendered items, by index ([`crate::breakpoints::cuts`]).
+    pub fn cuts(&self) -> &[(usize, crate::breakpoints::Cuts)] {
+        &self.cuts
+    }
+
     /// Bytes of the rendered view (media as references).
     pub fn view_bytes(&self) -> usize {
         self.bytes.iter().map(|b| b.len()).sum()
@@ -313,6 +385,7 @@ impl ViewCache {
         self.bytes.iter().map(|b| b.len() + arcs).sum::<usize>()
             + self.bytes.capacity() * std::mem::size_of::<Arc<[u8]>>()
             + self.items.capacity() * std::mem::size_of::<ViewItem>()
+            + self.cuts.iter().map(|(_, c)| 24 + 8 * c.len()).sum::<usize>()
     }
 }
 

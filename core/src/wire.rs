@@ -136,11 +136,11 @@ pub(crate) fn take_meta(obj: &mut Obj<'_>) -> Result<Meta, WireError> {
     let pinned = obj.remove("pinned").map(|raw| boolean(raw, "pinned")).transpose()?;
     let timestamp = obj.remove("timestamp").map(|raw| RawJson(raw.get().to_owned()));
     if let Some(ts) = &timestamp {
-        parse_timestamp_ms(ts).map_err(|m| err("timestamp", m))?;
+        parse_timestamp_ms(ts).map_err(|m| err("timestamp", m.to_string()))?;
     }
     let usage = obj.remove("usage").map(|raw| RawJson(raw.get().to_owned()));
     if let Some(u) = &usage {
-        usage_input_tokens(u).map_err(|m| err("usage", m))?;
+        usage_input_tokens(u).map_err(|m| err("usage", m.to_string()))?;
     }
     Ok(Meta { timestamp, pinned, usage })
 }
@@ -274,29 +274,32 @@ fn parse_tool_calls(raw: &RawValue, path: &str) -> Result<Vec<ToolCall>, WireErr
 
 /// Milliseconds since the Unix epoch of a `timestamp` field: unix seconds (number) or an
 /// RFC 3339 string.
-pub fn parse_timestamp_ms(ts: &RawJson) -> Result<u64, String> {
-    let v: serde_json::Value = serde_json::from_str(ts.as_str()).map_err(|e| e.to_string())?;
+pub fn parse_timestamp_ms(ts: &RawJson) -> Result<u64, crate::time::TimestampError> {
+    use crate::time::TimestampError;
+    let v: serde_json::Value = serde_json::from_str(ts.as_str()).map_err(|e| TimestampError::Json(e.to_string()))?;
     match v {
         serde_json::Value::Number(n) => match n.as_f64() {
             Some(secs) if (0.0..1e11).contains(&secs) => Ok((secs * 1000.0).round() as u64),
-            _ => Err(format!("timestamp {n} is not a plausible number of unix seconds")),
+            _ => Err(TimestampError::Seconds(n.to_string())),
         },
         serde_json::Value::String(s) => crate::time::parse_rfc3339_ms(&s),
-        other => Err(format!("expected an RFC 3339 string or unix seconds, found {other}")),
+        other => Err(TimestampError::NotATimestamp(other.to_string())),
     }
 }
 
 /// The provider's [`Usage`] recorded on a transcript line (`usage`, in any of the shapes
 /// [`Usage::from_json`] reads); `None` when it carries no prompt count.
-pub fn usage_of(usage: &RawJson) -> Result<Option<Usage>, String> {
-    let v: serde_json::Value = serde_json::from_str(usage.as_str()).map_err(|e| e.to_string())?;
-    Usage::from_json(&v).map_err(|e| e.to_string())
+pub fn usage_of(usage: &RawJson) -> Result<Option<Usage>, crate::usage::UsageError> {
+    // Raw JSON of a parsed message always parses; a caller's own RawJson may not.
+    let v: serde_json::Value = serde_json::from_str(usage.as_str())
+        .map_err(|e| crate::usage::UsageError { field: String::new(), message: e.to_string() })?;
+    Usage::from_json(&v)
 }
 
 /// Provider-reported prompt tokens of a `usage` object: its [`Usage::prompt_total`], so
 /// Anthropic's cache reads and writes count (its `input_tokens` excludes them) and OpenAI's
 /// cached tokens are not counted twice.
-pub fn usage_input_tokens(usage: &RawJson) -> Result<Option<u64>, String> {
+pub fn usage_input_tokens(usage: &RawJson) -> Result<Option<u64>, crate::usage::UsageError> {
     Ok(usage_of(usage)?.map(|u| u.prompt_total()))
 }
 

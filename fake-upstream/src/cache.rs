@@ -3,7 +3,8 @@
 //! **Anthropic** caches only what a request marks: a `cache_control` breakpoint (on a tool, a
 //! system block or a message content block) caches the prefix `tools → system → messages` up
 //! to and including that block, when that prefix is at least the model's minimum cacheable
-//! length (1,024 tokens; 2,048 for a `haiku` model), for its `ttl` (`5m` default, or `1h`),
+//! length (1,024 tokens; 2,048 for Sonnet 4.6 and the Haiku 3 models; 4,096 for Haiku 4.5 and
+//! Opus 4.5/4.6), for its `ttl` (`5m` default, or `1h`),
 //! refreshed on every hit. A later request reads the longest cached prefix that ends at one of
 //! its breakpoints or at one of the 20 blocks before a breakpoint; what lies between that and
 //! its last cacheable breakpoint is written (`cache_creation_input_tokens`); the rest is
@@ -102,7 +103,8 @@ fn anthropic_blocks(key: &[u8], body: &Value) -> Vec<Block> {
                 push(&mut h, b, "\0system\0", ttl_of(b));
             }
         }
-        Some(s @ Value::String(_)) => push(&mut h, s, "\0system\0", None),
+        // A string is the documented shorthand of one text block: the same prompt, cached alike.
+        Some(Value::String(s)) => push(&mut h, &serde_json::json!({"type": "text", "text": s}), "\0system\0", None),
         _ => {}
     }
     if let Some(Value::Array(messages)) = body.get("messages") {
@@ -115,6 +117,9 @@ fn anthropic_blocks(key: &[u8], body: &Value) -> Vec<Block> {
                         push(&mut h, b, &tag, ttl_of(b));
                     }
                 }
+                Some(Value::String(s)) => {
+                    push(&mut h, &serde_json::json!({"type": "text", "text": s}), &format!("\0{role}\0"), None)
+                }
                 Some(c) => push(&mut h, c, &format!("\0{role}\0"), None),
                 None => {}
             }
@@ -123,9 +128,12 @@ fn anthropic_blocks(key: &[u8], body: &Value) -> Vec<Block> {
     out
 }
 
-/// The model's minimum cacheable prompt length.
+/// The model's minimum cacheable prompt length, as Anthropic's prompt-caching page lists it.
 fn anthropic_min(model: &str) -> u64 {
-    if model.contains("haiku") {
+    let newer = |family: &str, versions: &[&str]| versions.iter().any(|v| model.contains(&format!("{family}-{v}")));
+    if newer("haiku", &["4"]) || newer("opus", &["4-5", "4-6"]) {
+        4096
+    } else if model.contains("haiku") || newer("sonnet", &["4-6"]) {
         2048
     } else {
         1024
@@ -244,6 +252,22 @@ mod tests {
         assert!(c.anthropic(b"k", &l, 2000, t1).written > 0);
         assert!(c.anthropic(b"k", &l, 2000, t1 + Duration::from_secs(3000)).read > 0);
         assert_eq!(c.anthropic(b"k", &l, 2000, t1 + Duration::from_secs(3000 + 3601)).read, 0);
+    }
+
+    #[test]
+    fn minimum_lengths_follow_the_model() {
+        for (model, min) in [
+            ("claude-sonnet-4-5-20250929", 1024),
+            ("claude-opus-4-1", 1024),
+            ("claude-3-7-sonnet-latest", 1024),
+            ("claude-sonnet-4-6", 2048),
+            ("claude-3-5-haiku-latest", 2048),
+            ("claude-haiku-4-5", 4096),
+            ("claude-opus-4-5-20251101", 4096),
+            ("claude-opus-4-6", 4096),
+        ] {
+            assert_eq!(anthropic_min(model), min, "{model}");
+        }
     }
 
     #[test]

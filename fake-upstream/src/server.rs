@@ -256,6 +256,10 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
         Api::Anthropic => anthropic::error(status, msg),
         Api::OpenAi | Api::Responses => openai::error(status, msg),
     };
+    if parts.method == hyper::Method::POST && path.split('?').next() == Some("/v1/messages/count_tokens") {
+        let (status, b) = count_tokens(&shared, &body);
+        return Ok(respond(tracker, status, vec![b], End::Finish, false, Api::Anthropic, None, None));
+    }
     let Some(api) = api else {
         let msg = format!("Invalid URL ({} {path})", parts.method);
         return Ok(respond(tracker, 404, vec![error(404, &msg)], End::Finish, false, shape, None, None));
@@ -449,6 +453,37 @@ fn serve_responses(
         _ => end = late_end(&fault),
     }
     respond(tracker, 200, chunks, end, streaming, api, None, full_len)
+}
+
+/// Fields Anthropic's `POST /v1/messages/count_tokens` accepts (any other is a 400, as
+/// `max_tokens` or `stream` are there).
+const COUNT_TOKENS_FIELDS: [&str; 7] =
+    ["model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"];
+
+/// `count_tokens`: `{"input_tokens": N}` with N the fake's count of the body (⌈bytes/4⌉), after
+/// the checks a Messages request of the same content passes (tool pairs, breakpoints, …).
+fn count_tokens(shared: &Shared, body: &[u8]) -> (u16, Bytes) {
+    let parsed: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(v @ serde_json::Value::Object(_)) => v,
+        _ => return (400, anthropic::error(400, "body: expected a JSON object")),
+    };
+    if let Some(extra) = parsed.as_object().and_then(|o| o.keys().find(|k| !COUNT_TOKENS_FIELDS.contains(&k.as_str())))
+    {
+        return (400, anthropic::error(400, &format!("{extra}: Extra inputs are not permitted")));
+    }
+    for field in ["model", "messages"] {
+        if parsed.get(field).is_none() {
+            return (400, anthropic::error(400, &format!("{field}: Field required")));
+        }
+    }
+    let tokens = (body.len() as u64).div_ceil(4);
+    // The Messages checks, but for `max_tokens`, which count_tokens does not take.
+    let mut as_request = parsed;
+    as_request["max_tokens"] = 1.into();
+    if let Err(Rejection { status, message, .. }) = lock(&shared.strict).anthropic(&as_request, tokens) {
+        return (status, anthropic::error(status, &message));
+    }
+    (200, Bytes::from(format!("{{\"input_tokens\":{tokens}}}")))
 }
 
 /// The usage by the providers' caching rules; remembers what this request caches.

@@ -41,8 +41,7 @@ impl AnthropicClient {
             ("content-type", "application/json"),
         ];
         let answer = self.http.post_json(&self.url, &headers, body)?;
-        let text =
-            text_of(&answer).map_err(|detail| LlmError::InvalidJson { source_name: self.url.clone(), detail })?;
+        let text = text_of(&answer, &self.url)?;
         if text.trim().is_empty() {
             return Err(LlmError::Empty { source_name: self.url.clone() });
         }
@@ -59,11 +58,12 @@ impl AnthropicClient {
 
 /// The concatenated `text` of the `content` blocks of type `text` (others, e.g. `thinking`,
 /// are skipped).
-fn text_of(answer: &Value) -> Result<String, String> {
+fn text_of(answer: &Value, url: &str) -> Result<String, LlmError> {
+    let bad = |detail: String| LlmError::InvalidJson { source_name: url.to_owned(), detail };
     let blocks = match answer.get("content") {
         Some(Value::Array(blocks)) => blocks,
-        Some(_) => return Err("field `content`: expected an array".to_owned()),
-        None => return Err("field `content`: missing".to_owned()),
+        Some(_) => return Err(bad("field `content`: expected an array".to_owned())),
+        None => return Err(bad("field `content`: missing".to_owned())),
     };
     let mut text = String::new();
     for (i, block) in blocks.iter().enumerate() {
@@ -72,7 +72,7 @@ fn text_of(answer: &Value) -> Result<String, String> {
         }
         match block.get("text") {
             Some(Value::String(t)) => text.push_str(t),
-            _ => return Err(format!("field `content[{i}].text`: expected a string")),
+            _ => return Err(bad(format!("field `content[{i}].text`: expected a string"))),
         }
     }
     Ok(text)

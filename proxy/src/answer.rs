@@ -9,6 +9,18 @@
 
 use serde_json::{json, Map, Value};
 
+/// The response id and output items of an answer (the `{"id","output"}` the scan keeps).
+pub(crate) fn answer_parts(answer: &str) -> Option<(String, Vec<String>)> {
+    #[derive(serde::Deserialize)]
+    struct Answer<'a> {
+        id: String,
+        #[serde(borrow)]
+        output: Vec<&'a serde_json::value::RawValue>,
+    }
+    let a: Answer<'_> = serde_json::from_str(answer).ok()?;
+    Some((a.id, a.output.into_iter().map(|r| r.get().to_owned()).collect()))
+}
+
 /// A message being assembled from stream events.
 #[derive(Default)]
 pub(crate) struct Answer {

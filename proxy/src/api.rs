@@ -16,9 +16,9 @@ use tokio::sync::oneshot;
 use crate::body::{ClientBody, Keys};
 use crate::identity::{digest, session_of, system_message};
 use crate::reply::{error, full, Body, Shape};
-use crate::server::{Proxy, Ticket};
 use crate::sessions::{prepare, Held, Item, PrepareError};
-use crate::tee::{json_outcome, Outcome, Scan, Tee};
+use crate::shared::{Proxy, Ticket};
+use crate::tee::{json_outcome, Incomplete, NotRecorded, Outcome, Scan, Tee};
 
 /// Serves one call of `format`. The body is already read (and within the limit).
 pub(crate) async fn call(
@@ -85,6 +85,7 @@ pub(crate) async fn call(
             (at..at + raw.len(), digest(raw))
         })
         .collect();
+    let asked = Arc::new(crate::breakpoints::Asked::of(&body, format, proxy.cfg.cache_breakpoints));
     // `previous_response_id`: the provider holds the history; the call joins its chain.
     let previous = if responses { crate::responses::previous_of(&body) } else { None };
     let tenant = crate::identity::key_hash(&parts.headers);
@@ -95,7 +96,7 @@ pub(crate) async fn call(
             let named = parts.headers.contains_key(crate::SESSION_HEADER);
             let after =
                 body.messages.first().filter(|_| !named).and_then(|m| proxy.aliases.resolve(&tenant, m.as_bytes()));
-            (after.unwrap_or_else(|| session_of(&parts.headers, format, &body)), Vec::new())
+            (after.unwrap_or_else(|| session_of(&parts.headers, format, &body, &proxy.sessions.derived)), Vec::new())
         }
     };
     let held_chain = previous.is_some();
@@ -103,6 +104,16 @@ pub(crate) async fn call(
     let leading = body.messages.get(..body.messages.len().min(LEADING)).unwrap_or_default();
     let answered = proxy.aliases.answered(&tenant, base, leading);
     let earlier = Arc::new(earlier);
+    let model = opts.model_name();
+    // The output the request reserves (OpenAI's newer name included).
+    let max_tokens = body
+        .fields
+        .iter()
+        .find(|(k, _)| matches!(*k, "max_tokens" | "max_completion_tokens" | "max_output_tokens"))
+        .and_then(|(_, v)| v.get().parse().ok());
+    // The header's bytes as text (a header value is visible ASCII in practice; anything else
+    // is kept readable rather than refused: the id already depends on the exact bytes).
+    let name = parts.headers.get(crate::SESSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let sse = body.streams();
     // Shutdown waits for this call, through its commit and summaries.
     let ticket = Ticket::new(&proxy);
@@ -121,7 +132,7 @@ pub(crate) async fn call(
             return unavailable("the session is busy with another call past --session-wait; retry");
         };
         let store = Arc::clone(&proxy.store);
-        let config = proxy.cfg.engine.clone();
+        let config = proxy.cfg.engine_for(model.as_deref(), max_tokens);
         let raw = bytes.clone();
         let Some((span_list, o)) = pending.take() else {
             return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: lost the request");
@@ -129,8 +140,11 @@ pub(crate) async fn call(
         let system = system.clone();
         let earlier = Arc::clone(&earlier);
         let original = original.clone();
+        let asked = Arc::clone(&asked);
+        let name = name.clone();
         let step = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
+            guard.name = name;
             let lease = match store.try_lease(base) {
                 Ok(Some(lease)) => lease,
                 Ok(None) => return Step::LeaseTaken(span_list, o),
@@ -153,20 +167,25 @@ pub(crate) async fn call(
                     &config,
                     &earlier,
                     &items,
+                    &o,
                     ctxlog_now(),
                     body,
                 )
             } else {
-                prepare(&mut guard, &store, base, format, &config, &items, &o, ctxlog_now(), answered)
+                prepare(&mut guard, &store, base, format, &config, &items, &o, &asked, ctxlog_now(), answered)
             };
             match prepared {
-                Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p), o),
+                Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p)),
                 Err(e) => Step::Failed(e),
             }
         })
         .await;
         match step {
-            Ok(Step::Ready(held, prepared, o)) => break (held, *prepared, o),
+            Ok(Step::Ready(held, prepared)) => {
+                let mut prepared = *prepared;
+                let opts = std::mem::take(&mut prepared.opts);
+                break (held, prepared, opts);
+            }
             Ok(Step::LeaseTaken(sp, o)) => {
                 // Another proxy holds the session: wait for it, bounded, without a busy loop.
                 proxy.metrics.lease_waits.fetch_add(1, Relaxed);
@@ -196,15 +215,17 @@ pub(crate) async fn call(
     if prepared.compaction {
         proxy.metrics.compactions.fetch_add(1, Relaxed);
     }
-    if prepared.diverged {
-        proxy.metrics.diverged.fetch_add(1, Relaxed);
+    if prepared.branched {
+        proxy.metrics.branched.fetch_add(1, Relaxed);
     }
     if prepared.caught_up {
         proxy.metrics.catch_ups.fetch_add(1, Relaxed);
     }
     let stream = prepared.stream;
     let call_no = prepared.plan.call();
-    let told = crate::headers::what_was_done(&prepared.plan);
+    let mut told = crate::headers::what_was_done(&prepared.plan);
+    told.extend(crate::headers::branch(prepared.fork));
+    let prepared_breakpoints = prepared.breakpoints.clone();
     let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
     if let Some(h) = up.headers_mut() {
         *h = crate::headers::request(&parts.headers, true);
@@ -239,6 +260,9 @@ pub(crate) async fn call(
     }
     headers.insert(crate::headers::call_header(), http::HeaderValue::from(call_no));
     headers.extend(told);
+    if let Some(v) = prepared_breakpoints {
+        headers.insert(http::HeaderName::from_static(crate::BREAKPOINTS_HEADER), v);
+    }
     let reply = |status, headers, body: Body| {
         let mut out = Response::builder().status(status);
         if let Some(h) = out.headers_mut() {
@@ -269,7 +293,7 @@ pub(crate) async fn call(
             tee = tee.without_usage_chunk();
         }
         tokio::spawn(async move {
-            let outcome = rx.await.unwrap_or(Outcome::Failed("the answer was dropped".into()));
+            let outcome = rx.await.unwrap_or(Outcome::Failed(Incomplete::Dropped));
             call.settle(outcome, |r| {
                 let _ = committed_tx.send(r);
             })
@@ -340,7 +364,7 @@ fn with_usage(body: &ClientBody<'_>) -> String {
 
 /// One prepare attempt's result, carried out of the blocking task.
 enum Step {
-    Ready(Held, Box<crate::sessions::Prepared>, RequestOptions),
+    Ready(Held, Box<crate::sessions::Prepared>),
     LeaseTaken(Vec<(std::ops::Range<usize>, u128)>, RequestOptions),
     Failed(PrepareError),
 }
@@ -363,14 +387,14 @@ impl Call {
     /// Commits the call when its answer completed (else drops the plan), tells `told` whether
     /// the log has it — the client's final event or status waits for that — then runs the
     /// session's summary jobs before releasing the slot and the lease.
-    async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), String>)) {
+    async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), NotRecorded>)) {
         let Call { proxy, held, plan, opts, format, chain, tenant, _ticket } = self;
         let (usage, answer) = match outcome {
             Outcome::Complete(usage, answer) => (usage, answer),
             Outcome::Failed(why) => {
                 proxy.metrics.aborted.fetch_add(1, Relaxed);
                 tracing::warn!(%why, "call aborted: only its appended messages stay in the log");
-                told(Err(why));
+                told(Err(why.into()));
                 return;
             }
         };
@@ -379,7 +403,7 @@ impl Call {
         }
         // A Responses answer may be continued by `previous_response_id`: its chain is kept.
         let response = match format {
-            WireFormat::OpenAiResponses => answer.as_deref().and_then(crate::responses::answer_parts),
+            WireFormat::OpenAiResponses => answer.as_deref().and_then(crate::answer::answer_parts),
             _ => None,
         };
         let compactions = answer.as_deref().map(|a| crate::compaction::in_answer(format, a)).unwrap_or_default();
@@ -411,25 +435,25 @@ impl Call {
                 tracing::error!(error = %e, "commit failed: the client gets an error instead of the answer's end");
                 // The write may or may not have landed: the next call reopens from the store.
                 held.reset();
-                told(Err(e.to_string()));
+                told(Err(NotRecorded::Commit(e.to_string())));
             }
             Err(_) => {
                 proxy.metrics.failed_commits.fetch_add(1, Relaxed);
                 tracing::error!("commit task failed");
-                told(Err("the commit task failed".into()));
+                told(Err(NotRecorded::CommitTask));
             }
         }
     }
 }
 
 /// Reads a whole JSON answer, each chunk within `idle` of the one before.
-async fn read_answer(mut body: Incoming, idle: std::time::Duration) -> Result<Bytes, String> {
+async fn read_answer(mut body: Incoming, idle: std::time::Duration) -> Result<Bytes, Incomplete> {
     let mut buf = bytes::BytesMut::new();
     loop {
         match tokio::time::timeout(idle, body.frame()).await {
-            Err(_) => return Err("upstream went quiet past the timeout".into()),
+            Err(_) => return Err(Incomplete::Quiet),
             Ok(None) => return Ok(buf.freeze()),
-            Ok(Some(Err(e))) => return Err(format!("upstream body: {e}")),
+            Ok(Some(Err(e))) => return Err(Incomplete::Upstream(e.to_string())),
             Ok(Some(Ok(frame))) => {
                 if let Ok(d) = frame.into_data() {
                     buf.extend_from_slice(&d);
@@ -443,11 +467,16 @@ fn ctxlog_now() -> ctxlog::Timestamp {
     ctxlog::Timestamp::from_system_time(std::time::SystemTime::now())
 }
 
+/// A request body that could not be read (the connection's error).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct ReadError(Box<dyn std::error::Error + Send + Sync>);
+
 /// Reads a request body up to `limit` bytes; `None` when it is larger.
-pub(crate) async fn read_limited(body: Incoming, limit: usize) -> Result<Option<Bytes>, String> {
+pub(crate) async fn read_limited(body: Incoming, limit: usize) -> Result<Option<Bytes>, ReadError> {
     match http_body_util::Limited::new(body, limit).collect().await {
         Ok(c) => Ok(Some(c.to_bytes())),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(ReadError(e)),
     }
 }

@@ -19,7 +19,7 @@ use ctxlog::{Message, Session, StreamId, WireFormat};
 use serde_json::Value;
 
 use crate::identity::digest;
-use crate::sessions::{Item, PrepareError, Store};
+use crate::item::{Item, PrepareError, Store};
 
 /// The payload of a provider compaction in one raw message or item (`encrypted_content` of a
 /// Responses item, `content` of an Anthropic block); a cheap byte test first.
@@ -90,7 +90,7 @@ impl Aliases {
 /// output items).
 pub(crate) fn in_answer(format: WireFormat, answer: &str) -> Vec<String> {
     match format {
-        WireFormat::OpenAiResponses => crate::responses::answer_parts(answer)
+        WireFormat::OpenAiResponses => crate::answer::answer_parts(answer)
             .map(|(_, items)| items.iter().filter_map(|i| payload(i.as_bytes())).collect())
             .unwrap_or_default(),
         _ => payload(answer.as_bytes()).into_iter().collect(),

@@ -66,6 +66,19 @@ pub(crate) fn call_header() -> HeaderName {
     HeaderName::from_static(crate::CALL_HEADER)
 }
 
+/// Where the call's stream forked, when it is a branch: `x-ctxlog-branch-of` (the parent
+/// stream) and `x-ctxlog-fork-at` (the messages they share).
+pub(crate) fn branch(fork: Option<crate::history::Fork>) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    if let Some(f) = fork {
+        if let Ok(v) = header::HeaderValue::from_str(&f.parent.to_string()) {
+            h.insert(HeaderName::from_static(crate::BRANCH_OF_HEADER), v);
+        }
+        h.insert(HeaderName::from_static(crate::FORK_AT_HEADER), header::HeaderValue::from(f.at));
+    }
+    h
+}
+
 /// What ctxlog did to a call's request, for its client: `x-ctxlog-view-messages` and
 /// `x-ctxlog-view-tokens` (what was sent), `x-ctxlog-edits` (ladder edits made by this call) and
 /// `x-ctxlog-flushed` (1 when this call switched the view to prepared summaries).

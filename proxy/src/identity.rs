@@ -4,6 +4,9 @@
 //! key itself is never stored or logged. Two tenants (keys) never share a session, even with
 //! the same `x-ctxlog-session` header or the same prompt.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use ctxlog::{StreamId, WireFormat};
 use http::HeaderMap;
 use serde_json::value::RawValue;
@@ -72,29 +75,74 @@ fn format_tag(format: WireFormat) -> &'static [u8] {
     }
 }
 
-/// The session of a request: from `x-ctxlog-session` when given, else from the system prompt
-/// and the leading messages up to the first user message; always under the key's hash.
-pub(crate) fn session_of(headers: &HeaderMap, format: WireFormat, body: &ClientBody<'_>) -> StreamId {
+/// Derived lineage ids by the raw digest of what they are derived from, so a client that
+/// keeps its spelling costs one xxh3 of its leading messages, not their canonical form.
+#[derive(Default)]
+pub(crate) struct Derived {
+    known: Mutex<HashMap<u128, StreamId>>,
+}
+
+/// Entries [`Derived`] keeps before it starts again (an id is cheap to derive again).
+const DERIVED_KEPT: usize = 16_384;
+
+/// The lineage of a request: from `x-ctxlog-session` when given, else from the system prompt
+/// and the leading messages up to the first user message in canonical form (a client that
+/// re-serializes its history keeps its lineage); always under the key's hash.
+pub(crate) fn session_of(headers: &HeaderMap, format: WireFormat, body: &ClientBody<'_>, ids: &Derived) -> StreamId {
     let key = key_hash(headers);
     if let Some(name) = headers.get(crate::SESSION_HEADER) {
         return id_of(&[b"named", &key, format_tag(format), name.as_bytes()]);
     }
-    let mut parts: Vec<&[u8]> = vec![b"derived", &key, format_tag(format)];
+    let mut leading: Vec<std::borrow::Cow<'_, str>> = Vec::new();
     if let Some(system) = body.system {
-        parts.push(system.get().as_bytes());
+        leading.push(system_message(system).into());
     }
     for m in &body.messages {
-        parts.push(m.as_bytes());
+        leading.push((*m).into());
         if role_of(m).as_deref() == Some("user") {
             break;
         }
     }
-    id_of(&parts)
+    let mut raw = xxhash_rust::xxh3::Xxh3::new();
+    raw.update(&key);
+    raw.update(format_tag(format));
+    for l in &leading {
+        raw.update(&(l.len() as u64).to_le_bytes());
+        raw.update(l.as_bytes());
+    }
+    let raw = raw.digest128();
+    let mut known = ids.known.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(id) = known.get(&raw) {
+        return *id;
+    }
+    // A message that does not parse is refused later; its bytes stand for it meanwhile.
+    let forms: Vec<[u8; 16]> = leading
+        .iter()
+        .map(|l| {
+            ctxlog::wire::parse_in(l, format).map_or_else(|_| digest(l.as_bytes()), |m| crate::canonical::digest(&m))
+        })
+        .map(u128::to_le_bytes)
+        .collect();
+    let mut parts: Vec<&[u8]> = vec![b"derived v2", &key, format_tag(format)];
+    parts.extend(forms.iter().map(|f| &f[..]));
+    let id = id_of(&parts);
+    if known.len() >= DERIVED_KEPT {
+        known.clear();
+    }
+    known.insert(raw, id);
+    id
 }
 
-/// The session that continues `old` after its history diverged.
-pub(crate) fn successor_of(old: StreamId) -> StreamId {
-    id_of(&[b"successor", old.0.as_bytes()])
+/// The branch of `parent` forked after its first `at` messages whose first own message has
+/// the canonical digest `first` (`None`: a branch whose history ends at the fork point, for a
+/// client that took messages back and asks again). Derived, never random, so every proxy
+/// sharing the store finds the same branch for the same history; the canonical form is
+/// therefore part of the log format ("canonical form v1").
+pub(crate) fn branch_of(parent: StreamId, at: u64, first: Option<u128>) -> StreamId {
+    match first {
+        Some(d) => id_of(&[b"branch v1", parent.0.as_bytes(), &at.to_le_bytes(), &d.to_le_bytes()]),
+        None => id_of(&[b"branch v1 ends", parent.0.as_bytes(), &at.to_le_bytes()]),
+    }
 }
 
 /// An Anthropic top-level `system` value as the system message the log keeps.
@@ -118,13 +166,23 @@ mod tests {
     fn tenants_never_share_a_session() {
         let b = br#"{"system":"s","messages":[{"role":"user","content":"hi"}]}"#;
         let body = ClientBody::parse(b).unwrap();
-        let a = session_of(&headers(&[("x-api-key", "k1")]), WireFormat::Anthropic, &body);
-        let a2 = session_of(&headers(&[("x-api-key", "k1")]), WireFormat::Anthropic, &body);
-        let b2 = session_of(&headers(&[("x-api-key", "k2")]), WireFormat::Anthropic, &body);
+        let a = session_of(&headers(&[("x-api-key", "k1")]), WireFormat::Anthropic, &body, &Derived::default());
+        let a2 = session_of(&headers(&[("x-api-key", "k1")]), WireFormat::Anthropic, &body, &Derived::default());
+        let b2 = session_of(&headers(&[("x-api-key", "k2")]), WireFormat::Anthropic, &body, &Derived::default());
         assert_eq!(a, a2);
         assert_ne!(a, b2);
-        let n1 = session_of(&headers(&[("x-api-key", "k1"), ("x-ctxlog-session", "x")]), WireFormat::Anthropic, &body);
-        let n2 = session_of(&headers(&[("x-api-key", "k2"), ("x-ctxlog-session", "x")]), WireFormat::Anthropic, &body);
+        let n1 = session_of(
+            &headers(&[("x-api-key", "k1"), ("x-ctxlog-session", "x")]),
+            WireFormat::Anthropic,
+            &body,
+            &Derived::default(),
+        );
+        let n2 = session_of(
+            &headers(&[("x-api-key", "k2"), ("x-ctxlog-session", "x")]),
+            WireFormat::Anthropic,
+            &body,
+            &Derived::default(),
+        );
         assert_ne!(n1, n2);
         assert_ne!(n1, a);
     }
@@ -133,7 +191,9 @@ mod tests {
     fn every_credential_header_separates_tenants() {
         let b = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
         let body = ClientBody::parse(b).unwrap();
-        let id = |h: &[(&'static str, &'static str)]| session_of(&headers(h), WireFormat::OpenAi, &body);
+        let id = |h: &[(&'static str, &'static str)]| {
+            session_of(&headers(h), WireFormat::OpenAi, &body, &Derived::default())
+        };
         let tenants = [
             id(&[("x-api-key", "k1")]),
             id(&[("x-api-key", "k2")]),
@@ -158,9 +218,12 @@ mod tests {
         let first = br#"{"messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}]}"#;
         let later = br#"{"messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},{"role":"user","content":"more"}]}"#;
         let h = headers(&[("authorization", "Bearer k")]);
-        let id = |b: &[u8]| session_of(&h, WireFormat::OpenAi, &ClientBody::parse(b).unwrap());
+        let id = |b: &[u8]| session_of(&h, WireFormat::OpenAi, &ClientBody::parse(b).unwrap(), &Derived::default());
         assert_eq!(id(first), id(later));
         let other = br#"{"messages":[{"role":"system","content":"s"},{"role":"user","content":"bye"}]}"#;
         assert_ne!(id(first), id(other));
+        // Respelled (keys, separators, a breakpoint): the same lineage.
+        let respelled = br#"{"messages":[{"content":"s","role":"system"}, {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}]}"#;
+        assert_eq!(id(first), id(respelled));
     }
 }

@@ -17,14 +17,22 @@
 mod answer;
 mod api;
 mod body;
+mod breakpoints;
+mod canonical;
 mod compaction;
+mod count_tokens;
+mod forward;
 mod headers;
+mod history;
 mod identity;
+mod item;
 mod metrics;
+mod models;
 mod reply;
 mod responses;
 mod server;
 mod sessions;
+mod shared;
 mod summaries;
 mod tee;
 #[cfg(test)]
@@ -33,7 +41,9 @@ mod tests;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use breakpoints::CacheBreakpoints;
 pub use metrics::Metrics;
+pub use models::{Models, ModelsError};
 pub use server::{serve, ProxyHandle};
 pub use summaries::{Summaries, MODEL_ATTEMPTS_BETWEEN_CALLS};
 
@@ -43,8 +53,15 @@ pub const SESSION_HEADER: &str = "x-ctxlog-session";
 pub const TOKEN_HEADER: &str = "x-ctxlog-token";
 /// Response header telling the client which stream its call was logged in.
 pub const STREAM_HEADER: &str = "x-ctxlog-stream";
+/// Response header naming the stream a branch forked from (only on a branch's calls).
+pub const BRANCH_OF_HEADER: &str = "x-ctxlog-branch-of";
+/// Response header telling how many messages a branch shares with the stream it forked from.
+pub const FORK_AT_HEADER: &str = "x-ctxlog-fork-at";
 /// Response header telling the client the call's number in that stream.
 pub const CALL_HEADER: &str = "x-ctxlog-call";
+/// Response header telling an Anthropic client how many cache breakpoints its forwarded request
+/// carried and who placed them (`3 auto`, `2 client`, `0 off`).
+pub const BREAKPOINTS_HEADER: &str = "x-ctxlog-breakpoints";
 
 /// How the proxy runs.
 #[derive(Debug, Clone)]
@@ -87,6 +104,24 @@ pub struct ProxyConfig {
     pub body_timeout: Duration,
     /// On shutdown, how long calls in flight may take to end and commit (default 30 s).
     pub drain_timeout: Duration,
+    /// Whose prompt-cache breakpoints a forwarded Anthropic request carries (default `auto`).
+    pub cache_breakpoints: CacheBreakpoints,
+    /// Context windows by model: when set, a session is created with the budget of its
+    /// request's model ([`Models::budget`]; `engine.budget` for a model not in the table).
+    /// `None` (the default; `ctxlog proxy --budget`): `engine.budget` for every session.
+    pub models: Option<Models>,
+}
+
+impl ProxyConfig {
+    /// The engine's knobs for a session created by a request for `model` reserving
+    /// `max_tokens` of output.
+    pub fn engine_for(&self, model: Option<&str>, max_tokens: Option<u64>) -> ctxlog::Config {
+        let mut c = self.engine.clone();
+        if let Some(b) = self.models.as_ref().zip(model).and_then(|(t, m)| t.budget(m, max_tokens)) {
+            c.budget = b;
+        }
+        c
+    }
 }
 
 impl ProxyConfig {
@@ -108,6 +143,8 @@ impl ProxyConfig {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(30),
+            cache_breakpoints: CacheBreakpoints::Auto,
+            models: None,
         }
     }
 }

@@ -18,7 +18,7 @@ const BUCKETS: [f64; 10] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
 pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     pub(crate) compactions: AtomicU64,
-    pub(crate) diverged: AtomicU64,
+    pub(crate) branched: AtomicU64,
     pub(crate) busy: AtomicU64,
     pub(crate) failed_writes: AtomicU64,
     pub(crate) failed_commits: AtomicU64,
@@ -119,7 +119,7 @@ impl Metrics {
         }
         let counters = [
             ("compactions", "Calls whose plan changed the view (flushes, edits, summaries).", &self.compactions),
-            ("diverged", "Requests whose history disagreed with the log (a successor session began).", &self.diverged),
+            ("branched", "Requests whose history forked from the log (a branch began).", &self.branched),
             ("busy", "Requests told to retry: their session stayed busy past the wait.", &self.busy),
             ("failed_writes", "Requests whose messages could not be logged (nothing forwarded).", &self.failed_writes),
             (

@@ -15,12 +15,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ctxlog::event::GuardKind;
-use ctxlog::{Config, Session, StreamId, Timestamp, WireFormat};
+use ctxlog::{Config, RequestOptions, Session, StreamId, Timestamp, WireFormat};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::body::ClientBody;
-use crate::sessions::{Item, PrepareError, Prepared, Slot, Store};
+use crate::item::{Item, PrepareError, Store};
+use crate::sessions::{Prepared, Slot};
 
 /// The `previous_response_id` of a request, if it continues a stored response.
 pub(crate) fn previous_of(body: &ClientBody<'_>) -> Option<String> {
@@ -49,18 +50,6 @@ pub(crate) fn with_items(body: &ClientBody<'_>) -> Option<Vec<u8>> {
 /// The `instructions` value as the message the log keeps.
 pub(crate) fn instructions_message(instructions: &RawValue) -> String {
     format!(r#"{{"type":"instructions","role":"system","content":{}}}"#, instructions.get())
-}
-
-/// The response id and output items of an answer (the `{"id","output"}` the scan keeps).
-pub(crate) fn answer_parts(answer: &str) -> Option<(String, Vec<String>)> {
-    #[derive(serde::Deserialize)]
-    struct Answer<'a> {
-        id: String,
-        #[serde(borrow)]
-        output: Vec<&'a RawValue>,
-    }
-    let a: Answer<'_> = serde_json::from_str(answer).ok()?;
-    Some((a.id, a.output.into_iter().map(|r| r.get().to_owned()).collect()))
 }
 
 /// Which chain each answered response belongs to, and its output items until the chain's next
@@ -131,6 +120,7 @@ pub(crate) fn prepare_provider_held(
     config: &Config,
     earlier: &[String],
     items: &[Item<'_>],
+    opts: &RequestOptions,
     now: Timestamp,
     body: Vec<u8>,
 ) -> Result<Prepared, PrepareError> {
@@ -139,8 +129,10 @@ pub(crate) fn prepare_provider_held(
         let s = match Session::open(Arc::clone(store), id) {
             Ok(s) => s,
             Err(ctxlog::SessionError::NotFound(_)) => {
-                let mut s =
-                    Session::create(Arc::clone(store), id, WireFormat::OpenAiResponses, unmanaged(config), now)?;
+                let format = WireFormat::OpenAiResponses;
+                let name = slot.name.clone();
+                let (mut s, _) =
+                    Session::create_named(Arc::clone(store), id, format, unmanaged(config), now, name, Vec::new())?;
                 s.raise_guard(
                     GuardKind::ProviderHeldHistory,
                     "the client continues a response the provider stores (previous_response_id): ctxlog logs \
@@ -167,9 +159,10 @@ pub(crate) fn prepare_provider_held(
         })?;
         messages.push(m);
     }
-    messages.extend(crate::sessions::parse_all(items, WireFormat::OpenAiResponses)?);
+    messages.extend(crate::item::parse_all(items, WireFormat::OpenAiResponses)?);
     if !messages.is_empty() {
-        s.append(messages).map_err(|e| match e {
+        // Unsynced: the commit's sync covers it before the client has the answer.
+        s.append_unsynced(messages).map_err(|e| match e {
             ctxlog::SessionError::Refused { violation, .. } => PrepareError::Invalid {
                 field: "input".into(),
                 message: format!(
@@ -183,5 +176,15 @@ pub(crate) fn prepare_provider_held(
     }
     let plan = s.plan(now)?;
     let compaction = !plan.events().is_empty();
-    Ok(Prepared { stream: s.id(), body, plan, compaction, diverged: false, caught_up })
+    Ok(Prepared {
+        stream: s.id(),
+        fork: None,
+        body,
+        plan,
+        compaction,
+        branched: false,
+        caught_up,
+        opts: opts.clone(),
+        breakpoints: None,
+    })
 }

@@ -11,7 +11,7 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -19,97 +19,13 @@ use tokio::sync::watch;
 use crate::metrics::Metrics;
 use crate::reply::{error, full, Body, Shape};
 use crate::sessions::{Sessions, Store};
+use crate::shared::{HttpClient, InFlight, Proxy};
 use crate::{ProxyConfig, ProxyError};
-
-type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
-
-/// What every connection shares.
-pub(crate) struct Proxy {
-    pub cfg: ProxyConfig,
-    pub store: Store,
-    pub client: HttpClient,
-    pub sessions: Sessions,
-    /// Responses' `previous_response_id` chains (`responses.rs`).
-    pub chains: crate::responses::Chains,
-    /// Provider compactions seen in answers (`compaction.rs`).
-    pub aliases: crate::compaction::Aliases,
-    pub metrics: Arc<Metrics>,
-    /// Calls between their forward and the end of their commit and summaries: shutdown waits
-    /// for them to drain.
-    pub in_flight: InFlight,
-    upstream: (http::uri::Scheme, http::uri::Authority, String),
-}
-
-impl Drop for Proxy {
-    /// The store's last reference may block as it goes (the PostgreSQL client closes its
-    /// connections on a runtime of its own, which cannot start on a tokio worker): the store
-    /// and the sessions that hold it are dropped on a thread of their own.
-    fn drop(&mut self) {
-        let store = std::mem::replace(&mut self.store, Arc::new(ctxlog::MemoryStore::new()));
-        let sessions = std::mem::take(&mut self.sessions);
-        if tokio::runtime::Handle::try_current().is_ok() {
-            let _ = std::thread::Builder::new().name("ctxlog-store-drop".into()).spawn(move || drop((sessions, store)));
-        }
-    }
-}
 
 /// Connections served past the limit, one request each.
 const RESERVE: usize = 64;
 /// Their header timeout.
 const RESERVE_HEADER_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// A count of calls in flight that shutdown can wait on.
-#[derive(Default)]
-pub(crate) struct InFlight {
-    count: std::sync::atomic::AtomicUsize,
-    idle: tokio::sync::Notify,
-}
-
-/// One call in flight; dropping it ends it.
-pub(crate) struct Ticket(Arc<Proxy>);
-
-impl InFlight {
-    /// Waits until no call is in flight.
-    async fn drained(&self) {
-        loop {
-            let idle = self.idle.notified();
-            if self.count.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                return;
-            }
-            idle.await;
-        }
-    }
-}
-
-impl Ticket {
-    pub fn new(proxy: &Arc<Proxy>) -> Ticket {
-        proxy.in_flight.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ticket(Arc::clone(proxy))
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if self.0.in_flight.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
-            self.0.in_flight.idle.notify_waiters();
-        }
-    }
-}
-
-impl Proxy {
-    /// The upstream URI of a request URI: the upstream's base path, then the request's path
-    /// and query.
-    pub fn upstream_uri(&self, uri: &Uri) -> Uri {
-        let (scheme, authority, base) = &self.upstream;
-        let pq = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        Uri::builder()
-            .scheme(scheme.clone())
-            .authority(authority.clone())
-            .path_and_query(format!("{base}{pq}"))
-            .build()
-            .unwrap_or_else(|_| uri.clone())
-    }
-}
 
 /// A running proxy.
 pub struct ProxyHandle {
@@ -259,7 +175,7 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         };
         if tokio::time::timeout(proxy.cfg.drain_timeout, drain).await.is_err() {
             tracing::warn!(
-                in_flight = proxy.in_flight.count.load(std::sync::atomic::Ordering::SeqCst),
+                in_flight = proxy.in_flight.count(),
                 "shutdown: calls still in flight after the drain timeout"
             );
         }
@@ -314,12 +230,12 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
             }
             return r;
         }
-        (&Method::POST, "/v1/messages") => WireFormat::Anthropic,
+        (&Method::POST, "/v1/messages" | "/v1/messages/count_tokens") => WireFormat::Anthropic,
         (&Method::POST, "/v1/chat/completions") => WireFormat::OpenAi,
         (&Method::POST, "/v1/responses") => WireFormat::OpenAiResponses,
         _ => {
             let (parts, body) = req.into_parts();
-            return forward(proxy, parts, body.map_err(Into::into).boxed(), false).await;
+            return crate::forward::forward(proxy, parts, body.map_err(Into::into).boxed(), false).await;
         }
     };
     let too_large = || {
@@ -349,33 +265,10 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
             )
         }
     };
+    if parts.uri.path() == "/v1/messages/count_tokens" {
+        return crate::count_tokens::count(Arc::clone(proxy), parts, bytes).await;
+    }
     crate::api::call(Arc::clone(proxy), parts, bytes, format, started).await
-}
-
-/// Sends a request upstream as it is (`rewrite`: its body was replaced) and streams the answer
-/// back.
-pub(crate) async fn forward(proxy: &Proxy, parts: http::request::Parts, body: Body, rewrite: bool) -> Response<Body> {
-    let shape = Shape::of_path(parts.uri.path());
-    let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
-    if let Some(h) = up.headers_mut() {
-        *h = crate::headers::request(&parts.headers, rewrite);
-    }
-    let Ok(up) = up.body(body) else {
-        return error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: cannot build the upstream request");
-    };
-    match tokio::time::timeout(proxy.cfg.upstream_timeout, proxy.client.request(up)).await {
-        Ok(Ok(resp)) => {
-            let (p, b) = resp.into_parts();
-            let mut out = Response::new(b.map_err(Into::into).boxed());
-            *out.status_mut() = p.status;
-            *out.headers_mut() = crate::headers::response(&p.headers);
-            out
-        }
-        Ok(Err(e)) => error(shape, StatusCode::BAD_GATEWAY, "api_error", &format!("ctxlog: upstream unreachable: {e}")),
-        Err(_) => {
-            error(shape, StatusCode::GATEWAY_TIMEOUT, "timeout_error", "ctxlog: the upstream did not answer in time")
-        }
-    }
 }
 
 /// `/readyz`: 200 when the store answers within 2 s, else 503 (the proxy itself is alive:

@@ -1,44 +1,55 @@
 //! Sessions in memory and how a request's history meets the log.
 //!
-//! Each session has a slot behind an async mutex held for the whole call (plan → upstream →
-//! commit): one call in flight per session, any number of sessions in parallel. A slot keeps
-//! the open [`Session`] and the xxh3 digests of the history items as the client sent them,
-//! so the next request is compared by digests of raw bytes and only its new suffix is parsed.
-//! Idle slots are dropped; a session reopened from the store has no digests yet, and its
-//! history is then compared once by parsed content (media compared by blob id).
+//! A request resolves to a lineage (`identity::session_of`): a tree of sessions, the root and
+//! its branches, one stream each. Each lineage has a slot behind an async mutex held for the
+//! whole call (plan → upstream → commit): one call in flight per lineage, any number of
+//! lineages in parallel. A request continues the branch whose history is a prefix of its own
+//! (tried first: the branch of the lineage's last call), else it becomes a new branch of the
+//! branch it shares the longest prefix with, forked there (`Session::branch`). Branch ids are
+//! derived from the parent, the fork point and the canonical form of the branch's first own
+//! message, so every proxy of a fleet finds the same branch, and two creating it at once meet
+//! in the store (the loser catches up and continues it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ctxlog::event::GuardKind;
-use ctxlog::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
-use ctxlog::{BlobId, Config, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp, WireFormat};
+use ctxlog::message::Message;
+use ctxlog::{Config, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp, WireFormat};
 
-use crate::identity::successor_of;
+use crate::history::{Branch, Fork, Relation};
+use crate::identity::branch_of;
+use crate::item::{invalid, parse_all};
+pub(crate) use crate::item::{Item, PrepareError, Sess, Store};
 
-/// The store every session of the proxy shares.
-pub(crate) type Store = Arc<dyn ctxlog::Store>;
-type Sess = Session<Store>;
+/// Branches of one lineage kept open at once; past it the least recently used are shrunk to
+/// their digests (a client that cycles through more re-reads them from the store).
+const OPEN_BRANCHES: usize = 8;
 
-/// One session's place in memory.
+/// A walk down a lineage's tree stops after this many branches (a tree that deep is a bug).
+const MAX_DEPTH: usize = 10_000;
+
+/// One lineage's place in memory.
 pub(crate) struct Slot {
     /// The id requests resolve to: the key of the store's lease for this slot's calls.
     base: StreamId,
-    session: Option<Sess>,
-    /// Digests of the first `digests.len()` logged messages of session `digests_of` as the
-    /// client sent them. They outlive a shrink (the session dropped, the slot kept), so a
-    /// shrunk session is reopened without comparing its history by content.
-    digests: Vec<u128>,
-    digests_of: Option<StreamId>,
+    /// The lineage's branches in memory (the root among them), by stream.
+    branches: HashMap<StreamId, Branch>,
+    /// The branch the last call was logged in: the next request tries it first.
+    current: Option<StreamId>,
     last_used: Instant,
+    /// The client's `x-ctxlog-session` header, recorded (`SessionNamed`) in every session this
+    /// slot creates, successors included, so a person can find them by it.
+    pub name: Option<String>,
 }
 
-/// The slots, by the id a request resolves to (a diverged session's successor lives in the
-/// slot of the id the client still resolves to).
+/// The slots, by the id a request resolves to.
 #[derive(Default)]
 pub(crate) struct Sessions {
     map: Mutex<HashMap<StreamId, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// Derived lineage ids already computed.
+    pub derived: crate::identity::Derived,
 }
 
 impl Sessions {
@@ -47,16 +58,16 @@ impl Sessions {
         Arc::clone(map.entry(id).or_insert_with(|| {
             Arc::new(tokio::sync::Mutex::new(Slot {
                 base: id,
-                session: None,
-                digests: Vec::new(),
-                digests_of: None,
+                branches: HashMap::new(),
+                current: None,
                 last_used: Instant::now(),
+                name: None,
             }))
         }))
     }
 
     /// Drops slots unused for `evict` that no request holds or waits for, and shrinks those
-    /// unused for `shrink` to their digests (the session is reopened from the store on the
+    /// unused for `shrink` to their digests (the sessions are reopened from the store on the
     /// next request); returns how many were dropped and how many shrunk.
     pub fn sweep(&self, shrink: Duration, evict: Duration) -> (usize, usize) {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -71,8 +82,8 @@ impl Sessions {
             if idle >= evict {
                 return false;
             }
-            if idle >= shrink && s.session.is_some() {
-                s.session = None;
+            if idle >= shrink && s.branches.values().any(|b| b.session.is_some()) {
+                s.branches.values_mut().for_each(|b| b.session = None);
                 shrunk += 1;
             }
             true
@@ -86,76 +97,22 @@ impl Sessions {
     }
 }
 
-/// One history item of a request: its raw JSON (a slice of the request body, or the
-/// Anthropic `system` wrapped as a message), its digest, and where it came from.
-#[derive(Clone, Copy)]
-pub(crate) struct Item<'a> {
-    pub raw: &'a [u8],
-    pub digest: u128,
-    /// `None`: the `system` field; else the index in `messages`.
-    pub index: Option<usize>,
-    /// The request's list and system field names (`messages`/`system`, `input`/`instructions`).
-    pub keys: crate::body::Keys,
-}
-
-impl Item<'_> {
-    /// `system` or `messages[i]`: the field an error names.
-    fn field(&self) -> String {
-        match self.index {
-            None => self.keys.system.to_owned(),
-            Some(i) => format!("{}[{i}]", self.keys.list),
-        }
-    }
-
-    /// The raw JSON as text (the whole body was checked to be UTF-8; checked again, cheaply,
-    /// only for the items that are parsed).
-    fn text(&self) -> Result<&str, PrepareError> {
-        std::str::from_utf8(self.raw)
-            .map_err(|e| PrepareError::Invalid { field: self.field(), message: format!("not UTF-8: {e}") })
-    }
-}
-
-/// What could not be prepared.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum PrepareError {
-    /// The client's request is wrong (400; nothing written).
-    #[error("{field}: {message}")]
-    Invalid { field: String, message: String },
-    /// The store could not write or read now (full disk, an outage): nothing was forwarded,
-    /// and the client may retry.
-    #[error(transparent)]
-    Unavailable(SessionError),
-    /// The session failed otherwise (its log breaks an invariant, a record does not decode).
-    #[error(transparent)]
-    Session(SessionError),
-}
-
-impl From<SessionError> for PrepareError {
-    /// A refusal is the client's history breaking a rule of the log (an orphan tool result, a
-    /// message not of the format): 400. A store error is an outage: 503/529.
-    fn from(e: SessionError) -> Self {
-        match e {
-            SessionError::Refused { violation, .. } => {
-                PrepareError::Invalid { field: "messages".into(), message: violation.to_string() }
-            }
-            SessionError::Message { index, error } => {
-                PrepareError::Invalid { field: format!("messages[{index}].{}", error.field), message: error.message }
-            }
-            e @ SessionError::Store(_) => PrepareError::Unavailable(e),
-            e => PrepareError::Session(e),
-        }
-    }
-}
-
 /// A planned call, ready to forward.
 pub(crate) struct Prepared {
     pub plan: Plan,
     pub body: Vec<u8>,
     pub stream: StreamId,
+    /// Where the stream forked from its parent, when it is a branch.
+    pub fork: Option<Fork>,
     pub compaction: bool,
-    pub diverged: bool,
+    /// This call made the branch.
+    pub branched: bool,
     /// Records of other writers (another proxy of a fleet, a `ctxlog restore`) folded in first.
     pub caught_up: bool,
+    /// The options the body was rendered with (the breakpoints placed): what the commit records.
+    pub opts: RequestOptions,
+    /// `x-ctxlog-breakpoints`, for an Anthropic request.
+    pub breakpoints: Option<http::HeaderValue>,
 }
 
 /// How often a request that lost a race with another writer of its session (a conflict on
@@ -163,9 +120,10 @@ pub(crate) struct Prepared {
 /// before it is answered 503/529.
 const RACES: usize = 3;
 
-/// Brings the slot's session up to the client's history — first catching up with what other
-/// writers logged, then appending the new suffix (durable before this returns), or moving to
-/// a successor session when it diverged — then plans the call and renders its body. Nothing is
+/// Brings the lineage up to the client's history — the branch it continues, caught up with
+/// what other writers logged, its new suffix appended (durable before this returns); or a new
+/// branch holding the shared prefix and the client's own messages — then plans the call and
+/// renders its body. Nothing is
 /// forwarded before this returns, so nothing unlogged reaches the provider.
 #[allow(clippy::too_many_arguments)] // one call's inputs, each from a different place
 pub(crate) fn prepare(
@@ -176,6 +134,7 @@ pub(crate) fn prepare(
     config: &Config,
     items: &[Item<'_>],
     opts: &RequestOptions,
+    asked: &crate::breakpoints::Asked,
     now: Timestamp,
     answered: Option<crate::compaction::Answered>,
 ) -> Result<Prepared, PrepareError> {
@@ -183,18 +142,26 @@ pub(crate) fn prepare(
     let mut raced = 0;
     loop {
         match bring_up(slot, store, base, format, config, items, now, answered) {
-            Ok((diverged, caught_up)) => {
-                let Some(s) = slot.session.as_mut() else { return Err(SessionError::NotFound(base).into()) };
+            Ok(Brought { stream, fork, branched, caught_up }) => {
+                slot.current = Some(stream);
+                slot.limit_open();
+                let Some(s) = slot.session_mut() else { return Err(SessionError::NotFound(stream).into()) };
                 let plan = s.plan(now)?;
-                let request = s.request(&plan, opts)?;
+                let has_system = items.first().is_some_and(|i| i.index.is_none());
+                let (opts, origin) = crate::breakpoints::options(s, &plan, items.len(), has_system, asked, opts)?;
+                let request = s.request(&plan, &opts)?;
+                let breakpoints = origin.and_then(|o| crate::breakpoints::header(request.breakpoints(), o, asked));
                 let compaction = !plan.events().is_empty();
                 return Ok(Prepared {
-                    stream: s.id(),
+                    stream,
+                    fork,
                     body: request.into_body(),
                     plan,
                     compaction,
-                    diverged,
+                    branched,
                     caught_up,
+                    opts,
+                    breakpoints,
                 });
             }
             // Another writer got there first: nothing of ours was written; catch up, again.
@@ -220,6 +187,41 @@ pub(crate) fn prepare(
     }
 }
 
+/// The body the next call of the slot's session would forward for `items` (their new suffix
+/// appended on a copy, planned, rendered with `opts`), without writing or changing anything
+/// but the slot's cache of digests; `None` when the history is not a continuation of a known
+/// session (a new conversation, a divergence): the request is then counted as it is.
+pub(crate) fn preview(
+    slot: &mut Slot,
+    store: &Store,
+    base: StreamId,
+    format: WireFormat,
+    items: &[Item<'_>],
+    opts: &RequestOptions,
+    now: Timestamp,
+) -> Result<Option<Vec<u8>>, PrepareError> {
+    // The branch of the last call, else the lineage's root (the end of an old successor chain).
+    let mut caught_up = false;
+    let mut node = slot.current.unwrap_or(base);
+    loop {
+        match slot.load(store, node, &mut caught_up)? {
+            None => return Ok(None),
+            Some(b) => match successor_in(b) {
+                Some(next) => node = next,
+                None => break,
+            },
+        }
+    }
+    let Some(b) = slot.branches.get_mut(&node) else { return Ok(None) };
+    if b.relation(items)? != Relation::Continues {
+        return Ok(None);
+    }
+    let Some(s) = b.session.as_ref() else { return Ok(None) };
+    let logged = usize::try_from(s.state().message_count()).unwrap_or(usize::MAX);
+    let messages = parse_all(items.get(logged..).unwrap_or_default(), format)?;
+    Ok(Some(s.preview(messages, now, opts)?.into_body()))
+}
+
 /// Why bringing a session up failed.
 enum BringUp {
     /// Lost a race with another writer (a conflict, or a session that appeared meanwhile).
@@ -238,8 +240,15 @@ impl<E: Into<PrepareError>> From<E> for BringUp {
     }
 }
 
-/// One attempt at bringing the slot's session up to `items`; returns whether it diverged and
-/// whether other writers' records were folded in.
+/// Where a request was logged.
+struct Brought {
+    stream: StreamId,
+    fork: Option<Fork>,
+    branched: bool,
+    caught_up: bool,
+}
+
+/// One attempt at bringing the lineage up to `items`.
 #[allow(clippy::too_many_arguments)]
 fn bring_up(
     slot: &mut Slot,
@@ -250,92 +259,156 @@ fn bring_up(
     items: &[Item<'_>],
     now: Timestamp,
     answered: Option<crate::compaction::Answered>,
-) -> Result<(bool, bool), BringUp> {
+) -> Result<Brought, BringUp> {
     let mut caught_up = false;
-    if let Some(s) = slot.session.as_mut() {
-        let before = s.state().version();
-        s.catch_up()?;
-        caught_up = s.state().version() > before;
-        // Another proxy moved the conversation to a successor meanwhile: follow the chain.
-        if successor_in(s).is_some() {
-            slot.reset();
+    // The hot path: the branch of the last call continues.
+    if let Some(current) = slot.current {
+        if let Some(b) = slot.load(store, current, &mut caught_up)? {
+            if successor_in(b).is_none() {
+                if b.relation(items)? == Relation::Continues {
+                    append_new(b, items, format)?;
+                    return Ok(Brought { stream: current, fork: b.fork, branched: false, caught_up });
+                }
+                if continue_aligned(b, items, answered, format)? {
+                    return Ok(Brought { stream: current, fork: b.fork, branched: false, caught_up });
+                }
+            }
         }
     }
-    if slot.session.is_none() {
-        let (id, session) = open_chain(store, base)?;
-        if slot.digests_of != Some(id) {
-            slot.digests.clear();
-            slot.digests_of = Some(id);
-        }
-        slot.session = match session {
-            Some(s) => Some(s),
+    // The root: the end of the chain of successors that sessions of earlier versions left.
+    let mut node = base;
+    loop {
+        match slot.load(store, node, &mut caught_up)? {
             None => {
                 let messages = parse_all(items, format)?;
-                let created = Session::create_with(Arc::clone(store), id, format, config.clone(), now, messages);
-                // Version 1 is `SessionStarted`: the items' appends start at 2.
-                let (s, _) = created.map_err(|e| refused_at(e, items, 2))?;
-                slot.digests = items.iter().map(|i| i.digest).collect();
-                Some(s)
+                let name = slot.name.clone();
+                let first = first_append(&name);
+                let created =
+                    Session::create_named(Arc::clone(store), node, format, config.clone(), now, name, messages);
+                let (s, _) = created.map_err(|e| refused_at(e, items, first))?;
+                slot.branches.insert(node, Branch::new(s, items.iter().map(|i| i.digest).collect(), None));
+                return Ok(Brought { stream: node, fork: None, branched: false, caught_up });
             }
-        };
-    }
-    // A history that skips what came before a provider compaction continues the log; looked
-    // for only when the history as sent does not.
-    let mut difference = first_difference(slot, items)?;
-    let skipped = match (difference, slot.session.as_ref()) {
-        (Some(_), Some(s)) => crate::compaction::align(s, &slot.digests, items, answered)?,
-        _ => None,
-    };
-    let aligned = skipped.as_ref().map(|k| k.apply(items));
-    if let Some(aligned) = &aligned {
-        difference = first_difference(slot, aligned)?;
-    }
-    let continued: &[Item<'_>] = match (&aligned, difference) {
-        (Some(a), None) => a,
-        _ => items,
-    };
-    if let Some(at) = difference {
-        let messages = parse_all(items, format)?;
-        let Some(old) = slot.session.as_mut() else { return Err(Failed(SessionError::NotFound(base).into())) };
-        let successor = successor_of(old.id());
-        // The successor is created first: if its messages are refused, the old session keeps
-        // no guard pointing at a session that does not exist. If it exists already (another
-        // proxy diverged first, or our guard's write failed last time), the guard is written
-        // and the chain followed again.
-        let created = Session::create_with(Arc::clone(store), successor, format, config.clone(), now, messages);
-        let s = match created {
-            Ok((s, _)) => Some(s),
-            Err(SessionError::Exists(_)) => None,
-            Err(e) => return Err(refused_at(e, items, 2)),
-        };
-        let detail = format!(
-            "the client's history ({} messages) differs from the log ({} messages) from message {at} on; \
-             the conversation continues in session {successor}",
-            items.len(),
-            old.state().message_count()
-        );
-        old.raise_guard(
-            GuardKind::HistoryDiverged { seq: at, successor: successor.to_string() },
-            detail,
-            "x-ctxlog-session",
-        )?;
-        let Some(s) = s else { return Err(Race) };
-        slot.digests = items.iter().map(|i| i.digest).collect();
-        slot.digests_of = Some(successor);
-        slot.session = Some(s);
-        return Ok((true, caught_up));
-    }
-    if let Some(s) = slot.session.as_mut() {
-        let logged = usize::try_from(s.state().message_count()).unwrap_or(usize::MAX);
-        let new = continued.get(logged..).unwrap_or_default();
-        if !new.is_empty() {
-            let messages = parse_all(new, format)?;
-            let first = s.state().version() + 1;
-            s.append(messages).map_err(|e| refused_at(e, new, first))?;
-            slot.digests.extend(new.iter().map(|i| i.digest));
+            Some(b) => match successor_in(b) {
+                Some(next) => node = next,
+                None => break,
+            },
         }
     }
-    Ok((false, caught_up))
+    // Down the tree: from each branch to its child that shares more with the request.
+    for _ in 0..MAX_DEPTH {
+        let Some(b) = slot.branches.get_mut(&node) else { return Err(Failed(SessionError::NotFound(node).into())) };
+        let at = match b.relation(items)? {
+            Relation::Continues => {
+                append_new(b, items, format)?;
+                return Ok(Brought { stream: node, fork: b.fork, branched: false, caught_up });
+            }
+            Relation::SharesFirst(at) => at,
+        };
+        // A branch the history continues once lined up after a provider compaction.
+        if continue_aligned(b, items, answered, format)? {
+            return Ok(Brought { stream: node, fork: b.fork, branched: false, caught_up });
+        }
+        let first = match usize::try_from(at).ok().and_then(|i| items.get(i)) {
+            Some(item) => Some(canonical_of(item, format)?),
+            None => None,
+        };
+        // A child forked here whose first message is the request's next one, or one whose
+        // history ended here (a client that took messages back, then went on).
+        let mut next = None;
+        for child in
+            [first.map(|f| branch_of(node, at, Some(f))), Some(branch_of(node, at, None))].into_iter().flatten()
+        {
+            if let Some(c) = slot.load(store, child, &mut caught_up)? {
+                c.fork.get_or_insert(Fork { parent: node, at });
+                next = Some(child);
+                break;
+            }
+        }
+        match next {
+            Some(child) => node = child,
+            None => return branch(slot, node, at, first, format, items, now).map(|b| Brought { caught_up, ..b }),
+        }
+    }
+    Err(Failed(PrepareError::Session(SessionError::Store(ctxlog::StoreError::backend(
+        "proxy",
+        format!("lineage {base}: more than {MAX_DEPTH} branches deep"),
+        "a tree that deep is a bug: report it",
+    )))))
+}
+
+/// Makes the branch of `node` forked at `at` holding the client's own messages (`items[at..]`).
+fn branch(
+    slot: &mut Slot,
+    node: StreamId,
+    at: u64,
+    first: Option<u128>,
+    format: WireFormat,
+    items: &[Item<'_>],
+    now: Timestamp,
+) -> Result<Brought, BringUp> {
+    let own = items.get(usize::try_from(at).unwrap_or(usize::MAX)..).unwrap_or_default();
+    let messages = parse_all(own, format)?;
+    let Some(parent) = slot.branches.get(&node) else { return Err(Failed(SessionError::NotFound(node).into())) };
+    let Some(ps) = parent.session.as_ref() else { return Err(Failed(SessionError::NotFound(node).into())) };
+    let child = branch_of(node, at, first);
+    // The copied records end before message `at`; `Branched` follows; the appends after it.
+    let copied = ps.state().entry(at).map_or(ps.state().version(), |e| e.version.saturating_sub(1));
+    let (s, _) = ps.branch(child, at, now, messages).map_err(|e| refused_at(e, own, copied + 2))?;
+    let mut digests: Vec<u128> =
+        parent.digests.iter().take(usize::try_from(at).unwrap_or(usize::MAX)).copied().collect();
+    digests.extend(own.iter().map(|i| i.digest));
+    let fork = Some(Fork { parent: node, at });
+    slot.branches.insert(child, Branch::new(s, digests, fork));
+    tracing::info!(lineage = %slot.base, parent = %node, branch = %child, at, "the history forked: a branch");
+    Ok(Brought { stream: child, fork, branched: true, caught_up: false })
+}
+
+/// A history that skips what came before a provider compaction (`compaction.rs`): when,
+/// lined up with the branch's log, it continues the branch, its new messages are appended.
+/// Looked for only when the history as sent does not continue (the common path pays nothing).
+fn continue_aligned(
+    b: &mut Branch,
+    items: &[Item<'_>],
+    answered: Option<crate::compaction::Answered>,
+    format: WireFormat,
+) -> Result<bool, BringUp> {
+    let Some(s) = b.session.as_ref() else { return Ok(false) };
+    let Some(skipped) = crate::compaction::align(s, &b.digests, items, answered)? else { return Ok(false) };
+    let aligned = skipped.apply(items);
+    if b.relation(&aligned)? != Relation::Continues {
+        return Ok(false);
+    }
+    append_new(b, &aligned, format)?;
+    Ok(true)
+}
+
+/// Appends the request's messages the branch does not have yet (durable when this returns).
+fn append_new(b: &mut Branch, items: &[Item<'_>], format: WireFormat) -> Result<(), BringUp> {
+    let Some(s) = b.session.as_mut() else { return Ok(()) };
+    let logged = usize::try_from(s.state().message_count()).unwrap_or(usize::MAX);
+    let new = items.get(logged..).unwrap_or_default();
+    if !new.is_empty() {
+        let messages = parse_all(new, format)?;
+        let first = s.state().version() + 1;
+        // Unsynced: the commit's sync covers it before the client has the answer (one fsync
+        // per call on SQLite; see `Store::append_unsynced`).
+        s.append_unsynced(messages).map_err(|e| refused_at(e, new, first))?;
+        b.digests.extend(new.iter().map(|i| i.digest));
+    }
+    Ok(())
+}
+
+/// The canonical digest of a client's item (what names the branch it starts).
+fn canonical_of(item: &Item<'_>, format: WireFormat) -> Result<u128, PrepareError> {
+    let m = ctxlog::wire::parse_in(item.text()?, format).map_err(|e| invalid(&item.field(), &e.field, e.message))?;
+    Ok(crate::canonical::digest(&m))
+}
+
+/// The version of a new session's first append: after `SessionStarted` (1) and, for a named
+/// session, its `SessionNamed` (2).
+fn first_append(name: &Option<String>) -> u64 {
+    2 + u64::from(name.is_some())
 }
 
 /// A refused append names the request's field it came from: the violation's version is the
@@ -351,127 +424,13 @@ fn refused_at(e: SessionError, items: &[Item<'_>], first: u64) -> BringUp {
     }
 }
 
-/// The session a base id resolves to: the end of its chain of successors, opened, or the id
-/// to create when the chain ends in a session that does not exist yet.
-fn open_chain(store: &Store, base: StreamId) -> Result<(StreamId, Option<Sess>), SessionError> {
-    let mut id = base;
-    loop {
-        match Session::open(Arc::clone(store), id) {
-            Ok(s) => match successor_in(&s) {
-                Some(next) => id = next,
-                None => return Ok((id, Some(s))),
-            },
-            Err(SessionError::NotFound(_)) => return Ok((id, None)),
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-fn successor_in(s: &Sess) -> Option<StreamId> {
-    s.state().raised().iter().find_map(|k| match k {
+/// A session of an earlier version whose history diverged names its successor in a guard:
+/// the lineage goes on there.
+fn successor_in(b: &Branch) -> Option<StreamId> {
+    b.session.as_ref()?.state().raised().iter().find_map(|k| match k {
         GuardKind::HistoryDiverged { successor, .. } => successor.parse().ok(),
         _ => None,
     })
-}
-
-/// The first seq where the client's history disagrees with the log, if any. A client history
-/// shorter than the log disagrees at its end (it was truncated).
-fn first_difference(slot: &mut Slot, items: &[Item<'_>]) -> Result<Option<u64>, PrepareError> {
-    let Some(s) = slot.session.as_ref() else { return Ok(None) };
-    let logged = usize::try_from(s.state().message_count()).unwrap_or(usize::MAX);
-    let known = slot.digests.len().min(logged);
-    if let Some(i) = slot.digests.iter().take(known).zip(items).position(|(d, it)| *d != it.digest) {
-        return Ok(Some(i as u64));
-    }
-    if items.len() < known {
-        return Ok(Some(items.len() as u64));
-    }
-    // Reopened from the store: compare the rest of the log by content, once.
-    let upto = logged.min(items.len());
-    let format = s.format();
-    if known < upto {
-        let stored = s.messages(known as u64..upto as u64)?;
-        for (offset, (logged_msg, item)) in stored.iter().zip(&items[known..upto]).enumerate() {
-            let same = item
-                .text()
-                .ok()
-                .and_then(|t| ctxlog::wire::parse_in(t, format).ok())
-                .is_some_and(|m| same_message(&m, logged_msg));
-            if !same {
-                return Ok(Some((known + offset) as u64));
-            }
-            slot.digests.push(item.digest);
-        }
-    }
-    if items.len() < logged {
-        return Ok(Some(items.len() as u64));
-    }
-    Ok(None)
-}
-
-/// Parses and checks every item; the first error names its field.
-pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Message>, PrepareError> {
-    items
-        .iter()
-        .map(|it| {
-            let m =
-                ctxlog::wire::parse_in(it.text()?, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
-            ctxlog::wire::check_format(&m, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
-            // ctxlog's tag for `instructions` is not an item a client may send.
-            if it.index.is_some()
-                && ctxlog::wire::responses::is_instructions(&m)
-                && format == WireFormat::OpenAiResponses
-            {
-                return Err(invalid(&it.field(), "type", "unknown item type \"instructions\"".into()));
-            }
-            Ok(m)
-        })
-        .collect()
-}
-
-fn invalid(item: &str, inner: &str, message: String) -> PrepareError {
-    let field = match (item, inner) {
-        // The Anthropic `system` field was wrapped as a message: its `content` is the field.
-        ("system" | "instructions", "content") | (_, "") => item.to_owned(),
-        (field @ ("system" | "instructions"), rest) => {
-            format!("{field}{}", rest.strip_prefix("content").unwrap_or(rest))
-        }
-        (item, rest) => format!("{item}.{rest}"),
-    };
-    PrepareError::Invalid { field, message }
-}
-
-/// The client's message equals the logged one, media compared as the blobs they became.
-fn same_message(client: &Message, logged: &Message) -> bool {
-    if client == logged {
-        return true;
-    }
-    let mut m = client.clone();
-    if let Some(Content::Blocks(blocks)) = &mut m.content {
-        blocks.iter_mut().for_each(externalize);
-    }
-    &m == logged
-}
-
-fn externalize(b: &mut Block) {
-    match b {
-        Block::Media { source: MediaSource::Base64 { data, .. }, .. } => as_blob(data),
-        Block::ImageUrl { url: ImageUrl::Data { data, .. }, .. } => as_blob(data),
-        Block::ToolResult { content: Some(Content::Blocks(inner)), .. } => inner.iter_mut().for_each(externalize),
-        _ => {}
-    }
-}
-
-fn as_blob(data: &mut MediaData) {
-    let MediaData::Inline(b64) = data else { return };
-    let Ok(bytes) = ctxlog::wire::decode_base64(b64) else { return };
-    let dims = ctxlog::media::dimensions(&bytes);
-    *data = MediaData::Blob(BlobRef {
-        id: BlobId::of(&bytes),
-        bytes: bytes.len() as u64,
-        width: dims.map(|d| d.0),
-        height: dims.map(|d| d.1),
-    });
 }
 
 impl Slot {
@@ -488,13 +447,11 @@ impl Slot {
         answer: Option<&str>,
     ) -> Result<(), SessionError> {
         self.last_used = Instant::now();
-        let Some(s) = self.session.as_mut() else { return Ok(()) };
+        let Some(s) = self.session_mut() else { return Ok(()) };
         let format = s.format();
         // A Responses answer is its output items, several messages.
         let raw: Vec<String> = match (format, answer) {
-            (WireFormat::OpenAiResponses, Some(a)) => {
-                crate::responses::answer_parts(a).map(|p| p.1).unwrap_or_default()
-            }
+            (WireFormat::OpenAiResponses, Some(a)) => crate::answer::answer_parts(a).map(|p| p.1).unwrap_or_default(),
             (_, a) => a.map(str::to_owned).into_iter().collect(),
         };
         let parsed: Option<Vec<Message>> = raw
@@ -512,9 +469,17 @@ impl Slot {
         }
     }
 
-    /// Puts an opened or created session in the slot (a provider-held chain's, `responses.rs`).
+    /// Puts an opened or created session in the slot as its current branch (a provider-held
+    /// chain's, `responses.rs`).
     pub fn set_session(&mut self, s: Sess) {
-        self.session = Some(s);
+        let id = s.id();
+        match self.branches.get_mut(&id) {
+            Some(b) => b.session = Some(s),
+            None => {
+                self.branches.insert(id, Branch::new(s, Vec::new(), None));
+            }
+        }
+        self.current = Some(id);
     }
 
     /// The stream whose store lease this slot's calls take.
@@ -522,17 +487,67 @@ impl Slot {
         self.base
     }
 
-    /// The session in memory, if any (none after a shrink or a reset).
+    /// The session of the lineage's last call in memory, if any (none after a shrink or a
+    /// reset).
     pub fn session_mut(&mut self) -> Option<&mut Sess> {
-        self.session.as_mut()
+        let current = self.current?;
+        self.branches.get_mut(&current)?.session.as_mut()
     }
 
-    /// Forgets the session (its pending append could not be written: it is ahead of its log);
-    /// the next request reopens it from the store and compares its history by content.
+    /// Forgets the lineage (a write failed: a session may be ahead of its log, or another
+    /// writer got there first); the next request reopens it from the store and compares its
+    /// history by content.
     pub fn reset(&mut self) {
-        self.session = None;
-        self.digests.clear();
-        self.digests_of = None;
+        self.branches.clear();
+        self.current = None;
+    }
+
+    /// The branch `id`, open and caught up with the store (`caught_up` set when another
+    /// writer's records were folded in); `None` when the store has no such session.
+    fn load(&mut self, store: &Store, id: StreamId, caught_up: &mut bool) -> Result<Option<&mut Branch>, SessionError> {
+        let open = match self.branches.get_mut(&id).and_then(|b| b.session.as_mut()) {
+            Some(s) => {
+                let before = s.state().version();
+                s.catch_up()?;
+                *caught_up |= s.state().version() > before;
+                true
+            }
+            None => false,
+        };
+        if !open {
+            let s = match Session::open(Arc::clone(store), id) {
+                Ok(s) => s,
+                Err(SessionError::NotFound(_)) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            match self.branches.get_mut(&id) {
+                Some(b) => b.session = Some(s),
+                None => {
+                    self.branches.insert(id, Branch::new(s, Vec::new(), None));
+                }
+            }
+        }
+        Ok(self.branches.get_mut(&id))
+    }
+
+    /// Shrinks the least recently used branches past [`OPEN_BRANCHES`] to their digests.
+    fn limit_open(&mut self) {
+        if self.branches.len() <= OPEN_BRANCHES {
+            return;
+        }
+        let mut open: Vec<(Instant, StreamId)> =
+            self.branches.iter().filter(|(_, b)| b.session.is_some()).map(|(id, b)| (b.last_used, *id)).collect();
+        if open.len() <= OPEN_BRANCHES {
+            return;
+        }
+        open.sort_unstable();
+        for (_, id) in open.iter().take(open.len() - OPEN_BRANCHES) {
+            if Some(*id) != self.current {
+                if let Some(b) = self.branches.get_mut(id) {
+                    b.session = None;
+                }
+            }
+        }
     }
 }
 

@@ -27,7 +27,40 @@ pub(crate) enum Outcome {
     /// The answer is whole: its usage if it carried any, and its assistant message.
     Complete(Option<Usage>, Option<String>),
     /// The answer did not complete (the reason, for the log line).
-    Failed(String),
+    Failed(Incomplete),
+}
+
+/// Why an upstream answer did not complete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Incomplete {
+    #[error("the stream carried an error event: {0}")]
+    ErrorEvent(String),
+    #[error("the stream ended before its last event")]
+    NoFinalEvent,
+    #[error("the answer is not a whole JSON document")]
+    NotJson,
+    #[error("upstream body: {0}")]
+    Upstream(String),
+    #[error("upstream went quiet past the timeout")]
+    Quiet,
+    #[error("the client went away before the answer ended")]
+    ClientGone,
+    #[error("the answer was dropped")]
+    Dropped,
+}
+
+/// Why the log does not hold a call's answer: the client gets it in place of the answer's end.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotRecorded {
+    #[error(transparent)]
+    Incomplete(#[from] Incomplete),
+    /// The commit failed (the store's or the engine's error).
+    #[error("{0}")]
+    Commit(String),
+    #[error("the commit task failed")]
+    CommitTask,
+    #[error("the commit task ended")]
+    CommitGone,
 }
 
 /// Scans a stream's events for usage, errors and the final event.
@@ -127,10 +160,10 @@ impl Scan {
     /// The outcome once the final event arrived (or the body ended).
     pub fn finish(&mut self) -> Outcome {
         if let Some(e) = self.error.take() {
-            return Outcome::Failed(format!("the stream carried an error event: {e}"));
+            return Outcome::Failed(Incomplete::ErrorEvent(e));
         }
         if !self.terminal {
-            return Outcome::Failed("the stream ended before its last event".into());
+            return Outcome::Failed(Incomplete::NoFinalEvent);
         }
         if self.responses {
             return Outcome::Complete(self.usage, self.response.take());
@@ -142,7 +175,7 @@ impl Scan {
 /// The outcome of a whole JSON answer: complete when it parses, with its usage if any.
 pub(crate) fn json_outcome(format: WireFormat, body: &[u8]) -> Outcome {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return Outcome::Failed("the answer is not a whole JSON document".into());
+        return Outcome::Failed(Incomplete::NotJson);
     };
     let usage = v.get("usage").and_then(|u| match format {
         WireFormat::Anthropic => Usage::from_anthropic(u).ok(),
@@ -173,7 +206,7 @@ pub(crate) struct Tee {
     idle: Duration,
     timer: Pin<Box<Sleep>>,
     done: Option<oneshot::Sender<Outcome>>,
-    committed: oneshot::Receiver<Result<(), String>>,
+    committed: oneshot::Receiver<Result<(), NotRecorded>>,
     /// Bytes received but not passed on: the start of an event whose end has not arrived.
     pending: BytesMut,
     phase: Phase,
@@ -192,7 +225,7 @@ impl Tee {
         shape: Shape,
         idle: Duration,
         done: oneshot::Sender<Outcome>,
-        committed: oneshot::Receiver<Result<(), String>>,
+        committed: oneshot::Receiver<Result<(), NotRecorded>>,
     ) -> Self {
         Tee {
             inner,
@@ -294,7 +327,7 @@ impl HttpBody for Tee {
                 Phase::Committing(held) => {
                     let result = match Pin::new(&mut this.committed).poll(cx) {
                         Poll::Pending => return Poll::Pending,
-                        Poll::Ready(r) => r.unwrap_or_else(|_| Err("the commit task ended".into())),
+                        Poll::Ready(r) => r.unwrap_or(Err(NotRecorded::CommitGone)),
                     };
                     let held = std::mem::take(held);
                     this.phase = Phase::Done;
@@ -322,7 +355,7 @@ impl HttpBody for Tee {
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    this.finish(Outcome::Failed(format!("upstream body: {e}")));
+                    this.finish(Outcome::Failed(Incomplete::Upstream(e.to_string())));
                     this.err = Some(e.into());
                     cx.waker().wake_by_ref();
                     let rest = std::mem::take(&mut this.pending).freeze();
@@ -335,7 +368,7 @@ impl HttpBody for Tee {
                     // The body ended without the final event: what arrived goes on as it is.
                     let outcome = this.scan.finish();
                     let outcome = match outcome {
-                        Outcome::Complete(..) => Outcome::Failed("the stream ended before its last event".into()),
+                        Outcome::Complete(..) => Outcome::Failed(Incomplete::NoFinalEvent),
                         failed => failed,
                     };
                     this.finish(outcome);
@@ -348,7 +381,7 @@ impl HttpBody for Tee {
                 }
                 Poll::Pending => {
                     if this.timer.as_mut().poll(cx).is_ready() {
-                        this.finish(Outcome::Failed("upstream went quiet past the timeout".into()));
+                        this.finish(Outcome::Failed(Incomplete::Quiet));
                         this.phase = Phase::Done;
                         return Poll::Ready(Some(Err("upstream went quiet past the timeout".into())));
                     }
@@ -361,7 +394,7 @@ impl HttpBody for Tee {
 
 impl Drop for Tee {
     fn drop(&mut self) {
-        self.finish(Outcome::Failed("the client went away before the answer ended".into()));
+        self.finish(Outcome::Failed(Incomplete::ClientGone));
     }
 }
 

@@ -98,7 +98,7 @@ async fn a_shrunk_session_continues_where_it_was() {
     assert_eq!(call(&proxy, body(1)).await, stream);
     committed(&proxy, 2).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // An edited history after a shrink still diverges (the digests were kept and compared).
+    // An edited history after a shrink is still a branch (the digests were kept and compared).
     let edited = body(2).replace("ack 0", "ACK 0");
     let next = call(&proxy, edited).await;
     assert_ne!(next, stream);
@@ -107,7 +107,7 @@ async fn a_shrunk_session_continues_where_it_was() {
     assert_eq!(session.state().message_count(), 4, "system, user, assistant, user");
     assert_eq!(session.state().calls(), 2);
     let rendered = proxy.metrics().render();
-    assert!(rendered.contains("ctxlog_proxy_diverged_total 1"), "{rendered}");
+    assert!(rendered.contains("ctxlog_proxy_branched_total 1"), "{rendered}");
     proxy.shutdown().await;
     fake.shutdown();
 }

@@ -229,8 +229,29 @@ fn reported(x: &Exchange) -> Option<Usage> {
 }
 
 /// The messages (and Anthropic `system`) of a request body, parsed.
+/// A body's `system` and `messages`, without their cache breakpoints (the proxy places its own
+/// on Anthropic requests: `breakpoints.rs` tests where), a string system as one text block and a
+/// message's one text block as a string.
 fn conversation_of(body: &[u8]) -> (Value, Value) {
-    let v: Value = serde_json::from_slice(body).unwrap();
+    let mut v: Value = serde_json::from_slice(body).unwrap();
+    if let Some(s) = v["system"].as_str() {
+        v["system"] = serde_json::json!([{"type": "text", "text": s}]);
+    }
+    let unmark = |blocks: &mut Value| {
+        for b in blocks.as_array_mut().into_iter().flatten() {
+            b.as_object_mut().map(|o| o.remove("cache_control"));
+        }
+    };
+    unmark(&mut v["system"]);
+    for m in v["messages"].as_array_mut().into_iter().flatten() {
+        unmark(&mut m["content"]);
+        // A marked string content is written as the one text block it is to the API.
+        if let Some([b]) = m["content"].as_array().map(Vec::as_slice) {
+            if b["type"] == "text" && b.as_object().is_some_and(|o| o.len() == 2) {
+                m["content"] = b["text"].clone();
+            }
+        }
+    }
     (v["system"].clone(), v["messages"].clone())
 }
 
@@ -305,14 +326,10 @@ async fn conversation(path: &str, stream: bool, include_usage: bool, cache: bool
         }
         history.push(("assistant", format!("answer {turn}")));
     }
-    if openai || cache {
-        // The fake's cache model saw the shared prefix: the reads are real numbers, not zeros.
-        assert!(cache_total > 0, "no call reported a cache read: the usage comparison proves little");
-        assert_eq!(written > 0, cache, "cache writes reported: {written}");
-    } else {
-        // Anthropic without a cache_control breakpoint caches nothing.
-        assert_eq!((cache_total, written), (0, 0));
-    }
+    // The fake's cache model saw the shared prefix: the reads are real numbers, not zeros. An
+    // Anthropic client without breakpoints gets the proxy's own (`--cache-breakpoints auto`).
+    assert!(cache_total > 0, "no call reported a cache read: the usage comparison proves little");
+    assert_eq!(written > 0, !openai, "cache writes reported: {written}");
     let id = id.unwrap();
     // Each request appended only its new suffix: 4 users + 3 replies + the system prompt.
     assert_eq!(appended(&events(&*store, id)), 7 + 1);
@@ -549,6 +566,23 @@ async fn bad_bodies_are_refused_and_nothing_is_written() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_history_names_its_field_in_a_named_session_too() {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    // An orphan tool result at messages[1]: the refusal names it whether or not the session is
+    // named (a name is one more record before the appends).
+    let body = r#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"x"}]}]}"#;
+    for headers in [&[("x-api-key", KEY)][..], &[("x-api-key", KEY), ("x-ctxlog-session", "named")][..]] {
+        let a = post(p.addr(), ANTHROPIC, headers, body).await;
+        assert_eq!(a.status, 400, "{}", a.text());
+        assert!(a.text().contains("messages[1]"), "{headers:?}: {}", a.text());
+    }
+    assert!(store.streams().unwrap().is_empty(), "a refused request wrote a session");
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_token_is_required_when_set() {
     let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -575,11 +609,11 @@ async fn other_paths_pass_through_untouched() {
     let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
-    let body = r#"{"model":"m", "input":"count me"}"#;
-    let a = post(p.addr(), "/v1/messages/count_tokens?beta=true", &[("x-api-key", KEY)], body).await;
+    let body = r#"{"model":"m", "prompt":"count me"}"#;
+    let a = post(p.addr(), "/v1/complete?beta=true", &[("x-api-key", KEY)], body).await;
     // The fake knows no such path: its 404 (in Anthropic's shape) comes back as it was.
     let x = &up.requests()[0];
-    assert_eq!(x.request.path, "/v1/messages/count_tokens?beta=true");
+    assert_eq!(x.request.path, "/v1/complete?beta=true");
     assert_eq!(x.request.body, body.as_bytes());
     assert_eq!(x.request.header("x-api-key"), Some(KEY));
     assert_eq!((a.status, &a.body), (404, &x.response.body()));
@@ -589,8 +623,26 @@ async fn other_paths_pass_through_untouched() {
     p.shutdown().await;
 }
 
+/// The `x-ctxlog-branch-of` / `x-ctxlog-fork-at` headers of an answer (none: not a branch).
+fn fork_of(a: &Answer) -> Option<(StreamId, u64)> {
+    let parent = a.headers.get("x-ctxlog-branch-of")?.to_str().unwrap().parse().unwrap();
+    let at =
+        a.headers.get("x-ctxlog-fork-at").expect("a branch without its fork point").to_str().unwrap().parse().unwrap();
+    Some((parent, at))
+}
+
+/// The `Branched` records of a stream: its lineage, oldest first, as (parent, messages shared).
+fn lineage(evs: &[Event]) -> Vec<(StreamId, u64)> {
+    evs.iter()
+        .filter_map(|e| match e {
+            Event::Branched(b) => Some((StreamId(b.parent), b.messages)),
+            _ => None,
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn divergence_starts_a_linked_session_from_the_clients_history() {
+async fn a_changed_history_is_a_branch_with_its_fork_point() {
     let up = upstream();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
@@ -601,7 +653,7 @@ async fn divergence_starts_a_linked_session_from_the_clients_history() {
         store: &dyn Store,
         h: &[(&str, &str)],
         calls_then: usize,
-    ) -> StreamId {
+    ) -> (StreamId, Option<(StreamId, u64)>) {
         let hdr = [("x-api-key", KEY), ("x-ctxlog-session", "agent-7")];
         let body = anthropic_body(h, false);
         let a = post(p.addr(), ANTHROPIC, &hdr, &body).await;
@@ -616,42 +668,63 @@ async fn divergence_starts_a_linked_session_from_the_clients_history() {
         let call = served(&evs)[calls_then - 1];
         let rebuilt = ctxlog::replay::served_request(store, a.stream(), call.call, &opts_of(&x.request.body)).unwrap();
         assert_eq!(rebuilt.body(), &x.request.body[..]);
-        a.stream()
+        (a.stream(), fork_of(&a))
     }
-    let first = send(&p, &up, &*store, &[("user", "one"), ("assistant", "a1"), ("user", "two")], 1).await;
-    // The client edited its second message.
+    let (first, fork) = send(&p, &up, &*store, &[("user", "one"), ("assistant", "a1"), ("user", "two")], 1).await;
+    assert_eq!(fork, None, "the first conversation is the lineage's root");
+    // The client edited its second message: seq 0 is the system prompt, 1 "one", 2 the edit.
     let edited = [("user", "one"), ("assistant", "EDITED"), ("user", "two"), ("assistant", "a2"), ("user", "3")];
-    let second = send(&p, &up, &*store, &edited, 1).await;
+    let (second, fork) = send(&p, &up, &*store, &edited, 1).await;
     assert_ne!(first, second);
-    // seq 0 is the system prompt, 1 "one", 2 the edited reply.
-    assert_eq!(diverged(&events(&*store, first)), vec![(2, second.to_string())]);
+    assert_eq!(fork, Some((first, 2)));
+    assert!(diverged(&events(&*store, first)).is_empty(), "the original records no divergence");
     let evs = events(&*store, second);
-    assert_eq!(appended(&evs), 6, "the successor holds the client's whole history");
-    assert!(diverged(&evs).is_empty());
+    assert_eq!(lineage(&evs), vec![(first, 2)]);
+    assert_eq!(appended(&evs), 6, "the branch holds the shared prefix (copied) and its own messages");
     let forwarded = String::from_utf8(exchange(&up, 1).request.body).unwrap();
     assert!(forwarded.contains("EDITED") && !forwarded.contains("a1"), "the view mixed the old history in");
-    // The chain is followed after a restart.
+    // The branch is found again after a restart, and the root too.
     let p2 = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
     let mut longer = edited.to_vec();
     longer.extend([("assistant", "x"), ("user", "4")]);
-    assert_eq!(
-        send(&p2, &up, &*store, &longer, 2).await,
-        second,
-        "a reopened session with the same history did not continue"
-    );
-    // Truncated: the client dropped its last four messages (and asks again).
-    let truncated = &longer[..3];
-    let third = send(&p2, &up, &*store, truncated, 1).await;
+    assert_eq!(send(&p2, &up, &*store, &longer, 2).await, (second, Some((first, 2))), "the branch did not continue");
+    let (again, fork) = send(
+        &p2,
+        &up,
+        &*store,
+        &[("user", "one"), ("assistant", "a1"), ("user", "two"), ("assistant", "b"), ("user", "c")],
+        2,
+    )
+    .await;
+    assert_eq!((again, fork), (first, None), "the root did not continue");
+    // Truncated: the client dropped its last four messages (and asks again): a branch of the
+    // branch that ends where the client's history ends.
+    let (third, fork) = send(&p2, &up, &*store, &longer[..3], 1).await;
     assert!(third != second && third != first);
-    assert_eq!(diverged(&events(&*store, second)), vec![(4, third.to_string())], "truncation is named at its end");
+    assert_eq!(fork, Some((second, 4)), "truncation forks at its end");
+    assert_eq!(
+        lineage(&events(&*store, third)),
+        vec![(first, 2), (second, 4)],
+        "a branch of a branch keeps its lineage"
+    );
     assert_eq!(appended(&events(&*store, third)), 4);
-    // Truncated and changed: the first differing seq is named.
-    let fourth = send(&p2, &up, &*store, &[("user", "one"), ("assistant", "EDITED"), ("user", "again")], 1).await;
-    assert_eq!(diverged(&events(&*store, third)), vec![(3, fourth.to_string())]);
+    // Truncated and changed: the fork point is the first differing message, in the branch it
+    // shares the most with.
+    let (fourth, fork) =
+        send(&p2, &up, &*store, &[("user", "one"), ("assistant", "EDITED"), ("user", "again")], 1).await;
+    assert_eq!(fork, Some((second, 3)));
     for id in [first, second, third, fourth] {
+        assert!(diverged(&events(&*store, id)).is_empty());
         assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
+        // The header's name is recorded at version 2 of every session of the chain, so
+        // `ctxlog sessions` shows it and `--session agent-7` finds the current one.
+        let named = events(&*store, id).into_iter().nth(1);
+        assert!(
+            matches!(&named, Some(Event::SessionNamed(n)) if n.name == "agent-7"),
+            "session {id} is not named: {named:?}"
+        );
     }
-    assert_eq!(counter(&p, "ctxlog_proxy_diverged_total") + counter(&p2, "ctxlog_proxy_diverged_total"), 3);
+    assert_eq!(counter(&p, "ctxlog_proxy_branched_total") + counter(&p2, "ctxlog_proxy_branched_total"), 3);
     p.shutdown().await;
     p2.shutdown().await;
 }
@@ -1002,18 +1075,15 @@ async fn a_reopened_session_with_an_image_continues() {
     assert!(x.request.body.windows(png.len()).any(|w| w == png.as_bytes()), "the image was not inlined upstream");
     let rebuilt = ctxlog::replay::served_request(&*store, a1.stream(), 1, &opts_of(&x.request.body)).unwrap();
     assert_eq!(rebuilt.body(), &x.request.body[..]);
-    // A changed image is a divergence.
+    // A changed image is another history: a branch forked before it.
     let other = body(more).replace("AAAADUlEQVR42", "AAAADUlEQVR43");
     let a3 = post(p2.addr(), ANTHROPIC, &[("x-api-key", KEY), ("x-ctxlog-session", "s")], &body(more)).await;
     calls(&*store, a3.stream(), 1).await;
     let p3 = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
     let a4 = post(p3.addr(), ANTHROPIC, &[("x-api-key", KEY), ("x-ctxlog-session", "s")], &other).await;
     assert_ne!(a4.stream(), a3.stream());
-    assert_eq!(
-        diverged(&events(&*store, a3.stream())),
-        vec![(0, a4.stream().to_string())],
-        "the image is in message 0"
-    );
+    assert_eq!(fork_of(&a4), Some((a3.stream(), 0)), "the image is in message 0");
+    assert!(diverged(&events(&*store, a3.stream())).is_empty());
     p2.shutdown().await;
     p3.shutdown().await;
 }
@@ -1050,5 +1120,60 @@ async fn an_idle_session_leaves_memory_and_continues_from_the_store() {
     assert_eq!(a2.stream(), id);
     let evs = calls(&*store, id, 2).await;
     assert_eq!(appended(&evs), 4);
+    p.shutdown().await;
+}
+
+/// A log of an earlier version, where a diverged history moved to a successor session named
+/// by a `history_diverged` guard: the proxy follows the chain and the conversation goes on at
+/// its end, branching from there when it forks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_successor_chain_is_followed_to_its_end() {
+    let up = upstream();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let hdr = [("x-api-key", KEY), ("x-ctxlog-session", "old-agent")];
+    let first = post(p.addr(), ANTHROPIC, &hdr, &anthropic_body(&[("user", "one")], false)).await;
+    let old = first.stream();
+    calls(&*store, old, 1).await;
+    p.shutdown().await;
+    // What an earlier proxy wrote when the client edited "one": a successor holding the
+    // client's whole history, and the guard naming it.
+    let edited = [("user", "ONE"), ("assistant", "a"), ("user", "two")];
+    let successor = StreamId::random();
+    let history: Vec<ctxlog::Message> = std::iter::once(r#"{"role":"system","content":"You are terse."}"#.to_owned())
+        .chain(edited.iter().map(|(r, t)| json!({"role": r, "content": t}).to_string()))
+        .map(|m| ctxlog::parse_message(&m).unwrap())
+        .collect();
+    let now = ctxlog::Timestamp::from_system_time(std::time::SystemTime::now());
+    ctxlog::Session::create_with(
+        Arc::clone(&store),
+        successor,
+        ctxlog::WireFormat::Anthropic,
+        ctxlog::Config::default(),
+        now,
+        history,
+    )
+    .unwrap();
+    let mut s = ctxlog::Session::open(Arc::clone(&store), old).unwrap();
+    s.raise_guard(
+        GuardKind::HistoryDiverged { seq: 1, successor: successor.to_string() },
+        "edited".into(),
+        "x-ctxlog-session",
+    )
+    .unwrap();
+    let p = proxy_on(Arc::clone(&store), &up.url(), |_| {}).await;
+    let mut longer = edited.to_vec();
+    longer.extend([("assistant", "b"), ("user", "three")]);
+    let a = post(p.addr(), ANTHROPIC, &hdr, &anthropic_body(&longer, false)).await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!((a.stream(), fork_of(&a)), (successor, None), "the chain was not followed");
+    // Forking again: a branch of the chain's end.
+    let forked = [("user", "ONE"), ("assistant", "a"), ("user", "TWO")];
+    let b = post(p.addr(), ANTHROPIC, &hdr, &anthropic_body(&forked, false)).await;
+    assert_eq!(b.status, 200, "{}", b.text());
+    assert_eq!(fork_of(&b), Some((successor, 3)));
+    for id in [old, successor, b.stream()] {
+        assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
+    }
     p.shutdown().await;
 }

@@ -65,18 +65,29 @@ pub(crate) fn encode_slot(stream: StreamId, a: &Anchor) -> [u8; SLOT_LEN] {
     s
 }
 
+/// Why a slot does not check out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum SlotError {
+    #[error("checksum mismatch")]
+    Checksum,
+    #[error("not an anchor slot")]
+    NotASlot,
+    #[error("names another stream")]
+    OtherStream,
+}
+
 /// A slot that checks out for `stream`, or why not.
-fn decode_slot(stream: StreamId, s: &[u8]) -> Result<Anchor, String> {
+fn decode_slot(stream: StreamId, s: &[u8]) -> Result<Anchor, SlotError> {
     let field = |from: usize, to: usize| s.get(from..to).unwrap_or_default();
     let crc = field(60, 64);
     if crc != crc32c::crc32c(field(0, 60)).to_le_bytes() {
-        return Err("checksum mismatch".to_owned());
+        return Err(SlotError::Checksum);
     }
     if field(0, 8) != MAGIC || field(56, 60) != [0; 4] {
-        return Err("not an anchor slot".to_owned());
+        return Err(SlotError::NotASlot);
     }
     if field(8, 24) != stream.0.as_bytes() {
-        return Err("names another stream".to_owned());
+        return Err(SlotError::OtherStream);
     }
     let u64_at = |at: usize| field(at, at + 8).try_into().map(u64::from_le_bytes).unwrap_or(0);
     let mut hash = [0u8; 16];
@@ -150,7 +161,7 @@ mod tests {
             t[bit / 8] ^= 1 << (bit % 8);
             assert!(decode_slot(s, &t).is_err(), "bit {bit}");
         }
-        assert!(decode_slot(StreamId::random(), &slot).is_err(), "another stream's slot");
-        assert!(decode_slot(s, &[0; SLOT_LEN]).is_err(), "zeros");
+        assert_eq!(decode_slot(StreamId::random(), &slot), Err(SlotError::OtherStream), "another stream's slot");
+        assert_eq!(decode_slot(s, &[0; SLOT_LEN]), Err(SlotError::Checksum), "zeros");
     }
 }

@@ -34,17 +34,94 @@ fn le64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(s))
 }
 
+/// Why a batch cannot be one frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// The payload would exceed [`MAX_PAYLOAD`].
+    #[error("batch of {bytes} bytes exceeds the frame limit of {MAX_PAYLOAD} bytes")]
+    TooLarge {
+        /// The payload's size.
+        bytes: usize,
+    },
+    /// More records than the count field holds.
+    #[error("batch of {count} records is too long")]
+    TooManyRecords {
+        /// Records in the batch.
+        count: usize,
+    },
+}
+
+/// What is wrong with a frame's payload, or with where it sits in its log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    /// Shorter than the stream id.
+    #[error("payload of {len} bytes is shorter than its fixed part")]
+    Short {
+        /// The payload's size.
+        len: usize,
+    },
+    /// Too short for a field of the fixed part.
+    #[error("payload too short for {field}")]
+    ShortField {
+        /// The field.
+        field: &'static str,
+    },
+    /// A count of zero.
+    #[error("frame holds no records")]
+    Empty,
+    /// More records than the payload has room for.
+    #[error("count {count} cannot fit in a payload of {len} bytes")]
+    Count {
+        /// The count field.
+        count: u64,
+        /// The payload's size.
+        len: usize,
+    },
+    /// A record's length field is cut off.
+    #[error("record {i} of {count}: length runs past the payload")]
+    LengthCut {
+        /// The record's index.
+        i: usize,
+        /// The count field.
+        count: usize,
+    },
+    /// A record longer than what is left of the payload.
+    #[error("record {i} of {count}: {n} bytes run past the payload")]
+    RecordCut {
+        /// The record's index.
+        i: usize,
+        /// The count field.
+        count: usize,
+        /// The record's length field.
+        n: u32,
+    },
+    /// Bytes after the last record.
+    #[error("{0} trailing bytes after the last record")]
+    Trailing(usize),
+    /// A frame of another stream in this stream's log.
+    #[error("frame belongs to stream {0}")]
+    OtherStream(StreamId),
+    /// A frame that does not start where the previous one ended.
+    #[error("frame starts at version {first}, expected {expected}")]
+    Misplaced {
+        /// Its first version.
+        first: Version,
+        /// The version after the previous frame.
+        expected: Version,
+    },
+}
+
 /// Encodes one batch as one frame. Fails if the batch does not fit [`MAX_PAYLOAD`].
-pub fn encode(stream: StreamId, first: Version, records: &[Record]) -> Result<Vec<u8>, String> {
+pub fn encode(stream: StreamId, first: Version, records: &[Record]) -> Result<Vec<u8>, EncodeError> {
     let mut payload_len = PAYLOAD_FIXED;
     for r in records {
         payload_len = payload_len.saturating_add(4).saturating_add(r.as_bytes().len());
     }
     if payload_len > MAX_PAYLOAD {
-        return Err(format!("batch of {payload_len} bytes exceeds the frame limit of {MAX_PAYLOAD} bytes"));
+        return Err(EncodeError::TooLarge { bytes: payload_len });
     }
-    let count = u32::try_from(records.len()).map_err(|_| format!("batch of {} records is too long", records.len()))?;
-    let len = u32::try_from(payload_len).map_err(|_| "batch too large".to_owned())?;
+    let count = u32::try_from(records.len()).map_err(|_| EncodeError::TooManyRecords { count: records.len() })?;
+    let len = u32::try_from(payload_len).map_err(|_| EncodeError::TooLarge { bytes: payload_len })?;
     let mut out = Vec::with_capacity(payload_len + OVERHEAD);
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&crc32c::crc32c(&len.to_le_bytes()).to_le_bytes());
@@ -54,7 +131,7 @@ pub fn encode(stream: StreamId, first: Version, records: &[Record]) -> Result<Ve
     for r in records {
         let b = r.as_bytes();
         // Cannot fail: each record is smaller than the whole payload checked above.
-        let n = u32::try_from(b.len()).map_err(|_| "record too large".to_owned())?;
+        let n = u32::try_from(b.len()).map_err(|_| EncodeError::TooLarge { bytes: b.len() })?;
         out.extend_from_slice(&n.to_le_bytes());
         out.extend_from_slice(b);
     }
@@ -103,37 +180,36 @@ pub struct Payload {
 
 /// Parses a payload's structure. Every length is checked against the buffer, and the
 /// records must fill it exactly.
-pub fn parse_payload(payload: &[u8]) -> Result<Payload, String> {
-    let stream_bytes: [u8; 16] = payload
-        .get(..16)
-        .and_then(|s| s.try_into().ok())
-        .ok_or_else(|| format!("payload of {} bytes is shorter than its fixed part", payload.len()))?;
+pub fn parse_payload(payload: &[u8]) -> Result<Payload, PayloadError> {
+    let stream_bytes: [u8; 16] =
+        payload.get(..16).and_then(|s| s.try_into().ok()).ok_or(PayloadError::Short { len: payload.len() })?;
     let stream = StreamId(uuid::Uuid::from_bytes(stream_bytes));
-    let first = le64(payload, 16).ok_or("payload too short for first_version")?;
-    let count = le32(payload, 24).ok_or("payload too short for count")?;
+    let first = le64(payload, 16).ok_or(PayloadError::ShortField { field: "first_version" })?;
+    let count = le32(payload, 24).ok_or(PayloadError::ShortField { field: "count" })?;
     if count == 0 {
-        return Err("frame holds no records".to_owned());
+        return Err(PayloadError::Empty);
     }
     let mut at = PAYLOAD_FIXED;
     // Each record needs at least its 4-byte length, which bounds `count` before allocating.
-    let count = usize::try_from(count).map_err(|_| "count overflows")?;
+    let too_many = PayloadError::Count { count: u64::from(count), len: payload.len() };
+    let count = usize::try_from(count).map_err(|_| too_many.clone())?;
     if count > (payload.len().saturating_sub(PAYLOAD_FIXED)) / 4 {
-        return Err(format!("count {count} cannot fit in a payload of {} bytes", payload.len()));
+        return Err(too_many);
     }
     let mut records = Vec::with_capacity(count);
     for i in 0..count {
-        let n = le32(payload, at).ok_or_else(|| format!("record {i} of {count}: length runs past the payload"))?;
+        let n = le32(payload, at).ok_or(PayloadError::LengthCut { i, count })?;
         let start = at + 4;
         let end = usize::try_from(n)
             .ok()
             .and_then(|n| start.checked_add(n))
             .filter(|&e| e <= payload.len())
-            .ok_or_else(|| format!("record {i} of {count}: {n} bytes run past the payload"))?;
+            .ok_or(PayloadError::RecordCut { i, count, n })?;
         records.push(start..end);
         at = end;
     }
     if at != payload.len() {
-        return Err(format!("{} trailing bytes after the last record", payload.len() - at));
+        return Err(PayloadError::Trailing(payload.len() - at));
     }
     Ok(Payload { stream, first, records })
 }

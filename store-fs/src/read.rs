@@ -123,7 +123,7 @@ fn read_frame(
     let parsed = match frame::parse_payload(payload) {
         Ok(p) if p.stream == stream && p.first == meta.first && p.first + p.records.len() as u64 == next_first => p,
         Ok(_) => return Err(corrupt(first_wanted, "frame header does not match the index built on open".into())),
-        Err(e) => return Err(corrupt(first_wanted, e)),
+        Err(e) => return Err(corrupt(first_wanted, e.to_string())),
     };
     for (i, range) in parsed.records.into_iter().enumerate() {
         let version = meta.first + i as u64;

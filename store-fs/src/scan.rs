@@ -99,9 +99,9 @@ pub(crate) fn scan_stream(stream: StreamId, path: &Path) -> Result<(StreamLog, O
         let next = log.head + 1;
         let parsed = frame::parse_payload(buf.get(..len).unwrap_or_default()).and_then(|p| {
             if p.stream != stream {
-                Err(format!("frame belongs to stream {}", p.stream))
+                Err(frame::PayloadError::OtherStream(p.stream))
             } else if p.first != next {
-                Err(format!("frame starts at version {}, expected {next}", p.first))
+                Err(frame::PayloadError::Misplaced { first: p.first, expected: next })
             } else {
                 Ok(p.records.len() as u64)
             }
@@ -113,7 +113,7 @@ pub(crate) fn scan_stream(stream: StreamId, path: &Path) -> Result<(StreamLog, O
                 pos += total;
                 log.len = pos;
             }
-            Err(detail) => break (detail, false),
+            Err(detail) => break (detail.to_string(), false),
         }
     };
     let tail = read_tail(reader.into_inner(), path, pos)?;

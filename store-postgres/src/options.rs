@@ -66,11 +66,13 @@ pub(crate) fn client_config_in(
     opts: &PgOptions,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Connector, usize), StoreError> {
-    let bad = |location: &str, e: String| backend(location, "parse the connection string", PgError::Url(e));
-    let (rest, params) = params::split(url).map_err(|e| bad(&redact(url), e))?;
-    let mut config = postgres::Config::from_str(&rest).map_err(|e| bad(&redact(url), e.to_string()))?;
+    let bad = |location: &str, e: &dyn std::fmt::Display| {
+        backend(location, "parse the connection string", PgError::Url(e.to_string()))
+    };
+    let (rest, params) = params::split(url).map_err(|e| bad(&redact(url), &e))?;
+    let mut config = postgres::Config::from_str(&rest).map_err(|e| bad(&redact(url), &e))?;
     let location = describe(&config);
-    params::resolve_password(&mut config, &params, env).map_err(|e| bad(&location, e))?;
+    params::resolve_password(&mut config, &params, env).map_err(|e| bad(&location, &e))?;
     // libpq's default; and like libpq, `sslmode` means nothing on Unix sockets.
     let mode = params.sslmode.unwrap_or(SslMode::Prefer);
     let only_sockets = !config.get_hosts().is_empty() && config.get_hosts().iter().all(|h| !matches!(h, Host::Tcp(_)));
@@ -78,9 +80,9 @@ pub(crate) fn client_config_in(
     config.ssl_mode(mode.client_mode());
     let roots = match mode {
         SslMode::Disable | SslMode::Prefer => None,
-        _ => tls::load_roots(params.sslrootcert.as_deref()).map_err(|e| bad(&location, e))?.map(|(_, r)| r),
+        _ => tls::load_roots(params.sslrootcert.as_deref()).map_err(|e| bad(&location, &e))?.map(|(_, r)| r),
     };
-    let tls = tls::connector(mode, roots).map_err(|e| bad(&location, e))?;
+    let tls = tls::connector(mode, roots).map_err(|e| bad(&location, &e))?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(opts.connect_timeout);
     }

@@ -34,13 +34,26 @@ pub(crate) struct Params {
 
 const OURS: [&str; 5] = ["sslmode", "sslrootcert", "pool_size", "passfile", "password_env"];
 
+/// A parameter ctxlog reads itself that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ParamError {
+    #[error("sslmode={0}: not one of disable, allow, prefer, require, verify-ca, verify-full")]
+    SslMode(String),
+    #[error("pool_size={0}: not a positive whole number")]
+    PoolSize(String),
+    #[error("password_env=: names no environment variable")]
+    PasswordEnvEmpty,
+    #[error("password_env={0}: the environment variable {0} is not set (it should hold the password)")]
+    PasswordEnvUnset(String),
+    #[error("passfile {}: {source}", file.display())]
+    Passfile { file: PathBuf, source: std::io::Error },
+}
+
 impl Params {
-    fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+    fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
         match key {
             "sslmode" => {
-                self.sslmode = Some(SslMode::parse(value).ok_or_else(|| {
-                    format!("sslmode={value}: not one of disable, allow, prefer, require, verify-ca, verify-full")
-                })?)
+                self.sslmode = Some(SslMode::parse(value).ok_or_else(|| ParamError::SslMode(value.to_owned()))?)
             }
             "sslrootcert" => self.sslrootcert = Some(PathBuf::from(value)),
             "pool_size" => {
@@ -49,13 +62,13 @@ impl Params {
                         .parse::<usize>()
                         .ok()
                         .filter(|n| *n > 0)
-                        .ok_or_else(|| format!("pool_size={value}: not a positive whole number"))?,
+                        .ok_or_else(|| ParamError::PoolSize(value.to_owned()))?,
                 )
             }
             "passfile" => self.passfile = Some(PathBuf::from(value)),
             "password_env" => {
                 if value.is_empty() {
-                    return Err("password_env=: names no environment variable".into());
+                    return Err(ParamError::PasswordEnvEmpty);
                 }
                 self.password_env = Some(value.to_owned())
             }
@@ -66,7 +79,7 @@ impl Params {
 }
 
 /// Splits ctxlog's own parameters out of `url`; returns the rest for the client library.
-pub(crate) fn split(url: &str) -> Result<(String, Params), String> {
+pub(crate) fn split(url: &str) -> Result<(String, Params), ParamError> {
     let mut params = Params::default();
     if url.contains("://") {
         let Some((base, query)) = url.split_once('?') else { return Ok((url.to_owned(), params)) };
@@ -188,14 +201,12 @@ pub(crate) fn resolve_password(
     config: &mut postgres::Config,
     params: &Params,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), String> {
+) -> Result<(), ParamError> {
     if config.get_password().is_some() {
         return Ok(());
     }
     if let Some(name) = &params.password_env {
-        let value = env(name).ok_or_else(|| {
-            format!("password_env={name}: the environment variable {name} is not set (it should hold the password)")
-        })?;
+        let value = env(name).ok_or_else(|| ParamError::PasswordEnvUnset(name.clone()))?;
         config.password(value);
         return Ok(());
     }
@@ -216,12 +227,12 @@ pub(crate) fn resolve_password(
 }
 
 /// The password file's answer for `config`'s first host, port, database and user.
-fn from_passfile(file: &Path, config: &postgres::Config, named: bool) -> Result<Option<String>, String> {
+fn from_passfile(file: &Path, config: &postgres::Config, named: bool) -> Result<Option<String>, ParamError> {
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         // libpq ignores a missing default file; one named with `passfile=` must be there.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named => return Ok(None),
-        Err(e) => return Err(format!("passfile {}: {e}", file.display())),
+        Err(source) => return Err(ParamError::Passfile { file: file.to_path_buf(), source }),
     };
     #[cfg(unix)]
     {
@@ -319,7 +330,7 @@ mod tests {
             ("postgres://u@h/db?sslmode=on", "sslmode=on"),
             ("user=u password_env=", "password_env="),
         ] {
-            let e = split(url).unwrap_err();
+            let e = split(url).unwrap_err().to_string();
             assert!(e.starts_with(field), "{url}: {e}");
         }
     }
@@ -350,6 +361,8 @@ mod tests {
 
         let missing = Params { password_env: Some("NOPE".into()), ..Params::default() };
         let e = resolve_password(&mut config("postgres://u@h/db"), &missing, &env).unwrap_err();
+        assert!(matches!(&e, ParamError::PasswordEnvUnset(name) if name == "NOPE"), "{e}");
+        let e = e.to_string();
         assert!(e.contains("password_env=NOPE") && e.contains("NOPE is not set"), "{e}");
     }
 
@@ -386,7 +399,11 @@ mod tests {
         }
         let gone = Params { passfile: Some(dir.join("missing")), ..Params::default() };
         let e = resolve_password(&mut config("postgres://u@h/db"), &gone, &env).unwrap_err();
-        assert!(e.contains("missing"), "{e}");
+        assert!(
+            matches!(&e, ParamError::Passfile { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+            "{e}"
+        );
+        assert!(e.to_string().contains("missing"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

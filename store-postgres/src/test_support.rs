@@ -405,24 +405,78 @@ pub const HOW_TO_ENABLE: &str = "install the PostgreSQL server (Debian: apt-get 
 `pg_config --bindir` or /usr/lib/postgresql/*/bin has initdb and pg_ctl, or point CTXLOG_TEST_POSTGRES_URL at a \
 server (e.g. postgres://user:pw@localhost/ctxlog_test; each test works in its own schema)";
 
+/// Says that `test` was skipped, and why, where a person running `cargo test` sees it: the
+/// test harness captures `println!` and `eprintln!` of a test that passes, so a skipped test
+/// would look like a passed one. This writes to the process's stdout handle, which the harness
+/// does not capture; the first skip of a test binary also says how to run them.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write as _;
+    static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let mut line = format!("NOTICE: PostgreSQL test SKIPPED (it passes without running): {test}: {why}\n");
+    if !TOLD.swap(true, Ordering::Relaxed) {
+        line.push_str(&format!(
+            "NOTICE: to run the PostgreSQL tests, {HOW_TO_ENABLE}; in CI (CI set) they fail instead\n"
+        ));
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Why a test that needs PostgreSQL cannot have a database.
+#[derive(Debug, thiserror::Error)]
+pub enum TestDbError {
+    /// No server here, and CI requires one.
+    #[error("{test}: PostgreSQL is required here (CI is set) but: {source}")]
+    Required {
+        /// The test.
+        test: String,
+        /// Why no cluster started.
+        source: ClusterError,
+    },
+    /// The server did not take a connection.
+    #[error("{test}: connect to {url}: {source}")]
+    Connect {
+        /// The test.
+        test: String,
+        /// The admin URL.
+        url: String,
+        /// The client's error.
+        source: postgres::Error,
+    },
+    /// The test's schema could not be created.
+    #[error("{test}: create schema: {source}")]
+    Schema {
+        /// The test.
+        test: String,
+        /// The client's error.
+        source: postgres::Error,
+    },
+}
+
 /// The tests' policy: a fresh schema on `CTXLOG_TEST_POSTGRES_URL` if set, else on a new
 /// private cluster. `Ok(None)` means "skip": no PostgreSQL here and not in CI (a message
 /// naming `test` and how to enable it has been printed). In CI that is an error instead.
-pub fn test_database(test: &str) -> Result<Option<TestDatabase>, String> {
+pub fn test_database(test: &str) -> Result<Option<TestDatabase>, TestDbError> {
     let (admin_url, cluster) = match std::env::var(URL_ENV) {
         Ok(url) if !url.is_empty() => (url, None),
         _ => match Cluster::start_with(ClusterOptions { fsync: false, ..ClusterOptions::default() }) {
             Ok(c) => (c.url(), Some(c)),
             Err(ClusterError::NotInstalled(why)) if !in_ci() => {
-                eprintln!("SKIPPED {test}: no PostgreSQL ({why}); to run it, {HOW_TO_ENABLE}");
+                skipped(test, &format!("no PostgreSQL ({why})"));
                 return Ok(None);
             }
-            Err(e) => return Err(format!("{test}: PostgreSQL is required here (CI is set) but: {e}")),
+            Err(source) => return Err(TestDbError::Required { test: test.to_owned(), source }),
         },
     };
     let schema = format!("t{}_{}", std::process::id(), SCHEMAS.fetch_add(1, Ordering::Relaxed));
-    let mut admin = Client::connect(&admin_url, NoTls).map_err(|e| format!("{test}: connect to {admin_url}: {e}"))?;
-    admin.batch_execute(&format!("CREATE SCHEMA {schema}")).map_err(|e| format!("{test}: create schema: {e}"))?;
+    let mut admin = Client::connect(&admin_url, NoTls).map_err(|source| TestDbError::Connect {
+        test: test.to_owned(),
+        url: admin_url.clone(),
+        source,
+    })?;
+    admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .map_err(|source| TestDbError::Schema { test: test.to_owned(), source })?;
     Ok(Some(TestDatabase { url: with_search_path(&admin_url, &schema), admin_url, schema, cluster }))
 }
 

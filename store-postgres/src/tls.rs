@@ -81,8 +81,28 @@ enum Check {
     ChainAndName,
 }
 
+/// Why TLS cannot be set up as the connection string asks.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TlsError {
+    #[error("sslrootcert={}: {source}", file.display())]
+    Read { file: PathBuf, source: std::io::Error },
+    #[error("sslrootcert={}: not a PEM certificate file: {source}", file.display())]
+    NotPem { file: PathBuf, source: rustls::pki_types::pem::Error },
+    #[error("sslrootcert={}: {source}", file.display())]
+    Certificate { file: PathBuf, source: rustls::Error },
+    #[error("sslrootcert={}: no certificate in the file", file.display())]
+    NoCertificate { file: PathBuf },
+    #[error(
+        "sslmode={mode}: no root certificate to verify the server against: give sslrootcert=FILE (PEM) or put the \
+         root in ~/.postgresql/root.crt"
+    )]
+    NoRoot { mode: &'static str },
+    #[error("TLS set-up: {0}")]
+    Setup(rustls::Error),
+}
+
 /// The roots of `sslrootcert` (or libpq's default file), if any.
-pub(crate) fn load_roots(file: Option<&Path>) -> Result<Option<(PathBuf, RootCertStore)>, String> {
+pub(crate) fn load_roots(file: Option<&Path>) -> Result<Option<(PathBuf, RootCertStore)>, TlsError> {
     let path = match file {
         Some(f) => f.to_path_buf(),
         None => match std::env::var_os("HOME") {
@@ -96,31 +116,27 @@ pub(crate) fn load_roots(file: Option<&Path>) -> Result<Option<(PathBuf, RootCer
             None => return Ok(None),
         },
     };
-    let bytes = std::fs::read(&path).map_err(|e| format!("sslrootcert={}: {e}", path.display()))?;
+    let bytes = std::fs::read(&path).map_err(|source| TlsError::Read { file: path.clone(), source })?;
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&bytes) {
-        let cert = cert.map_err(|e| format!("sslrootcert={}: not a PEM certificate file: {e}", path.display()))?;
-        roots.add(cert).map_err(|e| format!("sslrootcert={}: {e}", path.display()))?;
+        let cert = cert.map_err(|source| TlsError::NotPem { file: path.clone(), source })?;
+        roots.add(cert).map_err(|source| TlsError::Certificate { file: path.clone(), source })?;
     }
     if roots.is_empty() {
-        return Err(format!("sslrootcert={}: no certificate in the file", path.display()));
+        return Err(TlsError::NoCertificate { file: path });
     }
     Ok(Some((path, roots)))
 }
 
 /// The connector for `mode` with `roots` (`None` when there is no root file).
-pub(crate) fn connector(mode: SslMode, roots: Option<RootCertStore>) -> Result<Option<RustlsConnect>, String> {
+pub(crate) fn connector(mode: SslMode, roots: Option<RootCertStore>) -> Result<Option<RustlsConnect>, TlsError> {
     let check = match (mode, roots.is_some()) {
         (SslMode::Disable, _) => return Ok(None),
         (SslMode::Prefer, _) | (SslMode::Require, false) => Check::Nothing,
         (SslMode::Require | SslMode::VerifyCa, true) => Check::Chain,
         (SslMode::VerifyFull, true) => Check::ChainAndName,
         (SslMode::VerifyCa | SslMode::VerifyFull, false) => {
-            return Err(format!(
-                "sslmode={}: no root certificate to verify the server against: give sslrootcert=FILE (PEM) or \
-                 put the root in ~/.postgresql/root.crt",
-                if mode == SslMode::VerifyCa { "verify-ca" } else { "verify-full" }
-            ))
+            return Err(TlsError::NoRoot { mode: if mode == SslMode::VerifyCa { "verify-ca" } else { "verify-full" } })
         }
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -131,7 +147,7 @@ pub(crate) fn connector(mode: SslMode, roots: Option<RootCertStore>) -> Result<O
     });
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS set-up: {e}"))?
+        .map_err(TlsError::Setup)?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();

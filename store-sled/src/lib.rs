@@ -151,8 +151,21 @@ fn le_u32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-fn chunk_count(len: usize) -> Result<u32, String> {
-    u32::try_from(len.div_ceil(CHUNK)).map_err(|_| format!("value of {len} bytes has too many chunks"))
+/// Why a chunked value (a blob, a snapshot body) cannot be written or read back.
+#[derive(Debug, thiserror::Error)]
+enum ChunkError {
+    #[error("value of {0} bytes has too many chunks")]
+    TooMany(usize),
+    #[error("{location}: read {what} chunk {i}: {source}")]
+    Read { location: String, what: String, i: u32, source: sled::Error },
+    #[error("{location}: {what} chunk {i} of {chunks} is missing")]
+    Missing { location: String, what: String, i: u32, chunks: u32 },
+    #[error("{location}: {what} has {got} bytes, manifest says {len}")]
+    Length { location: String, what: String, got: usize, len: u64 },
+}
+
+fn chunk_count(len: usize) -> Result<u32, ChunkError> {
+    u32::try_from(len.div_ceil(CHUNK)).map_err(|_| ChunkError::TooMany(len))
 }
 
 /// What [`SledStore`] does before acknowledging a write.
@@ -479,17 +492,18 @@ impl SledStore {
         chunks: u32,
         len: u64,
         what: &str,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, ChunkError> {
         let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0).min(1 << 30));
+        let (location, what) = (|| self.location.clone(), || what.to_owned());
         for i in 0..chunks {
             let c = tree
                 .get(chunk_key(prefix, i))
-                .map_err(|e| format!("{}: read {what} chunk {i}: {e}", self.location))?
-                .ok_or_else(|| format!("{}: {what} chunk {i} of {chunks} is missing", self.location))?;
+                .map_err(|source| ChunkError::Read { location: location(), what: what(), i, source })?
+                .ok_or_else(|| ChunkError::Missing { location: location(), what: what(), i, chunks })?;
             out.extend_from_slice(&c);
         }
         if out.len() as u64 != len {
-            return Err(format!("{}: {what} has {} bytes, manifest says {len}", self.location, out.len()));
+            return Err(ChunkError::Length { location: location(), what: what(), got: out.len(), len });
         }
         Ok(out)
     }
@@ -719,7 +733,7 @@ impl Store for SledStore {
         };
         let bytes = self
             .read_chunks(&self.blobs, key, chunks, len, &format!("blob {id}"))
-            .map_err(|detail| StoreError::CorruptBlob { id: id.clone(), detail })?;
+            .map_err(|e| StoreError::CorruptBlob { id: id.clone(), detail: e.to_string() })?;
         id.verify(&bytes)?;
         Ok(Some(bytes))
     }

@@ -203,6 +203,53 @@ fn versions_sled_lost_are_corrupt_not_a_shorter_stream() {
     }
 }
 
+/// sled holding as many versions as the mirror says, but another last record than the one
+/// acknowledged (what a recovery that lost the last write and a later write under the same
+/// head would leave): the head alone cannot tell, the mirror's hash of the last record must.
+/// Simulated by copying a store, writing a different fifth record into each copy and putting
+/// the first one's mirror next to the second one's files.
+#[test]
+fn a_last_record_replaced_under_the_same_head_is_corrupt() {
+    let acked = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let s = StreamId::random();
+    {
+        let store = SledStore::open(acked.path()).unwrap();
+        for i in 0..4u64 {
+            store.append(s, ExpectedVersion::Exact(i), &[Record::seal(format!("r{i}").into_bytes())]).unwrap();
+        }
+    }
+    copy_dir(acked.path(), other.path());
+    for (dir, last) in [(&acked, "r4"), (&other, "x4")] {
+        let store = SledStore::open(dir.path()).unwrap();
+        store.append(s, ExpectedVersion::Exact(4), &[Record::seal(last.as_bytes().to_vec())]).unwrap();
+    }
+    std::fs::copy(acked.path().join("ctxlog.heads"), other.path().join("ctxlog.heads")).unwrap();
+    for store in [SledStore::open_read_only(other.path()).unwrap(), SledStore::open(other.path()).unwrap()] {
+        for r in [
+            store.head(s).map(|_| ()),
+            store.read(s, 1, 100).map(|_| ()),
+            store.append(s, ExpectedVersion::Exact(5), &[Record::seal(b"x".to_vec())]).map(|_| ()),
+        ] {
+            match r {
+                Err(StoreError::Corrupt { stream, version: 5, detail }) => {
+                    assert_eq!(stream, s);
+                    assert!(
+                        detail.contains("record at version 5 is not the one") && detail.contains("ctxlog.heads"),
+                        "{detail}"
+                    );
+                }
+                Err(StoreError::ReadOnly { .. }) if store.is_read_only() => {}
+                other => panic!("expected Corrupt at version 5, got {other:?}"),
+            }
+        }
+    }
+    // The store that holds what was acknowledged opens clean with the same mirror.
+    let store = SledStore::open_read_only(acked.path()).unwrap();
+    assert_eq!(store.head(s).unwrap(), Some(5));
+    assert_eq!(store.read(s, 5, 1).unwrap()[0].record.body(), b"r4");
+}
+
 #[test]
 fn a_damaged_mirror_slot_is_reported_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -414,10 +414,42 @@ impl SqliteStore {
     }
 }
 
-impl Store for SqliteStore {
-    fn append(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError> {
+impl SqliteStore {
+    /// An append; `synced`: its commit fsyncs the `-wal` (`synchronous=FULL`), else it is left
+    /// to the next synced commit (`NORMAL` for this one transaction: in WAL mode the frames
+    /// are written, safe from a crash of the process, and the next fsync of the `-wal` covers
+    /// them, whichever connection or process makes it).
+    fn append_synced(
+        &self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        records: &[Record],
+        synced: bool,
+    ) -> Result<Version, StoreError> {
         self.refuse_if_read_only("append")?;
         let mut conn = self.lock();
+        if synced {
+            return self.append_locked(&mut conn, stream, expected, records);
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| self.err_stream(stream, "set synchronous=NORMAL for an unsynced append", e))?;
+        let written = self.append_locked(&mut conn, stream, expected, records);
+        // Back to FULL before anything else can use the connection. A pragma does no IO, so
+        // this cannot fail in practice; if it did, the append's outcome is unknown to the
+        // caller (as after any error) and the next write's version check tells.
+        if let Err(e) = conn.pragma_update(None, "synchronous", "FULL") {
+            return Err(self.err_stream(stream, "set synchronous=FULL again after an unsynced append", e));
+        }
+        written
+    }
+
+    fn append_locked(
+        &self,
+        conn: &mut Connection,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        records: &[Record],
+    ) -> Result<Version, StoreError> {
         // IMMEDIATE takes the write lock up front: the head we read cannot change before our
         // insert, and a concurrent writer waits (busy_timeout) instead of failing mid-way.
         let tx = conn
@@ -466,6 +498,21 @@ impl Store for SqliteStore {
         // Still holding `conn`, so no other append comes between this one and its seal.
         self.seal();
         Ok(version)
+    }
+}
+
+impl Store for SqliteStore {
+    fn append(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError> {
+        self.append_synced(stream, expected, records, true)
+    }
+
+    fn append_unsynced(
+        &self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        records: &[Record],
+    ) -> Result<Version, StoreError> {
+        self.append_synced(stream, expected, records, false)
     }
 
     fn read(&self, stream: StreamId, from: Version, max: usize) -> Result<Vec<StoredRecord>, StoreError> {
@@ -627,6 +674,22 @@ mod tests {
         let sync: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
         assert_eq!(mode, "wal");
         assert_eq!(sync, 2, "synchronous=FULL");
+    }
+
+    /// An unsynced append relaxes only its own transaction: the appends after it (the
+    /// commit that makes it durable) are synced again, also after one that failed.
+    #[test]
+    fn an_unsynced_append_leaves_the_connection_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("x.db")).unwrap();
+        let s = StreamId::random();
+        let sync =
+            |store: &SqliteStore| -> i64 { store.lock().query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap() };
+        store.append_unsynced(s, ExpectedVersion::Exact(0), &[Record::seal(b"a".to_vec())]).unwrap();
+        assert_eq!(sync(&store), 2, "synchronous=FULL after an unsynced append");
+        let stale = store.append_unsynced(s, ExpectedVersion::Exact(0), &[Record::seal(b"b".to_vec())]);
+        assert!(matches!(stale, Err(StoreError::Conflict { .. })), "{stale:?}");
+        assert_eq!(sync(&store), 2, "synchronous=FULL after a refused unsynced append");
     }
 
     #[test]

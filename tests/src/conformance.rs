@@ -59,6 +59,29 @@ pub fn append_and_read<F: Fixture>(make: fn() -> F) {
     assert_eq!(all[0].record, rec("a"), "sealed bytes round-trip unchanged");
 }
 
+/// `append_unsynced` is an append in every rule but when it syncs: versions, conflicts (which
+/// write nothing), atomic batches, reads, and a reopen keeps it; synced and unsynced appends
+/// interleave on one stream and across streams.
+pub fn unsynced_appends_are_appends<F: Fixture>(make: fn() -> F) {
+    let mut f = make();
+    let (s, t) = (StreamId::random(), StreamId::random());
+    let st = f.store();
+    assert_eq!(st.append_unsynced(s, ExpectedVersion::Exact(0), &[rec("a"), rec("b")]).unwrap(), 2);
+    assert_eq!(st.append(s, ExpectedVersion::Exact(2), &[rec("c")]).unwrap(), 3);
+    assert_eq!(st.append_unsynced(t, ExpectedVersion::Any, &[rec("x")]).unwrap(), 1);
+    assert_eq!(st.append_unsynced(s, ExpectedVersion::Any, &[rec("d")]).unwrap(), 4);
+    let stale = st.append_unsynced(s, ExpectedVersion::Exact(2), &[rec("no"), rec("no")]);
+    assert!(matches!(stale, Err(StoreError::Conflict { .. })), "a stale head conflicts: {stale:?}");
+    assert_eq!(st.append(t, ExpectedVersion::Exact(1), &[rec("y")]).unwrap(), 2);
+    f.reopen();
+    let st = f.store();
+    assert_eq!(bodies(st, s), ["a", "b", "c", "d"]);
+    assert_eq!(bodies(st, t), ["x", "y"]);
+    assert_eq!(st.append_unsynced(s, ExpectedVersion::Exact(4), &[rec("e")]).unwrap(), 5);
+    f.reopen();
+    assert_eq!(bodies(f.store(), s), ["a", "b", "c", "d", "e"], "an unsynced append survives a clean reopen");
+}
+
 /// `read(from, max)` honours both bounds.
 pub fn read_bounds<F: Fixture>(make: fn() -> F) {
     let f = make();

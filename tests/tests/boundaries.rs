@@ -200,3 +200,84 @@ fn a_tool_group_of_exactly_the_largest_size_is_removed_as_one() {
         assert_eq!(gone, if removable { group.len() } else { 0 }, "{calls} calls: removed {removed:?}");
     }
 }
+
+/// A session with extractive summaries flushed into its view and nothing left to flush,
+/// recorded at a budget of 4,000 and a target of 0.5 with a share (1.0) nothing retires under.
+fn summarized() -> Harness {
+    let mut cfg = config(4_000, 0.85, 0.5);
+    cfg.summarizer = ctxlog::config::SummarizerKind::Extractive;
+    cfg.summary_share = 1.0;
+    let mut h = Harness::new(WireFormat::Anthropic, cfg);
+    let w = h.wire;
+    h.append(vec![w.system("You are a careful assistant."), w.user("Fix the build in ~/ora.")]);
+    for i in 0..24 {
+        h.append(vec![
+            w.assistant(&format!("step {i}: {}", "looked at the code and changed it. ".repeat(12))),
+            w.user(&format!("Now part {i}, please. {}", "Keep the tests green. ".repeat(6))),
+        ]);
+        h.call();
+        while h.prepare_extractive() {}
+    }
+    h.call();
+    h
+}
+
+/// A copy of `h`'s log whose `SessionStarted` carries `summary_share` instead.
+fn with_share(h: &Harness, share: f64) -> ctxlog::MemoryStore {
+    use ctxlog::Store as _;
+    let mut records = Vec::new();
+    ctxlog::replay::for_each_event(h.store.as_ref(), h.session.id(), 1, None, |_, mut ev| {
+        if let Event::SessionStarted(s) = &mut ev {
+            s.config.summary_share = share;
+        }
+        records.push(ctxlog::codec::encode(&ev).unwrap());
+        Ok(())
+    })
+    .unwrap();
+    let copy = ctxlog::MemoryStore::new();
+    copy.append(h.session.id(), ctxlog::ExpectedVersion::Exact(0), &records).unwrap();
+    copy
+}
+
+#[test]
+fn summaries_retire_at_one_token_over_budget_times_target_times_share() {
+    // Given a session whose view holds summaries of `shown` tokens, nothing to flush and the
+    // view under the trigger,
+    let h = summarized();
+    let st = h.session.state();
+    let shown = st.view_summary_tokens();
+    assert!(shown > 0 && st.flushed() == st.compacted() && st.flushed() > 0, "{shown} {}", st.flushed());
+    assert!(st.view_tokens() < h.session.config().trigger_tokens());
+    let target = h.session.config().target_tokens();
+    assert_eq!(target, 2_000);
+    for (cap, retires) in [(shown, false), (shown - 1, true)] {
+        // and the same log under a share whose cap (budget × target × share, floored) is
+        // exactly `shown`, or one token under it,
+        let share = (cap as f64 + 0.5) / 2_000.0;
+        let store = with_share(&h, share);
+        let mut s = ctxlog::Session::open(&store, h.session.id()).unwrap();
+        assert_eq!(s.config().summary_cap_tokens(), (4_000.0 * 0.5 * share).floor() as u64);
+        assert_eq!(s.config().summary_cap_tokens(), cap);
+        // when the next call is planned and committed,
+        let now = ctxlog::Timestamp::from_millis(h.now);
+        let plan = s.plan(now).unwrap();
+        let committed = s.commit(plan, now, None).unwrap();
+        // then the oldest summary leaves the view only when the summaries are over the cap,
+        let retired: Vec<_> = committed
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::SummaryRetired(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(!retired.is_empty(), retires, "cap {cap}, shown {shown}: {:?}", committed.events);
+        assert!(s.state().view_summary_tokens() <= cap, "cap {cap}: {}", s.state().view_summary_tokens());
+        if retires {
+            assert_eq!(retired[0].summary, st.oldest_summary_in_view().unwrap());
+            assert!(
+                retired[0].reason.contains(&format!("takes {shown}")) || retired[0].reason.contains("over their share")
+            );
+        }
+    }
+}

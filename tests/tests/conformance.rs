@@ -16,7 +16,7 @@ macro_rules! store_tests {
                 exact_zero_on_existing_stream_conflicts, stale_exact_append_conflicts_and_changes_nothing,
                 batch_is_atomic, flipped_bit_is_corrupt, blobs, snapshots, reopen_keeps_everything,
                 many_streams, large_values, concurrent_writers_one_stream, concurrent_writers_in_lockstep,
-                concurrent_writers_many_streams, model_matches_memory_store $(, $extra)*);
+                concurrent_writers_many_streams, model_matches_memory_store, unsynced_appends_are_appends $(, $extra)*);
         }
     };
     ($backend:ident, $factory:path; $($extra:ident),*) => {

@@ -2,7 +2,8 @@
 //!
 //! The binary re-executes itself as a writer child (env `CTXLOG_CRASH_CHILD=<backend>:<dir>`).
 //! The child opens the store, prints `ready`, then appends batches of 1–5 records, printing
-//! `ack <batch> <head>` after each `Ok` (and `blob <batch> <id>` after each acknowledged blob).
+//! `ack <batch> <head>` after each `Ok` (odd batches through `append_unsynced`; and
+//! `blob <batch> <id>` after each acknowledged blob).
 //! The parent SIGKILLs it a random 5–80 ms after `ready` (one time in four: after spawn, so
 //! some kills hit `open` and its recovery), reopens the store and checks that every
 //! acknowledged batch and blob is there, no partial batch is visible, the batches form a
@@ -147,7 +148,13 @@ fn child(spec: &str) {
     loop {
         let count = rng.range(1, 5);
         let records: Vec<Record> = (0..count).map(|i| Record::seal(body(batch, i, count))).collect();
-        head = store.append(stream, ExpectedVersion::Exact(head), &records).unwrap();
+        // Every other batch unsynced (`Store::append_unsynced`): it is acknowledged like the
+        // others, and a kill -9 of the process must not lose it either.
+        head = if batch % 2 == 1 {
+            store.append_unsynced(stream, ExpectedVersion::Exact(head), &records).unwrap()
+        } else {
+            store.append(stream, ExpectedVersion::Exact(head), &records).unwrap()
+        };
         writeln!(out, "ack {batch} {head}").unwrap();
         out.flush().unwrap();
         if batch % 7 == 3 {

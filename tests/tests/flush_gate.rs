@@ -396,8 +396,14 @@ fn flush_keeps_system_pinned_and_first_human_verbatim_and_lists_elided_output_as
         assert_eq!(f[0].stubbed, results, "{format:?}");
         let summary = c.view_text();
         assert!(summary.contains("Elided from this span, restorable by seq:"), "{format:?}");
-        for seq in &results {
+        // Media one by one (what each image was), tool outputs in one line with their range.
+        let outputs: Vec<u64> = results.iter().copied().filter(|&s| st.media_note(s).is_none()).collect();
+        for seq in results.iter().filter(|s| st.media_note(**s).is_some()) {
             assert!(summary.contains(&format!("- seq {seq}: ")), "{format:?}: seq {seq} not listed");
+        }
+        let line = format!("- {} tool outputs (seq {}–{}: ", outputs.len(), outputs[0], outputs[outputs.len() - 1]);
+        assert!(summary.contains(&line), "{format:?}: no `{line}` in {summary}");
+        for seq in &results {
             assert!(!st.in_view(*seq));
         }
         assert!(st.view().iter().any(|it| matches!(it.item, Item::Summary(0))));

@@ -94,12 +94,7 @@ fn bless() {
             "previous_response_id",
         )
         .unwrap();
-    let records: String = replay(&mem, id, Mode::Strict, None)
-        .unwrap()
-        .timeline
-        .iter()
-        .map(|c| serde_json::to_string(c).unwrap() + "\n")
-        .collect();
+    let records: String = replay(&mem, id, Mode::Strict, None).unwrap().timeline.iter().map(golden_line).collect();
     for backend in BACKENDS {
         let path = store_path(&golden(), NEWEST, backend);
         let store = open(backend, &path);
@@ -122,7 +117,16 @@ fn run(args: &[&str]) -> String {
 
 fn timeline(store: &dyn Store) -> String {
     let r = replay(store, SESSION.parse().unwrap(), Mode::Strict, None).unwrap();
-    r.timeline.iter().map(|c| serde_json::to_string(c).unwrap() + "\n").collect()
+    r.timeline.iter().map(golden_line).collect()
+}
+
+/// A timeline record as the golden timelines hold it: without the coverage fields (issue 21),
+/// which they predate (derived from the view, not decoded; sane on every set).
+fn golden_line(c: &ctxlog::replay::CallRecord) -> String {
+    assert!(c.represented <= c.hidden);
+    let line = serde_json::to_string(c).unwrap();
+    let cut = line.rfind(",\"hidden\":").unwrap();
+    format!("{}}}\n", &line[..cut])
 }
 
 /// Copies a golden store into a temp dir: opening a store may write (locks, WAL, recovery),
@@ -289,7 +293,7 @@ fn golden_logs_of_an_import_with_usage_keep_decoding_on_every_backend() {
     // 17 (frozen since kind 20), and holds no kind frozen before it.
     use ctxlog::codec::kind;
     let kinds = record_kinds("v4");
-    assert_eq!(kinds.first(), Some(&kind::SESSION_STARTED));
+    assert_eq!(kinds.first(), Some(&kind::SESSION_STARTED_V4));
     assert_eq!(kinds.last(), Some(&kind::IMPORT_COMPLETED));
     assert!(kinds.contains(&kind::REQUEST_SERVED_V3));
     let frozen = [
@@ -335,7 +339,8 @@ fn golden_logs_of_model_written_summaries_keep_decoding_on_every_backend() {
     }
     use ctxlog::codec::kind;
     let kinds = record_kinds("v5");
-    for k in [kind::REQUEST_SERVED, kind::SUMMARY_PREPARED, kind::SUMMARY_FAILED] {
+    // Kind 20 is frozen since kind 30 (the placement) replaced it.
+    for k in [kind::REQUEST_SERVED_V4, kind::SUMMARY_PREPARED, kind::SUMMARY_FAILED] {
         assert!(kinds.contains(&k), "kind {k} not in v5: {kinds:?}");
     }
     assert!(!kinds.contains(&kind::REQUEST_SERVED_V3) && !kinds.contains(&kind::SUMMARY_PREPARED_V2));

@@ -47,16 +47,33 @@ fn transcript(rounds: usize, tag: &str) -> String {
     lines.join("\n") + "\n"
 }
 
-/// A store whose appends fail (as a server going away would) after the first `ok` ones.
+/// A store whose appends fail (as a server going away would) after the first `ok` ones, or,
+/// with `marker_only`, at the `ImportCompleted` record of an append (the records before it
+/// land, as when a chunk ends right before the marker).
 struct Failing<'a> {
     inner: &'a dyn Store,
     ok: usize,
     appends: AtomicUsize,
+    marker_only: bool,
+}
+
+fn is_marker(r: &Record) -> bool {
+    r.body().get(1) == Some(&ctxlog::codec::kind::IMPORT_COMPLETED)
 }
 
 impl Store for Failing<'_> {
     fn append(&self, stream: StreamId, expected: ExpectedVersion, records: &[Record]) -> Result<Version, StoreError> {
-        if self.appends.fetch_add(1, Ordering::SeqCst) >= self.ok {
+        let refused = if self.marker_only {
+            // The chunk is cut right before the marker: what precedes it lands.
+            let at = records.iter().position(is_marker);
+            if let Some(at) = at.filter(|&at| at > 0) {
+                self.inner.append(stream, expected, &records[..at])?;
+            }
+            at.is_some()
+        } else {
+            self.appends.fetch_add(1, Ordering::SeqCst) >= self.ok
+        };
+        if refused {
             return Err(StoreError::Unavailable {
                 backend: "test",
                 location: "failing".into(),
@@ -102,7 +119,7 @@ fn options() -> ImportOptions<'static> {
 /// Imports `file` into the SQLite store at `db`, failing after `ok` appends of 16 kB chunks.
 fn interrupted_import(file: &Path, db: &Path, ok: usize) -> u64 {
     let inner = SqliteStore::open(db).unwrap();
-    let failing = Failing { inner: &inner, ok, appends: AtomicUsize::new(0) };
+    let failing = Failing { inner: &inner, ok, appends: AtomicUsize::new(0), marker_only: false };
     let checked = check_file(file, FormatArg::Auto).unwrap();
     let err = import_in_chunks(&checked, &failing, options(), 16 << 10, |_| Ok(())).unwrap_err();
     assert!(err.to_string().contains("connection lost"), "{err}");
@@ -190,6 +207,48 @@ fn an_interrupted_import_is_absent_to_readers_and_a_retry_finishes_it_byte_for_b
 }
 
 #[test]
+fn an_import_with_every_message_but_no_completion_marker_is_unfinished_to_every_reader() {
+    // Given an import that appended every message of its transcript and then failed to write
+    // its completion marker,
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.jsonl");
+    std::fs::write(&file, transcript(40, "a")).unwrap();
+    let db = dir.path().join("x.db");
+    let url = format!("sqlite:{}", db.display());
+    let checked = check_file(&file, FormatArg::Auto).unwrap();
+    let inner = SqliteStore::open(&db).unwrap();
+    let failing = Failing { inner: &inner, ok: usize::MAX, appends: AtomicUsize::new(0), marker_only: true };
+    let err = import_in_chunks(&checked, &failing, options(), 16 << 10, |_| Ok(())).unwrap_err();
+    assert!(err.to_string().contains("connection lost"), "{err}");
+    let id: StreamId = SESSION.parse().unwrap();
+    let log = inner.read(id, 1, usize::MAX).unwrap();
+    assert!(!log.iter().any(|r| is_marker(&r.record)));
+    // then opening it says it did not finish although no message is missing,
+    match Session::open(&inner, id) {
+        Err(SessionError::Unfinished { messages, announced, .. }) => {
+            assert_eq!((messages, announced), (checked.facts().messages, checked.facts().messages));
+        }
+        other => panic!("expected Unfinished, got {:?}", other.map(|s| s.state().version())),
+    }
+    drop(inner);
+    // `sessions` lists it aside, not as a session,
+    let (code, out, err) = cli(&["sessions", "--json", "--store", &url]);
+    assert_eq!((code, out.trim()), (0, "[]"), "{err}");
+    assert!(err.contains("did not finish") && err.contains(SESSION), "{err}");
+    // `verify` reports it,
+    let (code, out, _) = cli(&["verify", "--store", &url]);
+    assert_eq!(code, 4, "{out}");
+    assert!(out.contains("did not finish") && out.contains("no ImportCompleted"), "{out}");
+    // and `copy` refuses it by name and passes over it when copying every session.
+    let (code, _, err) = cli(&["copy", "--from", &url, "--to", "mem:", "--session", SESSION]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("did not finish"), "{err}");
+    let (code, out, err) = cli(&["copy", "--from", &url, "--to", "mem:"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("copied") && err.contains("not copied"), "{out}{err}");
+}
+
+#[test]
 fn an_unfinished_import_is_only_resumed_by_the_same_transcript_and_options() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("t.jsonl");
@@ -268,7 +327,7 @@ fn a_retry_resumes_from_wherever_the_log_was_cut() {
     for ok in (1..200).step_by(7) {
         let db = dir.path().join(format!("cut{ok}.db"));
         let inner = SqliteStore::open(&db).unwrap();
-        let failing = Failing { inner: &inner, ok, appends: AtomicUsize::new(0) };
+        let failing = Failing { inner: &inner, ok, appends: AtomicUsize::new(0), marker_only: false };
         if import_in_chunks(&checked, &failing, options(), 1, |_| Ok(())).is_ok() {
             break;
         }

@@ -231,7 +231,10 @@ fn postgres_a_killed_holder_process_releases_its_leases() {
 fn postgres_leases_work_again_after_a_server_restart_and_drop_never_waits_for_the_server() {
     let Some(mut db) = database("postgres_leases_restart") else { return };
     if db.cluster().is_none() {
-        eprintln!("SKIPPED postgres_leases_restart: it restarts the server, so it needs a private cluster");
+        ctxlog_store_postgres::test_support::skipped(
+            "postgres_leases_restart",
+            "it restarts the server, so it needs a private cluster (unset CTXLOG_TEST_POSTGRES_URL)",
+        );
         return;
     }
     let (a, b) = (PgStore::open(db.url()).unwrap(), PgStore::open(db.url()).unwrap());

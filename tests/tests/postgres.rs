@@ -28,8 +28,9 @@ fn rec(text: &str) -> Record {
 fn private(test: &str) -> Option<TestDatabase> {
     let mut db = database(test)?;
     if db.cluster().is_none() {
-        eprintln!(
-            "SKIPPED {test}: it restarts the server, so it needs a private cluster (unset CTXLOG_TEST_POSTGRES_URL)"
+        ctxlog_store_postgres::test_support::skipped(
+            test,
+            "it restarts the server, so it needs a private cluster (unset CTXLOG_TEST_POSTGRES_URL)",
         );
         return None;
     }

@@ -62,7 +62,7 @@ fn openssl_available() -> bool {
         Ok(o) if o.status.success() => true,
         _ if in_ci() => panic!("the openssl command is needed to make the test certificates (apt-get install openssl)"),
         _ => {
-            eprintln!("SKIPPED: no openssl command to make test certificates");
+            ctxlog_store_postgres::test_support::skipped("tls", "no openssl command to make test certificates");
             false
         }
     }
@@ -194,7 +194,7 @@ fn sslmode_require_against_a_server_without_tls_fails_instead_of_going_plaintext
 fn a_role_without_the_privileges_gets_errors_that_name_them() {
     let Some(mut db) = database("privileges") else { return };
     let Some(cluster) = db.cluster() else {
-        eprintln!("SKIPPED privileges: it creates roles, so it needs a private cluster");
+        ctxlog_store_postgres::test_support::skipped("privileges", "it creates roles, so it needs a private cluster");
         return;
     };
     let role = "ctxlog_restricted";
@@ -235,7 +235,7 @@ fn a_role_without_the_privileges_gets_errors_that_name_them() {
 fn the_password_comes_from_a_password_file_never_the_url() {
     let Some(mut db) = database("passfile") else { return };
     let Some(cluster) = db.cluster() else {
-        eprintln!("SKIPPED passfile: it creates roles, so it needs a private cluster");
+        ctxlog_store_postgres::test_support::skipped("passfile", "it creates roles, so it needs a private cluster");
         return;
     };
     cluster.create_password_role("s3cret:pw").unwrap();
@@ -299,7 +299,10 @@ fn a_service_started_during_an_outage_waits_for_the_store_within_its_bound() {
     use std::time::{Duration, Instant};
     let Some(mut db) = database("store_wait") else { return };
     if db.cluster().is_none() {
-        eprintln!("SKIPPED store_wait: it stops the server, so it needs a private cluster");
+        ctxlog_store_postgres::test_support::skipped(
+            "store_wait",
+            "it stops the server, so it needs a private cluster",
+        );
         return;
     }
     let url = db.url().to_owned();

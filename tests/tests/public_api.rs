@@ -91,3 +91,18 @@ fn the_session_api_takes_a_timestamp_whatever_unit_the_host_holds() {
         .expect("create");
     assert_eq!(session.state().info().map(|m| m.started_at), Some(from_db));
 }
+
+/// The examples a new user copies from (the tokio service, the core's embed example, the
+/// README's Rust blocks) use only the semver API: no path into a `#[doc(hidden)]` module.
+#[test]
+fn examples_use_only_the_semver_api() {
+    let hidden = ["codec", "engine", "media", "policy", "tokens", "view", "wire", "json"];
+    for file in ["tokio/examples/service.rs", "core/examples/embed.rs", "README.md"] {
+        let text = workspace_file(file);
+        for m in hidden {
+            for pattern in [format!("ctxlog::{m}::"), format!("ctxlog::{m}}}"), format!("ctxlog::{m};")] {
+                assert!(!text.contains(&pattern), "{file} reaches into the internal module `ctxlog::{m}`");
+            }
+        }
+    }
+}

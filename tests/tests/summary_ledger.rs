@@ -70,7 +70,7 @@ fn summaries_in_view(st: &State) -> Vec<u32> {
         .iter()
         .filter_map(|it| match it.item {
             Item::Summary(i) => Some(i),
-            Item::Message(_) => None,
+            Item::Message(_) | Item::Placeholder { .. } => None,
         })
         .collect()
 }

@@ -199,6 +199,8 @@ fn rung_1_a_request_committed_without_its_record_refuses_the_fork() {
     let mut p = FakeProvider::new(Api::Anthropic);
     s.append(turn(50)).unwrap();
     call(&mut s, &mut p, T0 + 1_100_000);
+    // That call's ladder brought the view below the soft threshold; one more turn brings a job.
+    s.append(turn(51)).unwrap();
     assert_eq!(refusal(&s, &fork()), None);
 }
 

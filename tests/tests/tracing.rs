@@ -203,3 +203,30 @@ fn the_cli_prints_the_logs_under_v() {
     assert!(debug.contains("DEBUG") && debug.contains("served"));
     assert!(!debug.contains(SECRET));
 }
+
+/// A guard a host raises between calls (the proxy's `history_diverged`) is logged like the
+/// engine's own, at `-v` (warn), with the successor it names.
+#[test]
+fn a_host_guard_is_logged() {
+    let store = MemoryStore::new();
+    let mut s = Session::create(
+        &store,
+        StreamId::random(),
+        WireFormat::Anthropic,
+        Config::default(),
+        Timestamp::from_millis(0),
+    )
+    .unwrap();
+    s.append(vec![msg(json!({"role": "user", "content": "hi"}))]).unwrap();
+    let successor = StreamId::random().to_string();
+    let kind = ctxlog::event::GuardKind::HistoryDiverged { seq: 0, successor: successor.clone() };
+    let logs = logged(Level::INFO, || {
+        s.raise_guard(kind.clone(), format!("continues in session {successor}"), "x-ctxlog-session").unwrap();
+    });
+    assert!(logs.contains("guard raised") && logs.contains("history_diverged") && logs.contains(&successor), "{logs}");
+    // Latched: raised again, it writes and logs nothing.
+    let again = logged(Level::INFO, || {
+        s.raise_guard(kind, "again".into(), "x").unwrap();
+    });
+    assert!(again.is_empty(), "{again}");
+}

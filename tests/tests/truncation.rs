@@ -398,7 +398,7 @@ fn a_snapshot_beyond_the_head_is_damage_on_every_backend() {
     .unwrap();
     sf::engine_call(&mut session, 0);
     let report = ctxlog::replay::verify(&store, id).unwrap();
-    assert!(report.problems.iter().any(|p| p.contains("beyond the log head")), "{report:?}");
+    assert!(report.problems.iter().any(|p| p.to_string().contains("beyond the log head")), "{report:?}");
 }
 
 /// A store whose snapshot claims 100 versions more than its log holds.

@@ -73,7 +73,8 @@ fn verify(store: &MemoryStore, id: StreamId) -> VerifyReport {
 /// Exactly one problem, naming `version` and containing every one of `words`.
 fn assert_one_problem(report: &VerifyReport, version: Version, words: &[&str]) {
     assert_eq!(report.problems.len(), 1, "{:#?}", report.problems);
-    let p = &report.problems[0];
+    assert_eq!(report.problems[0].version, Some(version));
+    let p = report.problems[0].to_string();
     assert!(p.contains(&format!("version {version} ")), "names the version {version}: {p}");
     for w in words {
         assert!(p.contains(w), "mentions {w:?}: {p}");
@@ -102,6 +103,29 @@ fn a_wrong_view_digest_is_one_problem_naming_the_version() {
         // when verified, then the digest is the one problem, with both values.
         let report = verify(&copy, h.session.id());
         assert_one_problem(&report, v, &["view digest", &s.digest, &wrong, &format!("(call {})", s.call)]);
+    }
+}
+
+#[test]
+fn a_request_rebuilt_from_a_view_that_no_longer_matches_its_digest_is_an_error() {
+    let h = recorded();
+    let id = h.session.id();
+    let opts = ctxlog::RequestOptions::new();
+    for (v, s) in served(&h) {
+        // Given a log whose RequestServed records a digest the view it served does not hash to,
+        let wrong = format!("{:064x}", 0xbad_u64 + s.call);
+        let copy = with_rewritten_served(&h, v, |s| s.digest.clone_from(&wrong));
+        // when the request of that call is rebuilt (`ctxlog request`, a fork summary's prefix),
+        // then it is refused with both digests, never served as if it were what was sent,
+        match replay::served_request(&copy, id, s.call, &opts) {
+            Err(ctxlog::SessionError::ViewMismatch { stream, call, recorded, rebuilt }) => {
+                assert_eq!((stream, call), (id, s.call));
+                assert_eq!((recorded, rebuilt), (wrong, s.digest.clone()));
+            }
+            other => panic!("call {}: expected ViewMismatch, got {:?}", s.call, other.map(|r| r.body().len())),
+        }
+        // while the untouched log rebuilds it.
+        assert!(replay::served_request(h.store.as_ref(), id, s.call, &opts).is_ok());
     }
 }
 
@@ -159,7 +183,12 @@ fn a_record_lying_about_every_field_gets_one_problem_per_field() {
     // when verified, then each field is its own problem, each naming the version and the call,
     let report = verify(&copy, h.session.id());
     assert_eq!(report.problems.len(), 4, "{:#?}", report.problems);
-    for (p, field) in report.problems.iter().zip(["view digest", "view tokens", "view messages", "prefix_reused"]) {
+    for (p, field) in report.problems.iter().map(ToString::to_string).zip([
+        "view digest",
+        "view tokens",
+        "view messages",
+        "prefix_reused",
+    ]) {
         assert!(p.contains(&format!("version {v} (call {})", s.call)) && p.contains(field), "{field}: {p}");
     }
     // and the calls around it are still checked and found clean.
@@ -202,7 +231,19 @@ fn a_well_sealed_snapshot_of_this_layout_that_does_not_decode_is_a_problem() {
     // made, not another build's cache), and no note excuses it.
     let report = verify(&copy, h.session.id());
     assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
-    assert!(report.problems[0].contains(&format!("snapshot at version {head} is unusable")), "{:?}", report.problems);
+    assert!(
+        matches!(
+            &report.problems[0].kind,
+            replay::ProblemKind::SnapshotUnusable { error: ctxlog::session::SnapshotError::Payload(_) }
+        ),
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.problems[0].to_string().contains(&format!("snapshot at version {head} is unusable")),
+        "{:?}",
+        report.problems
+    );
     assert!(report.notes.is_empty(), "{:?}", report.notes);
 }
 
@@ -219,9 +260,10 @@ fn a_snapshot_past_the_readable_log_is_reported_with_the_damage_before_it() {
     // problems, each naming its version.
     let report = verify(&copy, h.session.id());
     assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
-    assert!(report.problems[0].contains("version 5"), "{}", report.problems[0]);
+    assert!(report.problems[0].to_string().contains("version 5"), "{}", report.problems[0]);
+    assert_eq!(report.problems[0].version, Some(5));
     assert!(
-        report.problems[1].contains(&format!("snapshot at version {head} is beyond the log")),
+        report.problems[1].to_string().contains(&format!("snapshot at version {head} is beyond the log")),
         "{:?}",
         report.problems
     );
@@ -301,7 +343,7 @@ fn every_referenced_blob_is_checked_including_images_inside_tool_results() {
         let report = replay::verify(&copy, h.session.id()).unwrap();
         assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
         assert!(
-            report.problems[0].contains(&format!("blob {lost} is referenced but missing")),
+            report.problems[0].to_string().contains(&format!("blob {lost} is referenced but missing")),
             "{:?}",
             report.problems
         );

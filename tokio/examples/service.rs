@@ -3,16 +3,18 @@
 //! from its cache), 20 KB tool results, a screenshot, one failed call, summaries written in the
 //! background, a restore, and a restart that reopens every session from the log.
 //!
-//! Run with `cargo run -p ctxlog-tokio --example service` (CI runs it).
+//! Run with `cargo run -p ctxlog-tokio --example service` (CI runs it). It uses only the API
+//! semver covers (`docs/public-api.md`: the crate root and the public modules), as a service
+//! outside this workspace would; `tests/tests/public_api.rs` checks that.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ctxlog::request::{CacheTtl, RequestOptions};
-use ctxlog::session::Produced;
-use ctxlog::wire::{encode_base64, parse_message};
-use ctxlog::{Config, Message, StreamId, Usage, WireFormat};
+use base64::Engine as _;
+use ctxlog::{
+    parse_message, CacheTtl, Config, Message, Prepared, Produced, RequestOptions, StreamId, Usage, WireFormat,
+};
 use ctxlog_store_sqlite::SqliteStore;
 use ctxlog_tokio::{now, AsyncSession};
 use serde_json::{json, Value};
@@ -148,7 +150,7 @@ async fn summarize(session: AsyncSession<Store>, turn_lock: Arc<Mutex<()>>) -> R
         let text = session.summarize(job.clone()).await?;
         let _between_calls = turn_lock.lock().await;
         let prepared = session.prepare(job, text, Produced::extractive()).await?;
-        if let ctxlog::session::Prepared::Discarded(_) = prepared {
+        if let Prepared::Discarded(_) = prepared {
             break;
         }
     }
@@ -182,7 +184,7 @@ fn first_message(user: usize) -> Result<Message, Error> {
     let png = ctxlog_workload::encode_png(32, 24, &rows.cycle().take(24 * (1 + 3 * 32)).collect::<Vec<u8>>());
     Ok(message(json!({"role": "user", "content": [
         {"type": "text", "text": format!("PROJECT PATH IS ~/src/app{user}. The layout breaks like this; fix it.")},
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": encode_base64(&png)}}
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64::engine::general_purpose::STANDARD.encode(&png)}}
     ]})))
 }
 

@@ -10,7 +10,8 @@
 //!
 //! - [`demo_transcript`]: the bundled 543-message demo (`ctxlog demo`, the timeline snapshot).
 //! - [`session`]: a session of exactly N messages, streamed line by line, so a
-//!   100,000-message session never sits in memory whole.
+//!   100,000-message session never sits in memory whole; [`tool_loop`] the same length with
+//!   one instruction and tool calls only.
 //! - [`encode_png`]: the PNG encoder behind the screenshots, for tests that need real images.
 //!
 //! ```
@@ -44,10 +45,16 @@ mod checks;
 
 pub use demo::{demo_transcript, generate, DEMO_SEED, DEMO_TURNS};
 pub use png::encode_png;
-pub use session::{Lines, Reader, TooShort, CHAPTER_MESSAGES, MIN_MESSAGES};
+pub use session::{Lines, Reader, TooShort, CHAPTER_MESSAGES, MIN_MESSAGES, PLANTED_FACTS};
 
 /// A session of exactly `messages` messages from `seed`, one JSONL line at a time (see
 /// [`Lines`]); at least [`MIN_MESSAGES`].
 pub fn session(seed: u64, messages: u64) -> Result<Lines, TooShort> {
     Lines::messages(seed, messages)
+}
+
+/// An autonomous tool loop of exactly `messages` messages: one instruction, then tool calls
+/// only ([`Lines::tool_loop`]).
+pub fn tool_loop(seed: u64, messages: u64) -> Result<Lines, TooShort> {
+    Lines::tool_loop(seed, messages)
 }

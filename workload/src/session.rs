@@ -27,6 +27,17 @@ pub const MIN_MESSAGES: u64 = 3;
 /// sessions keep the same mix of content instead of diluting it.
 pub const CHAPTER_MESSAGES: u64 = 1_500;
 
+/// Facts a single-human tool loop ([`Lines::tool_loop`]) plants in its first tool results, one
+/// per result (`note: FACT` as the result's first line): a path, a decision, a number, an
+/// error code. The soak benchmark counts how many are still stated in a view after their
+/// message left it. The result of tool turn `k` is message `3 + 2k`.
+pub const PLANTED_FACTS: [&str; 4] = [
+    "crates/ledger/src/settle.rs",
+    "decision: keep-the-u128-accumulator",
+    "retry budget 48213",
+    "error E0502 in ledger::post",
+];
+
 /// 2026-03-02T09:00:00Z as unix seconds.
 pub(crate) const START_UNIX: u64 = 1_772_442_000;
 
@@ -94,6 +105,8 @@ pub struct Lines {
     turn: usize,
     next_followup: usize,
     specials: Specials,
+    /// Human follow-ups between turns (false: an autonomous tool loop).
+    followups: bool,
 }
 
 impl Lines {
@@ -112,6 +125,16 @@ impl Lines {
         Ok(Lines::new(seed, Length::Messages(messages)))
     }
 
+    /// An autonomous agent's session of exactly `messages` messages from `seed`: the system
+    /// prompt and one instruction, then tool-calling turns only (no human follow-up, no
+    /// screenshot, no pasted log) and the final answer, with [`PLANTED_FACTS`] in the first
+    /// tool results. The shape issue 21 is about.
+    pub fn tool_loop(seed: u64, messages: u64) -> Result<Lines, TooShort> {
+        let mut lines = Lines::messages(seed, messages)?;
+        lines.followups = false;
+        Ok(lines)
+    }
+
     fn new(seed: u64, length: Length) -> Lines {
         let mut rng = Rng(seed);
         let next_break = rng.range(25, 40);
@@ -127,6 +150,7 @@ impl Lines {
             turn: 0,
             next_followup: 0,
             specials: Specials::default(),
+            followups: true,
         }
     }
 
@@ -210,7 +234,7 @@ impl Lines {
             }
             Phase::Turns => {
                 // A follow-up needs room for itself and the turn after it.
-                if self.turn == self.next_followup && self.room() >= 4 {
+                if self.followups && self.turn == self.next_followup && self.room() >= 4 {
                     self.followup();
                     self.next_followup += self.rng.range(8, 15) as usize;
                 }
@@ -294,6 +318,10 @@ impl Lines {
         let first_name = calls.first().map_or("read_file", |c| c.name);
         blocks.push(Block::Text(step_text(rng, first_name)));
         let mut results = Vec::new();
+        let planted = if self.followups { None } else { PLANTED_FACTS.get(self.turn) };
+        if let (Some(fact), Some(first)) = (planted, calls.first_mut()) {
+            first.result = format!("note: {fact}\n{}", first.result);
+        }
         for c in calls {
             let id = format!("toolu_{}", rng.alnum(24));
             let as_blocks = rng.chance(12);
@@ -367,6 +395,28 @@ mod tests {
 
     fn jsonl(seed: u64, n: u64) -> String {
         Lines::messages(seed, n).unwrap().into_jsonl()
+    }
+
+    #[test]
+    fn a_tool_loop_has_one_instruction_then_tool_turns_with_the_planted_facts() {
+        let text = Lines::tool_loop(5, 401).unwrap().into_jsonl();
+        let v = parse(&text);
+        assert_eq!(v.len(), 401);
+        check_pairing(&v);
+        check_alternation(&v);
+        // `humans` counts the follow-ups after the instructions: none.
+        assert!(humans(&v).is_empty(), "{:?}", humans(&v));
+        assert!(images(&v).is_empty());
+        for (k, fact) in PLANTED_FACTS.iter().enumerate() {
+            let result = &v[3 + 2 * k]["content"][0]["content"];
+            let text = match result {
+                serde_json::Value::String(s) => s.clone(),
+                other => other[0]["text"].as_str().unwrap().to_owned(),
+            };
+            assert!(text.starts_with(&format!("note: {fact}")), "{k}: {text}");
+        }
+        // The default shape is unchanged by the new option.
+        assert_eq!(Lines::messages(5, 401).unwrap().into_jsonl(), jsonl(5, 401));
     }
 
     #[test]

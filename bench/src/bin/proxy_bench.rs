@@ -68,6 +68,11 @@ struct Args {
     /// responses (OpenAI Responses).
     #[arg(long, default_value = "messages")]
     apis: String,
+    /// Latency: the client moves a `cache_control` breakpoint to its last user message on every
+    /// call (Anthropic's documented multi-turn caching), so the previous one comes back
+    /// respelled and is recognized by its canonical form.
+    #[arg(long)]
+    moving_breakpoint: bool,
 }
 
 /// The route a latency case calls.
@@ -113,7 +118,7 @@ fn main() {
         for api in args.apis.split(',').map(Api::parse) {
             for tokens in args.tokens.split(',').map(|t| t.trim().parse::<usize>().unwrap()) {
                 for stream in [false, true] {
-                    rt.block_on(latency(api, tokens, stream, args.calls));
+                    rt.block_on(latency(api, tokens, stream, args.calls, args.moving_breakpoint));
                 }
             }
         }
@@ -254,6 +259,8 @@ fn text(seed: usize, n: usize) -> String {
 struct History {
     system: String,
     messages: Vec<String>,
+    /// The last message carries a breakpoint (as a one-block content), moved every turn.
+    moving: bool,
 }
 
 impl History {
@@ -270,7 +277,7 @@ impl History {
             messages.push(format!(r#"{{"role":"{role}","content":"{t}"}}"#));
             i += 1;
         }
-        History { system, messages }
+        History { system, messages, moving: false }
     }
 
     /// One more turn: the assistant's answer to the last call and the next user message.
@@ -317,12 +324,21 @@ impl History {
                 b.push_str(r#"","input":["#);
             }
         }
-        for m in &self.messages {
+        for (i, m) in self.messages.iter().enumerate() {
             if !first {
                 b.push(',');
             }
             first = false;
-            b.push_str(m);
+            // A moving breakpoint is an Anthropic pattern: only the Messages body carries it.
+            match m.strip_suffix("\"}").and_then(|m| m.split_once(r#""content":""#)) {
+                Some((head, text)) if api == Api::Messages && self.moving && i + 1 == self.messages.len() => {
+                    b.push_str(head);
+                    b.push_str(r#""content":[{"type":"text","text":""#);
+                    b.push_str(text);
+                    b.push_str(r#"","cache_control":{"type":"ephemeral"}}]}"#);
+                }
+                _ => b.push_str(m),
+            }
         }
         b.push_str("]}");
         Bytes::from(b)
@@ -367,7 +383,7 @@ async fn wait_committed(proxy: &ctxlog_proxy::ProxyHandle, n: u64) {
     }
 }
 
-async fn latency(api: Api, tokens: usize, stream: bool, calls: usize) {
+async fn latency(api: Api, tokens: usize, stream: bool, calls: usize, moving: bool) {
     let r = rig(|_| {}).await;
     if api != Api::Messages {
         // The strict fake's OpenAI window is 128k; 150k-token cases stand for a 1M-token model.
@@ -376,6 +392,7 @@ async fn latency(api: Api, tokens: usize, stream: bool, calls: usize) {
     // Centre the measured calls on the nominal size: each turn adds ~2×60 chars.
     let growth = (calls + 5) * 2 * 110;
     let mut h = History::new(tokens, (tokens * 4).saturating_sub(growth / 2));
+    h.moving = moving;
     let session = format!("lat-{tokens}-{stream}");
     let name = api.path().trim_start_matches("/v1/");
     let (proxy_url, direct_url) = (format!("http://{}", r.proxy.addr()), r.fake.url());

@@ -17,7 +17,13 @@
 //!
 //! `cargo run --release -p ctxlog-bench --bin soak [-- --full] [--sizes 5000,20000]
 //! [--configs default,cache-aware,no-summaries] [--backends mem,sqlite,fs,sled]
-//! [--budget 131104] [--seed N] [--dir DIR]`
+//! [--budget 131104] [--seed N] [--dir DIR] [--shape agent|tool-loop]`
+//!
+//! `--shape tool-loop` (issue 21) imports single-human sessions instead
+//! (`ctxlog_workload::tool_loop`: one instruction, then tool calls only) and adds two columns:
+//! calls whose view leaves a hidden message unrepresented (no summary or placeholder names it),
+//! and how many of the facts planted in the first tool results are still stated in the view on
+//! the calls after their message was flushed out of it.
 
 // A benchmark aborts on a broken fixture; there is nothing to recover.
 #![allow(clippy::panic)]
@@ -72,12 +78,16 @@ fn main() {
     for &n in &opts.sizes {
         let path = dir.path().join(format!("session-{n}.jsonl"));
         let file = std::fs::File::create(&path).unwrap_or_else(|e| fail("transcript", e));
-        let lines = ctxlog_workload::session(opts.seed, n).unwrap_or_else(|e| fail("--sizes", e));
+        let lines = match opts.shape {
+            Shape::Agent => ctxlog_workload::session(opts.seed, n),
+            Shape::ToolLoop => ctxlog_workload::tool_loop(opts.seed, n),
+        }
+        .unwrap_or_else(|e| fail("--sizes", e));
         let bytes = lines.write_jsonl(std::io::BufWriter::new(file)).unwrap_or_else(|e| fail("transcript", e));
         eprintln!("[{:>6.0} s] {n} messages: {bytes} bytes of JSONL", started.elapsed().as_secs_f64());
         for config in &opts.configs {
             let flags = config.flags(opts.budget);
-            let (policy, mem) = policy_run(&path, &flags);
+            let (policy, mem) = policy_run(&path, &flags, opts.shape);
             eprintln!(
                 "[{:>6.0} s] {n} {}: policy run done ({} calls, {:.1} s)",
                 started.elapsed().as_secs_f64(),
@@ -100,7 +110,7 @@ fn main() {
         }
         let _ = std::fs::remove_file(&path);
     }
-    print_tables(&policies, &stores, opts.budget);
+    print_tables(&policies, &stores, opts.budget, opts.shape);
     println!();
     println!("total {:.0} s; load average at the end {}", started.elapsed().as_secs_f64(), machine::load_average());
 }
@@ -134,7 +144,17 @@ impl Config {
     }
 }
 
+/// Which sessions the soak imports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// The demo's shape: human follow-ups every 8–15 turns.
+    Agent,
+    /// One instruction, then tool calls only (issue 21).
+    ToolLoop,
+}
+
 struct Options {
+    shape: Shape,
     sizes: Vec<u64>,
     configs: Vec<Config>,
     backends: Vec<&'static str>,
@@ -146,6 +166,7 @@ struct Options {
 impl Options {
     fn parse(args: &[String]) -> Options {
         let mut o = Options {
+            shape: Shape::Agent,
             sizes: vec![5_000, 20_000],
             configs: vec![Config::Default, Config::CacheAware, Config::NoSummaries],
             backends: vec!["mem", "sqlite", "fs", "sled"],
@@ -158,6 +179,13 @@ impl Options {
             let mut value = || it.next().cloned().unwrap_or_else(|| fail(a, "needs a value"));
             match a.as_str() {
                 "--full" => o.sizes.push(100_000),
+                "--shape" => {
+                    o.shape = match value().as_str() {
+                        "agent" => Shape::Agent,
+                        "tool-loop" => Shape::ToolLoop,
+                        other => fail("--shape (agent or tool-loop)", other),
+                    }
+                }
                 "--sizes" => o.sizes = list(&value(), |s| s.parse().ok()),
                 "--configs" => {
                     o.configs = list(&value(), |s| match s {
@@ -196,6 +224,11 @@ struct Policy {
     rewrites: u64,
     warm_rewrites: u64,
     first_user_missing: u64,
+    /// Calls whose view leaves a hidden message unrepresented (timeline `represented < hidden`).
+    unrepresented_calls: u64,
+    /// Per planted fact: calls after its message was flushed out of the view, and of those the
+    /// calls whose view still states it.
+    facts: [(u64, u64); 4],
     max_summary_share: f64,
     cost_ratio: f64,
     cost_per_call: f64,
@@ -215,6 +248,8 @@ struct Policy {
 struct Note {
     summary_tokens: u64,
     first_user: bool,
+    /// Which planted facts the message states (bit k: `PLANTED_FACTS[k]`).
+    facts: u8,
 }
 
 /// Follows the views and prices the calls.
@@ -230,6 +265,8 @@ struct Probe {
     cache: PrefixCache,
     previous_at: Option<f64>,
     policy: Policy,
+    /// Look for the planted facts (tool-loop sessions).
+    plant: bool,
 }
 
 const SUMMARY_TAG: &[u8] = b"<ctxlog-summary seq=";
@@ -250,7 +287,8 @@ impl Probe {
             } else {
                 0
             };
-            self.notes.push(Note { summary_tokens, first_user });
+            let facts = if self.plant { facts_in(m) } else { 0 };
+            self.notes.push(Note { summary_tokens, first_user, facts });
         }
         self.pending = Some(diff);
     }
@@ -283,6 +321,18 @@ impl Probe {
         self.previous_at = Some(at_ms);
         self.cache.call(at_ms, r.view_tokens, diff.shared_bytes, diff.total_bytes);
         p.first_user_missing += u64::from(!self.notes.iter().any(|n| n.first_user));
+        p.unrepresented_calls += u64::from(r.represented < r.hidden);
+        if self.plant {
+            let stated = self.notes.iter().fold(0u8, |acc, n| acc | n.facts);
+            for (k, f) in p.facts.iter_mut().enumerate() {
+                // The result of tool turn k is message 3 + 2k; flushed means out of the view
+                // (only a summary or the condensed summaries can still state it).
+                if r.flushed > 3 + 2 * k as u64 {
+                    f.0 += 1;
+                    f.1 += u64::from(stated & (1 << k) != 0);
+                }
+            }
+        }
         let summaries: u64 = self.notes.iter().map(|n| n.summary_tokens).sum();
         if r.target_tokens > 0 {
             p.max_summary_share = p.max_summary_share.max(summaries as f64 / r.target_tokens as f64);
@@ -290,6 +340,18 @@ impl Probe {
         p.last_view = (r.view_messages, r.view_tokens);
         p.last_at_ms = at_ms;
     }
+}
+
+/// Which of the planted facts a rendered message states.
+fn facts_in(m: &[u8]) -> u8 {
+    let mut mask = 0u8;
+    for (k, fact) in ctxlog_workload::PLANTED_FACTS.iter().enumerate() {
+        let f = fact.as_bytes();
+        if m.windows(f.len()).any(|w| w == f) {
+            mask |= 1 << k;
+        }
+    }
+    mask
 }
 
 /// The estimator's tokens of a summary message, parsed once per distinct summary.
@@ -339,11 +401,11 @@ fn import_args(path: &Path, flags: &[String]) -> ctxlog_cli::args::ImportArgs {
     }
 }
 
-fn policy_run(path: &Path, flags: &[String]) -> (Policy, MemoryStore) {
+fn policy_run(path: &Path, flags: &[String], shape: Shape) -> (Policy, MemoryStore) {
     let args = import_args(path, flags);
     let config = args.config.resolve(ctxlog::Config::default()).unwrap_or_else(|e| fail("config", e));
     let transcript = check_file(path, args.format).unwrap_or_else(|e| fail("transcript", e));
-    let probe = Rc::new(RefCell::new(Probe::default()));
+    let probe = Rc::new(RefCell::new(Probe { plant: shape == Shape::ToolLoop, ..Probe::default() }));
     let mut sink = ViewSink(Rc::clone(&probe));
     let store = MemoryStore::new();
     let id = SESSION.parse::<StreamId>().unwrap_or_else(|e| fail("session id", e));
@@ -524,7 +586,12 @@ fn thousands(n: u64) -> String {
     out
 }
 
-fn print_tables(policies: &[(u64, Config, u64, Policy)], stores: &[(u64, Config, &str, u64, StoreRow)], budget: u64) {
+fn print_tables(
+    policies: &[(u64, Config, u64, Policy)],
+    stores: &[(u64, Config, &str, u64, StoreRow)],
+    budget: u64,
+    shape: Shape,
+) {
     println!();
     println!("Policy (the same on every backend); goals in brackets.");
     println!();
@@ -546,6 +613,20 @@ fn print_tables(policies: &[(u64, Config, u64, Policy)], stores: &[(u64, Config,
             p.first_user_missing,
             p.max_summary_share
         );
+    }
+    println!();
+    println!("Coverage and what summaries keep ({:?} sessions).", shape);
+    println!();
+    println!("| messages | config | calls with a hidden message unrepresented [0] | planted facts stated after they left the view [≥ 80%] |");
+    println!("|---:|---|---:|---:|");
+    for (n, config, _, p) in policies {
+        let (kept, out) = p.facts.iter().fold((0u64, 0u64), |(k, o), f| (k + f.1, o + f.0));
+        let facts = if shape == Shape::ToolLoop && out > 0 {
+            format!("{:.1}% ({} of {} fact-calls)", 100.0 * kept as f64 / out as f64, thousands(kept), thousands(out))
+        } else {
+            "—".to_string()
+        };
+        println!("| {} | {} | {} | {facts} |", thousands(*n), config.name(), thousands(p.unrepresented_calls));
     }
     println!();
     println!("Per backend; goals in brackets. Allowance of a live session: 3× its current view bytes + 100 bytes per message.");
@@ -653,7 +734,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.jsonl");
         ctxlog_workload::session(3, 401).unwrap().write_jsonl(std::fs::File::create(&path).unwrap()).unwrap();
-        policy_run(&path, &flags.iter().map(|f| f.to_string()).collect::<Vec<_>>()).0
+        policy_run(&path, &flags.iter().map(|f| f.to_string()).collect::<Vec<_>>(), Shape::Agent).0
     }
 
     #[test]

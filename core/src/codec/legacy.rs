@@ -8,14 +8,16 @@ use uuid::Uuid;
 
 use crate::config::{Config, SummarizerKind};
 use crate::event::{
-    Deferral, Event, FlushReason, Flushed, ImportSource, RequestServed, SessionStarted, SummaryMode, SummaryPrepared,
+    Deferral, Event, FlushReason, Flushed, ImportSource, RequestRecord, RequestServed, SessionStarted, SummaryMode,
+    SummaryPrepared, ToolsRecord,
 };
+use crate::request::CacheTtl;
 use crate::store::Record;
 use crate::time::Millis;
 use crate::usage::Usage;
 use crate::wire::WireFormat;
 
-use super::{kind, payload};
+use super::{kind, payload, EncodeError};
 
 /// The twelve knobs of the first release (inside kind 1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,8 +125,44 @@ pub struct SessionStartedV2Import {
     pub import: Option<ImportSource>,
 }
 
-/// Kind 16: `SessionStarted` with `usage_floor_ratio`, before `import`. Its config is today's
-/// [`Config`]; a change to `Config` must freeze it here as a `ConfigV3` first.
+/// The sixteen knobs of kinds 16 and 18 (before `view_version`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigV3 {
+    /// See [`Config::budget`].
+    pub budget: u64,
+    /// See [`Config::trigger_ratio`].
+    pub trigger_ratio: f64,
+    /// See [`Config::target_ratio`].
+    pub target_ratio: f64,
+    /// See [`Config::prepare_ratio`].
+    pub prepare_ratio: f64,
+    /// See [`Config::summarizer`].
+    pub summarizer: SummarizerKind,
+    /// See [`Config::cache_aware`].
+    pub cache_aware: bool,
+    /// See [`Config::flush_ttl_ms`].
+    pub flush_ttl_ms: u64,
+    /// See [`Config::protected_tool_results`].
+    pub protected_tool_results: u32,
+    /// See [`Config::protected_recent_ratio`].
+    pub protected_recent_ratio: f64,
+    /// See [`Config::breaker_passes`].
+    pub breaker_passes: u32,
+    /// See [`Config::image_tokens`].
+    pub image_tokens: u32,
+    /// See [`Config::truncate_chars`].
+    pub truncate_chars: u32,
+    /// See [`Config::summary_share`].
+    pub summary_share: f64,
+    /// See [`Config::hard_limit_ratio`].
+    pub hard_limit_ratio: f64,
+    /// See [`Config::clear_at_least`].
+    pub clear_at_least: u64,
+    /// See [`Config::usage_floor_ratio`].
+    pub usage_floor_ratio: f64,
+}
+
+/// Kind 16: `SessionStarted` with `usage_floor_ratio`, before `import`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionStartedV3 {
     /// Session id.
@@ -132,9 +170,80 @@ pub struct SessionStartedV3 {
     /// Wire format.
     pub format: WireFormat,
     /// Knobs.
-    pub config: Config,
+    pub config: ConfigV3,
     /// Creation time.
     pub at: Millis,
+}
+
+/// Kind 18: kind 16 + `import`, before `view_version`. Today's [`SessionStarted`] holds
+/// today's [`Config`]; a change to `Config` must freeze it here first, as this one was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStartedV4 {
+    /// Session id.
+    pub session: Uuid,
+    /// Wire format.
+    pub format: WireFormat,
+    /// Knobs.
+    pub config: ConfigV3,
+    /// Creation time.
+    pub at: Millis,
+    /// The transcript the import reads.
+    pub import: Option<ImportSource>,
+}
+
+/// A session that predates `view_version` renders its views as it did: version 1.
+impl From<ConfigV3> for Config {
+    fn from(c: ConfigV3) -> Config {
+        Config {
+            budget: c.budget,
+            trigger_ratio: c.trigger_ratio,
+            target_ratio: c.target_ratio,
+            prepare_ratio: c.prepare_ratio,
+            summarizer: c.summarizer,
+            cache_aware: c.cache_aware,
+            flush_ttl_ms: c.flush_ttl_ms,
+            protected_tool_results: c.protected_tool_results,
+            protected_recent_ratio: c.protected_recent_ratio,
+            breaker_passes: c.breaker_passes,
+            image_tokens: c.image_tokens,
+            truncate_chars: c.truncate_chars,
+            summary_share: c.summary_share,
+            hard_limit_ratio: c.hard_limit_ratio,
+            clear_at_least: c.clear_at_least,
+            usage_floor_ratio: c.usage_floor_ratio,
+            view_version: 1,
+        }
+    }
+}
+
+impl ConfigV3 {
+    /// The frozen layout of `c`, if it can hold it (view version 1).
+    pub fn of(c: &Config) -> Option<ConfigV3> {
+        (c.view_version == 1).then_some(ConfigV3 {
+            budget: c.budget,
+            trigger_ratio: c.trigger_ratio,
+            target_ratio: c.target_ratio,
+            prepare_ratio: c.prepare_ratio,
+            summarizer: c.summarizer,
+            cache_aware: c.cache_aware,
+            flush_ttl_ms: c.flush_ttl_ms,
+            protected_tool_results: c.protected_tool_results,
+            protected_recent_ratio: c.protected_recent_ratio,
+            breaker_passes: c.breaker_passes,
+            image_tokens: c.image_tokens,
+            truncate_chars: c.truncate_chars,
+            summary_share: c.summary_share,
+            hard_limit_ratio: c.hard_limit_ratio,
+            clear_at_least: c.clear_at_least,
+            usage_floor_ratio: c.usage_floor_ratio,
+        })
+    }
+}
+
+impl From<SessionStartedV4> for SessionStarted {
+    fn from(e: SessionStartedV4) -> SessionStarted {
+        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at, import: e.import }
+    }
 }
 
 /// Kind 3: `SummaryPrepared` before condensed summaries (`merged`).
@@ -284,6 +393,77 @@ pub struct RequestServedV3 {
     pub anchored: bool,
 }
 
+/// `RequestServed` of kind 20: the request record without the placement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestServedV4 {
+    /// 0-based call number.
+    pub call: u64,
+    /// Dispatch completion time.
+    pub at: Millis,
+    /// View digest.
+    pub digest: String,
+    /// Messages in the view.
+    pub view_messages: u64,
+    /// Estimated view tokens.
+    pub view_tokens: u64,
+    /// Meter reading.
+    pub metered_tokens: u64,
+    /// Provider-reported tokens.
+    pub reported_tokens: Option<u64>,
+    /// Ladder level.
+    pub level: u8,
+    /// Compaction was needed.
+    pub needed: bool,
+    /// Pure append of the previous view.
+    pub prefix_reused: bool,
+    /// Work the gate held back.
+    pub deferred: Option<Deferral>,
+    /// The provider's usage parts.
+    pub usage: Option<Usage>,
+    /// The meter anchored on the report.
+    pub anchored: bool,
+    /// The request record of kind 20.
+    pub request: Option<RequestRecordV1>,
+}
+
+/// The request record of kind 20: model, tools, breakpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecordV1 {
+    /// The `model` field.
+    pub model: Option<String>,
+    /// The `tools` field.
+    pub tools: ToolsRecord,
+    /// The breakpoints requested.
+    pub breakpoints: Option<CacheTtl>,
+}
+
+/// Before kind 30 no request placed breakpoints by position.
+impl From<RequestServedV4> for RequestServed {
+    fn from(e: RequestServedV4) -> RequestServed {
+        RequestServed {
+            call: e.call,
+            at: e.at,
+            digest: e.digest,
+            view_messages: e.view_messages,
+            view_tokens: e.view_tokens,
+            metered_tokens: e.metered_tokens,
+            reported_tokens: e.reported_tokens,
+            level: e.level,
+            needed: e.needed,
+            prefix_reused: e.prefix_reused,
+            deferred: e.deferred,
+            usage: e.usage,
+            anchored: e.anchored,
+            request: e.request.map(|r| RequestRecord {
+                model: r.model,
+                tools: r.tools,
+                breakpoints: r.breakpoints,
+                placement: None,
+            }),
+        }
+    }
+}
+
 /// Before kind 21 no summary recorded a prefix, usage or latency.
 impl From<SummaryPreparedV2> for SummaryPrepared {
     fn from(e: SummaryPreparedV2) -> SummaryPrepared {
@@ -343,6 +523,7 @@ impl From<ConfigV1> for Config {
             breaker_passes: c.breaker_passes,
             image_tokens: c.image_tokens,
             truncate_chars: c.truncate_chars,
+            view_version: 1,
             ..Config::default()
         }
     }
@@ -368,6 +549,7 @@ impl From<ConfigV2> for Config {
             summary_share: c.summary_share,
             hard_limit_ratio: c.hard_limit_ratio,
             clear_at_least: c.clear_at_least,
+            view_version: 1,
             ..Config::default()
         }
     }
@@ -387,7 +569,7 @@ impl From<SessionStartedV2Import> for SessionStarted {
 
 impl From<SessionStartedV3> for SessionStarted {
     fn from(e: SessionStartedV3) -> SessionStarted {
-        SessionStarted { session: e.session, format: e.format, config: e.config, at: e.at, import: None }
+        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at, import: None }
     }
 }
 
@@ -477,7 +659,7 @@ impl From<RequestServedV1> for RequestServed {
 /// Encodes `event` the way the first release did, if that layout can hold it: new knobs at
 /// their defaults, no condensed summary, no deferral; events whose layout never changed are
 /// encoded as today. `None` when the event needs a newer kind.
-pub fn encode(event: &Event) -> Option<Result<Record, String>> {
+pub fn encode(event: &Event) -> Option<Result<Record, EncodeError>> {
     Some(match event {
         Event::SessionStarted(e) => {
             let c = &e.config;
@@ -552,7 +734,9 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
         | Event::SummaryRetired(_)
         | Event::ImportCompleted(_)
         | Event::SummaryFailed(_)
-        | Event::AnswerReceived(_) => return None,
+        | Event::AnswerReceived(_)
+        | Event::Branched(_)
+        | Event::SessionNamed(_) => return None,
         other => super::encode(other),
     })
 }
@@ -561,7 +745,7 @@ pub fn encode(event: &Event) -> Option<Result<Record, String>> {
 /// `usage_floor_ratio`), 14 (the same, of an import) and 11 (`RequestServed` without `usage`
 /// and `anchored`), if that layout can hold it; `None` for other events, or when the event
 /// needs a newer kind.
-pub fn encode_v2(event: &Event) -> Option<Result<Record, String>> {
+pub fn encode_v2(event: &Event) -> Option<Result<Record, EncodeError>> {
     match event {
         Event::SessionStarted(e) => {
             let c = &e.config;
@@ -621,12 +805,13 @@ pub fn encode_v2(event: &Event) -> Option<Result<Record, String>> {
     }
 }
 
-/// Encodes a `SessionStarted` that is not an import in kind 16 (before `import`); `None` for
-/// other events and for imports.
-pub fn encode_v3(event: &Event) -> Option<Result<Record, String>> {
+/// Encodes a `SessionStarted` of view version 1 that is not an import in kind 16 (before
+/// `import`); `None` for other events, for imports and for later view versions.
+pub fn encode_v3(event: &Event) -> Option<Result<Record, EncodeError>> {
     match event {
         Event::SessionStarted(e) if e.import.is_none() => {
-            let v3 = SessionStartedV3 { session: e.session, format: e.format, config: e.config.clone(), at: e.at };
+            let v3 =
+                SessionStartedV3 { session: e.session, format: e.format, config: ConfigV3::of(&e.config)?, at: e.at };
             Some(payload(kind::SESSION_STARTED_V3, &v3))
         }
         _ => None,
@@ -641,7 +826,7 @@ fn summary_facts_absent(e: &SummaryPrepared) -> bool {
 /// Encodes in the fourth layout set's kinds 10 (`SummaryPrepared` before the summarizer's
 /// facts) and 17 (`RequestServed` before the request record), if that layout can hold the
 /// event; `None` otherwise.
-pub fn encode_v4(event: &Event) -> Option<Result<Record, String>> {
+pub fn encode_v4(event: &Event) -> Option<Result<Record, EncodeError>> {
     match event {
         Event::SummaryPrepared(e) if summary_facts_absent(e) => {
             let v2 = SummaryPreparedV2 {
@@ -674,6 +859,48 @@ pub fn encode_v4(event: &Event) -> Option<Result<Record, String>> {
                 anchored: e.anchored,
             };
             Some(payload(kind::REQUEST_SERVED_V3, &v3))
+        }
+        _ => None,
+    }
+}
+
+/// Encodes in the fifth layout set's kinds 18 (`SessionStarted` before `view_version`, for
+/// view version 1) and 20 (`RequestServed` whose request record places no breakpoints by
+/// position), if that layout can hold the event; `None` otherwise.
+pub fn encode_v5(event: &Event) -> Option<Result<Record, EncodeError>> {
+    match event {
+        Event::SessionStarted(e) => {
+            let v4 = SessionStartedV4 {
+                session: e.session,
+                format: e.format,
+                config: ConfigV3::of(&e.config)?,
+                at: e.at,
+                import: e.import.clone(),
+            };
+            Some(payload(kind::SESSION_STARTED_V4, &v4))
+        }
+        Event::RequestServed(e) if e.request.as_ref().is_none_or(|r| r.placement.is_none()) => {
+            let v4 = RequestServedV4 {
+                call: e.call,
+                at: e.at,
+                digest: e.digest.clone(),
+                view_messages: e.view_messages,
+                view_tokens: e.view_tokens,
+                metered_tokens: e.metered_tokens,
+                reported_tokens: e.reported_tokens,
+                level: e.level,
+                needed: e.needed,
+                prefix_reused: e.prefix_reused,
+                deferred: e.deferred.clone(),
+                usage: e.usage,
+                anchored: e.anchored,
+                request: e.request.as_ref().map(|r| RequestRecordV1 {
+                    model: r.model.clone(),
+                    tools: r.tools.clone(),
+                    breakpoints: r.breakpoints,
+                }),
+            };
+            Some(payload(kind::REQUEST_SERVED_V4, &v4))
         }
         _ => None,
     }

@@ -23,11 +23,13 @@ pub fn protected_tool_results(state: &State, n: u32) -> Vec<u64> {
     out
 }
 
-/// Is `seq` one of the messages no ladder level may touch: system, pinned, first or last human?
+/// Is `seq` one of the messages no ladder level may touch: system, pinned, first or last human,
+/// or restored a short while ago ([`crate::state::RESTORE_HOLD_CALLS`])?
 pub fn always_protected(state: &State, seq: u64) -> bool {
     state.entry(seq).is_some_and(|e| e.is_system() || e.is_pinned())
         || Some(seq) == state.first_human()
         || Some(seq) == state.last_human()
+        || state.restore_held(seq)
 }
 
 /// Tokens of the view that no level of the ladder can shrink: system and pinned messages,
@@ -38,7 +40,7 @@ pub fn unremovable_floor(state: &State, config: &Config) -> u64 {
         .view()
         .iter()
         .filter(|it| match it.item {
-            Item::Summary(_) => true,
+            Item::Summary(_) | Item::Placeholder { .. } => true,
             Item::Message(seq) => always_protected(state, seq) || tools.contains(&seq),
         })
         .map(|it| u64::from(it.tokens))

@@ -18,6 +18,10 @@ use crate::view::{edited_message, stubbable, thousands, STUB_PREVIEW_CHARS};
 /// Largest tool group (a call message and all its results) the ladder moves as one.
 pub const MAX_GROUP: usize = 64;
 
+/// A removal that opens a new gap in the view (view version 2) adds a placeholder there: the
+/// ladder charges what that placeholder would cost on its own (a removal widening a gap adds a
+/// few characters at most, not charged). The engine measures the real view after the pass and
+/// runs the ladder again if it is still over its aim.
 /// What the ladder decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -40,6 +44,9 @@ struct Slot {
     removed: bool,
     truncated: bool,
     stubbed: bool,
+    // A placeholder sits right before / after it in the view.
+    gap_before: bool,
+    gap_after: bool,
 }
 
 struct Ladder<'a> {
@@ -134,10 +141,19 @@ impl Ladder<'_> {
 
 impl<'a> Ladder<'a> {
     fn new(state: &'a State, config: &'a Config, metered: u64) -> Self {
-        let mut slots = Vec::new();
+        let mut slots: Vec<Slot> = Vec::new();
         let mut at = BTreeMap::new();
+        let mut after_gap = false;
         for it in state.view() {
-            let Item::Message(seq) = it.item else { continue };
+            let Item::Message(seq) = it.item else {
+                if matches!(it.item, Item::Placeholder { .. }) {
+                    after_gap = true;
+                    if let Some(last) = slots.last_mut() {
+                        last.gap_after = true;
+                    }
+                }
+                continue;
+            };
             let edit = state.entry(seq).and_then(|e| e.edit).map(|e| e.kind);
             at.insert(seq, slots.len());
             slots.push(Slot {
@@ -146,6 +162,8 @@ impl<'a> Ladder<'a> {
                 removed: false,
                 truncated: matches!(edit, Some(EditKind::Truncated { .. })),
                 stubbed: matches!(edit, Some(EditKind::Stubbed { .. })),
+                gap_before: std::mem::take(&mut after_gap),
+                gap_after: false,
             });
         }
         Ladder {
@@ -212,8 +230,13 @@ impl<'a> Ladder<'a> {
     fn clamp_target(&mut self) {
         let live = self.slots.len();
         let tightest = live - ratio_of(live as u64, self.config.protected_recent_ratio * 0.3) as usize;
-        let mut floor: u64 =
-            self.state.view().iter().filter(|i| matches!(i.item, Item::Summary(_))).map(|i| u64::from(i.tokens)).sum();
+        let mut floor: u64 = self
+            .state
+            .view()
+            .iter()
+            .filter(|i| matches!(i.item, Item::Summary(_) | Item::Placeholder { .. }))
+            .map(|i| u64::from(i.tokens))
+            .sum();
         for (k, s) in self.slots.iter().enumerate() {
             let human = self.state.entry(s.seq).is_some_and(|e| e.is_human());
             let kept = always_protected(self.state, s.seq) || self.tools.contains(&s.seq);
@@ -319,12 +342,34 @@ impl<'a> Ladder<'a> {
             if group.iter().any(|&g| protected(self, g)) {
                 continue;
             }
+            let charge = self.placeholder_charge(&group);
             for g in group {
                 let Some(&gi) = self.at.get(&g) else { continue };
                 if self.slots.get(gi).is_some_and(|slot| !slot.removed) {
                     self.shrink(gi, 0, EditKind::Removed, &rule);
                 }
             }
+            self.total += u64::from(charge);
+        }
+    }
+
+    /// What removing `group` adds for its placeholder: nothing when it widens a gap (a
+    /// placeholder or a removed message is next to it), the placeholder's own estimate when it
+    /// opens a new one.
+    fn placeholder_charge(&self, group: &[u64]) -> u32 {
+        if !self.config.placeholders() {
+            return 0;
+        }
+        let (Some(&a), Some(&b)) = (group.first(), group.last()) else { return 0 };
+        let (Some(first), Some(last)) = (self.at.get(&a), self.at.get(&b)) else { return 0 };
+        let before = self.slots.get(*first).is_some_and(|s| s.gap_before)
+            || first.checked_sub(1).and_then(|i| self.slots.get(i)).is_some_and(|s| s.removed);
+        let after =
+            self.slots.get(*last).is_some_and(|s| s.gap_after) || self.slots.get(last + 1).is_some_and(|s| s.removed);
+        if before || after {
+            0
+        } else {
+            self.est.message(&crate::placeholder::message(self.state, a, b + 1))
         }
     }
 

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::findings::LedgerError;
 use crate::event::{SummaryPrepared, SummaryRetired};
 
 /// Where one summary stands.
@@ -97,16 +98,16 @@ impl Summaries {
     }
 
     /// Why a flush to `flushed` may not bring in the condensed summaries `condensed`.
-    pub fn check_flush(&self, flushed: u64, condensed: &[u32]) -> Result<(), String> {
+    pub fn check_flush(&self, flushed: u64, condensed: &[u32]) -> Result<(), LedgerError> {
         let ready = self.condensed_pending(flushed);
         match condensed.iter().find(|i| !ready.contains(i)) {
-            Some(i) => Err(format!("summary {i} is not a condensed summary waiting for a flush to {flushed}")),
+            Some(&summary) => Err(LedgerError::NotReady { summary, flushed }),
             None => Ok(()),
         }
     }
 
     /// Why a condensed summary `e` does not fit the summaries it claims to condense.
-    pub fn check_condensed(&self, e: &SummaryPrepared, compacted: u64) -> Result<(), String> {
+    pub fn check_condensed(&self, e: &SummaryPrepared, compacted: u64) -> Result<(), LedgerError> {
         let current = self.current();
         let covered: Vec<u32> = current
             .iter()
@@ -116,19 +117,16 @@ impl Summaries {
         let oldest = current.first().and_then(|&i| self.get(i)).map(|(p, _)| p.from);
         let last_end = e.merged.last().and_then(|&i| self.get(i)).map(|(p, _)| p.to);
         if covered != e.merged {
-            return Err(format!(
-                "it lists summaries {:?} but the current summaries within {}..{} are {covered:?}",
-                e.merged, e.from, e.to
-            ));
+            return Err(LedgerError::Lists { listed: e.merged.clone(), from: e.from, to: e.to, covered });
         }
         if oldest != Some(e.from) {
-            return Err(format!("it starts at seq {} but the oldest current summary starts at {oldest:?}", e.from));
+            return Err(LedgerError::Start { from: e.from, oldest });
         }
         if last_end != Some(e.to) {
-            return Err(format!("it ends at seq {} but the last summary it condenses ends at {last_end:?}", e.to));
+            return Err(LedgerError::End { to: e.to, last_end });
         }
         if e.to > compacted {
-            return Err(format!("it ends at seq {} beyond compacted_prefix_messages {compacted}", e.to));
+            return Err(LedgerError::Beyond { to: e.to, compacted });
         }
         Ok(())
     }
@@ -189,18 +187,19 @@ impl Summaries {
 
     /// Why `e` may not retire its summary: only the oldest summary in the view
     /// (`oldest_in_view`) retires.
-    pub fn check_retire(&self, e: &SummaryRetired, oldest_in_view: Option<u32>) -> Result<(), String> {
-        let Some((p, s)) = self.get(e.summary) else {
-            return Err(format!("summary {} does not exist ({} summaries)", e.summary, self.prepared.len()));
+    pub fn check_retire(&self, e: &SummaryRetired, oldest_in_view: Option<u32>) -> Result<(), LedgerError> {
+        let summary = e.summary;
+        let Some((p, s)) = self.get(summary) else {
+            return Err(LedgerError::Missing { summary, count: self.prepared.len() });
         };
         if s.state != SummaryState::Shown {
-            return Err(format!("summary {} is not in the view ({:?})", e.summary, s.state));
+            return Err(LedgerError::NotShown { summary, state: s.state });
         }
-        if oldest_in_view != Some(e.summary) {
-            return Err(format!("summary {} is not the oldest summary in the view", e.summary));
+        if oldest_in_view != Some(summary) {
+            return Err(LedgerError::NotOldest(summary));
         }
         if (p.from, p.to) != (e.from, e.to) {
-            return Err(format!("summary {} covers {}..{}, not {}..{}", e.summary, p.from, p.to, e.from, e.to));
+            return Err(LedgerError::Span { summary, from: p.from, to: p.to, named_from: e.from, named_to: e.to });
         }
         Ok(())
     }
