@@ -186,6 +186,9 @@ pub struct MessageHistory {
     pub first_call: Option<u64>,
     /// Flushes, edits and restores of it, in log order.
     pub decisions: Vec<Decision>,
+    /// It carries a provider's compaction (an Anthropic `compaction` block, a Responses
+    /// `compaction` item): the provider's summary of everything before it.
+    pub provider_compaction: bool,
 }
 
 /// A decision that changed a message's status.
@@ -424,6 +427,7 @@ impl Fold {
                     appended_after_call: last_call,
                     first_call: None,
                     decisions: Vec::new(),
+                    provider_compaction: m.message.provider_compaction(),
                 });
             }
             Event::SummaryPrepared(s) => {

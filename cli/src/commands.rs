@@ -430,33 +430,42 @@ fn export_messages(
     let source = |b: &ctxlog::BlobId| store.get_blob(b).ok().flatten();
     let opts = RenderOpts { meta: true, media: Media::Inline(&source) };
     let mut from = 1;
-    let mut line = |m: &ctxlog::Message| {
-        let (mut json, miss) = ctxlog::wire::to_json(m, opts);
+    // Each message in its session's format (a Responses session's lines are items).
+    let mut format = ctxlog::WireFormat::Anthropic;
+    let mut line = |m: &ctxlog::Message, format: ctxlog::WireFormat| {
+        let (mut json, miss) = ctxlog::wire::to_json_in(format, m, opts);
         missing.extend(miss);
         json.push('\n');
         write(json.as_bytes())
     };
     // A relayed conversation's last answer is recorded with its call (`AnswerReceived`), not
     // appended: the client never sent it back. It ends the transcript.
-    let mut last_answer = None;
+    let mut last_answer: Vec<(u64, ctxlog::Message)> = Vec::new();
     while from <= head {
         let batch = store.read(id, from, ctxlog::session::READ_CHUNK)?;
         let Some(last) = batch.last().map(|r| r.version) else { break };
         for rec in batch.into_iter().take_while(|r| r.version <= head) {
             let ev = ctxlog::codec::decode(id, rec.version, &rec.record).map_err(ctxlog::SessionError::from)?;
             match ev {
+                Event::SessionStarted(e) => format = e.format,
                 Event::MessageAppended(e) => {
-                    last_answer = None;
-                    line(&e.message)?;
+                    last_answer.clear();
+                    line(&e.message, format)?;
                 }
-                Event::AnswerReceived(e) => last_answer = Some(e.message),
+                // A Responses answer is several items, one event each.
+                Event::AnswerReceived(e) => {
+                    if last_answer.last().is_some_and(|(call, _)| *call != e.call) {
+                        last_answer.clear();
+                    }
+                    last_answer.push((e.call, e.message));
+                }
                 _ => {}
             }
         }
         from = last + 1;
     }
-    if let Some(m) = last_answer {
-        line(&m)?;
+    for (_, m) in last_answer {
+        line(&m, format)?;
     }
     Ok(())
 }

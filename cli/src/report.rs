@@ -107,6 +107,23 @@ pub fn page(analysis: &Analysis, lineage: &Lineage, store: &str, selected: Optio
     for line in summary(&records, analysis.host_guards.len()) {
         d.text_el("li", &[], &line);
     }
+    let compactions: Vec<String> = analysis
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.provider_compaction)
+        .map(|(seq, _)| format!("seq {seq}"))
+        .collect();
+    if !compactions.is_empty() {
+        d.text_el(
+            "li",
+            &[],
+            &format!(
+                "provider compaction at {}: the provider's own summary of everything before it, kept pinned by ctxlog",
+                compactions.join(", ")
+            ),
+        );
+    }
     // Guards raised between calls have no row of their own: each is a fact here.
     for g in &analysis.host_guards {
         d.text_el("li", &[], g.detail_line().trim_start());

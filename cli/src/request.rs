@@ -40,7 +40,8 @@ pub fn request(a: &RequestArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     out.raw(served.body())
 }
 
-/// The top-level fields of a client's request body other than `system` and `messages`, in its
+/// The top-level fields of a client's request body other than its history (`system` and
+/// `messages`, or `instructions` and `input`), in its
 /// order and set one by one, as `ctxlog proxy` builds them (a repeated key keeps its first
 /// place and its last value).
 fn options_from(path: &Path) -> Result<RequestOptions, CliError> {
@@ -57,7 +58,8 @@ fn options_from(path: &Path) -> Result<RequestOptions, CliError> {
         serde_json::from_str::<Fields>(text).map_err(|e| bad("", format!("not a JSON object: {e}")))?.0;
     let mut opts = RequestOptions::new();
     for (k, v) in &fields {
-        if k == "system" || k == "messages" {
+        // The history fields are the view's (Responses: `instructions`, `input`).
+        if matches!(k.as_str(), "system" | "messages" | "instructions" | "input") {
             continue;
         }
         opts = opts.field(k, v.get()).map_err(|e| bad(&e.field, e.to_string()))?;

@@ -262,7 +262,9 @@ struct Problems {
 fn format_slot(f: WireFormat) -> usize {
     match f {
         WireFormat::Anthropic => 0,
-        WireFormat::OpenAi => 1,
+        // Transcripts are chat or Anthropic lines; a Responses session is exported as items
+        // but not imported (decisions.md).
+        WireFormat::OpenAi | WireFormat::OpenAiResponses => 1,
     }
 }
 

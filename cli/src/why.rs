@@ -102,6 +102,17 @@ pub fn explain(analysis: &Analysis, seq: u64) -> Result<Value, CliError> {
         Some((c, at)) => text.push_str(&format!(" and first sent with call {c} at {}.", clock(at))),
         None => text.push_str(" and has not been sent yet."),
     }
+    // A provider's compaction: what the provider reads in place of everything before it.
+    let compactions: Vec<u64> =
+        (0..count).filter(|s| analysis.messages.get(*s as usize).is_some_and(|h| h.provider_compaction)).collect();
+    if m.provider_compaction {
+        text.push_str(&format!(
+            " It carries the provider's compaction: the provider reads it as the summary of messages 0–{}, so ctxlog              keeps it pinned (never removed, cut or summarized), and a client may stop sending what precedes it.",
+            seq.saturating_sub(1)
+        ));
+    } else if let Some(k) = compactions.iter().find(|k| **k > seq) {
+        text.push_str(&format!(" The provider's compaction at seq {k} covers it: the provider no longer reads it."));
+    }
     // The summary of messages that covers it, and what became of it.
     let own = analysis.summaries.iter().enumerate().find(|(_, s)| s.merged.is_empty() && s.from <= seq && seq < s.to);
     if let Some((i, s)) = own {
@@ -153,6 +164,8 @@ pub fn explain(analysis: &Analysis, seq: u64) -> Result<Value, CliError> {
         "first_call": m.first_call,
         "summaries": chain,
         "decisions": decisions,
+        "provider_compaction": m.provider_compaction,
+        "covered_by_provider_compaction": compactions.iter().find(|k| **k > seq),
         "latest": latest.0,
         "text": text,
     }))

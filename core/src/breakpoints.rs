@@ -11,7 +11,25 @@
 use serde::{Deserialize, Serialize};
 
 use crate::message::{Block, Content, Message, RawJson};
-use crate::request::CacheTtl;
+
+/// How long Anthropic keeps a marked prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum CacheTtl {
+    /// The default five minutes: `{"type":"ephemeral"}`.
+    FiveMinutes,
+    /// One hour: `{"type":"ephemeral","ttl":"1h"}` (priced higher for writes).
+    OneHour,
+}
+
+impl CacheTtl {
+    /// The `cache_control` object.
+    pub fn json(self) -> &'static str {
+        match self {
+            CacheTtl::FiveMinutes => r#"{"type":"ephemeral"}"#,
+            CacheTtl::OneHour => r#"{"type":"ephemeral","ttl":"1h"}"#,
+        }
+    }
+}
 
 /// One breakpoint a request asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

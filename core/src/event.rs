@@ -713,6 +713,11 @@ pub enum GuardKind {
         /// The session that continues the conversation.
         successor: String,
     },
+    /// The provider holds this conversation's history (OpenAI Responses `previous_response_id`):
+    /// the host logs each call, its new input and its answer, passes the client's body through
+    /// unchanged and never compacts (what the provider holds was never sent through ctxlog).
+    /// Written by a host (the proxy) when it creates such a session; it stays latched.
+    ProviderHeldHistory,
 }
 
 impl GuardKind {
@@ -727,6 +732,7 @@ impl GuardKind {
             GuardKind::UsageBelowEstimate => "usage_below_estimate".into(),
             GuardKind::SummarizerPaused => "summarizer_paused".into(),
             GuardKind::HistoryDiverged { .. } => "history_diverged".into(),
+            GuardKind::ProviderHeldHistory => "provider_held_history".into(),
         }
     }
 }

@@ -356,9 +356,21 @@ impl Message {
         self.role == Role::User && !self.is_tool_result()
     }
 
-    /// Pinned messages are never edited.
+    /// Pinned messages are never edited. A message carrying a provider's compaction is pinned
+    /// too: the provider reads it as the summary of everything before it, so it must reach the
+    /// provider as it was (never removed, truncated or summarized away by ctxlog).
     pub fn is_pinned(&self) -> bool {
-        self.meta.pinned == Some(true)
+        self.meta.pinned == Some(true) || self.provider_compaction()
+    }
+
+    /// Whether this message carries a provider's compaction: an Anthropic `compaction` block,
+    /// or an OpenAI Responses `compaction` item (kept verbatim). The provider drops everything
+    /// before it from what the model sees, and a client may stop sending it.
+    pub fn provider_compaction(&self) -> bool {
+        self.blocks().iter().any(|b| match b {
+            Block::Other(raw) => is_compaction(raw.as_str()),
+            _ => false,
+        })
     }
 
     /// Concatenated text of the message (string content, or all text blocks), for summaries and
@@ -381,4 +393,16 @@ impl Message {
             _ => String::new(),
         }
     }
+}
+
+/// Whether a verbatim block or item is a provider compaction (`"type":"compaction"`). A cheap
+/// byte test first: most verbatim blocks are not.
+fn is_compaction(raw: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Typed<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: Option<std::borrow::Cow<'a, str>>,
+    }
+    raw.contains("compaction")
+        && serde_json::from_str::<Typed<'_>>(raw).is_ok_and(|t| t.kind.as_deref() == Some("compaction"))
 }

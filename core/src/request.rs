@@ -9,6 +9,8 @@
 //!   and the [`Placement`]'s marks are placed instead (see [`crate::breakpoints`]).
 //! * **OpenAI chat** `{…fields, "messages": [...]}`: every message in place (`system` and
 //!   `developer` are roles there); OpenAI caches prefixes without markers.
+//! * **OpenAI Responses** `{…fields, "instructions": …, "input": [...]}`: the message tagged
+//!   as the request's instructions goes back to `instructions`, every other item in place.
 //!
 //! The other fields (`model`, `max_tokens`, `tools`, `stream`, …) are the host's, passed
 //! through byte for byte in the order given. `messages` is written last.
@@ -35,24 +37,7 @@ use crate::store::BlobId;
 use crate::view::item_message;
 use crate::wire::{self, BlobSource, Media, RenderOpts, WireFormat};
 
-/// How long Anthropic keeps a marked prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum CacheTtl {
-    /// The default five minutes: `{"type":"ephemeral"}`.
-    FiveMinutes,
-    /// One hour: `{"type":"ephemeral","ttl":"1h"}` (priced higher for writes).
-    OneHour,
-}
-
-impl CacheTtl {
-    /// The `cache_control` object.
-    pub fn json(self) -> &'static str {
-        match self {
-            CacheTtl::FiveMinutes => r#"{"type":"ephemeral"}"#,
-            CacheTtl::OneHour => r#"{"type":"ephemeral","ttl":"1h"}"#,
-        }
-    }
-}
+pub use crate::breakpoints::CacheTtl;
 
 /// A field the options cannot take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,8 +61,9 @@ pub struct RequestOptions {
     placement: Option<Placement>,
 }
 
-/// Fields ctxlog writes itself.
-const OWN_FIELDS: [&str; 2] = ["system", "messages"];
+/// Fields ctxlog writes itself (Anthropic's `system`, the messages; Responses' `instructions`
+/// and `input`).
+const OWN_FIELDS: [&str; 4] = ["system", "messages", "instructions", "input"];
 
 impl RequestOptions {
     /// No fields, no breakpoints.
@@ -318,6 +304,26 @@ pub(crate) fn render(
     }
     let mut breakpoints = 0;
     let mut system = None;
+    let responses = format == WireFormat::OpenAiResponses;
+    let is_instructions = |it: &ViewItem| {
+        responses
+            && is_system(it)
+            && item_message(view.state, it.item).is_some_and(|m| wire::responses::is_instructions(&m))
+    };
+    if responses {
+        // The request's `instructions` come back to their field; input system messages stay items.
+        if let Some(m) =
+            view.items.iter().find(|it| is_instructions(it)).and_then(|it| item_message(view.state, it.item))
+        {
+            body.extend_from_slice(br#""instructions":"#);
+            let start = body.len();
+            let mut w = JsonWriter::new();
+            wire::responses::write_instructions(&mut w, &m, inline(blobs), &mut missing);
+            body.extend_from_slice(&w.into_bytes());
+            system = Some(start..body.len());
+            body.push(b',');
+        }
+    }
     if anthropic {
         let mut system_msgs: Vec<Message> = view
             .items
@@ -343,7 +349,7 @@ pub(crate) fn render(
             body.push(b',');
         }
     }
-    body.extend_from_slice(br#""messages":"#);
+    body.extend_from_slice(if responses { br#""input":"# } else { br#""messages":"# });
     let start = body.len();
     body.push(b'[');
     let sent: Vec<(usize, &ViewItem, &Arc<[u8]>)> = view
@@ -351,7 +357,7 @@ pub(crate) fn render(
         .iter()
         .zip(view.bytes)
         .enumerate()
-        .filter(|(_, (it, _))| !(anthropic && is_system(it)))
+        .filter(|(_, (it, _))| !(is_instructions(it) || anthropic && is_system(it)))
         .map(|(j, (it, b))| (j, it, b))
         .collect();
     let marked: Vec<(usize, Message)> = match placement {
@@ -394,7 +400,7 @@ pub(crate) fn render(
             }
         };
         let mut w = JsonWriter::new();
-        wire::write_message(&mut w, &m, inline(blobs), &mut missing);
+        wire::write_in(format, &mut w, &m, inline(blobs), &mut missing);
         body.extend_from_slice(&w.into_bytes());
     }
     body.push(b']');

@@ -1085,7 +1085,7 @@ impl<S: Store> Session<S> {
     /// # Ok(()) }
     /// ```
     pub fn commit(&mut self, plan: Plan, at: Timestamp, usage: Option<Usage>) -> Result<Committed, SessionError> {
-        self.commit_with(plan, at, usage, None, None)
+        self.commit_with(plan, at, usage, None, Vec::new())
     }
 
     /// [`Session::commit`], recording what the request carried besides its messages: `opts`
@@ -1126,7 +1126,7 @@ impl<S: Store> Session<S> {
             breakpoints: opts.breakpoints(),
             placement: opts.placement().cloned(),
         };
-        self.commit_with(plan, at, usage, Some(record), None)
+        self.commit_with(plan, at, usage, Some(record), Vec::new())
     }
 
     /// [`Session::commit_request`] with the assistant message the provider answered, recorded
@@ -1142,7 +1142,23 @@ impl<S: Store> Session<S> {
         usage: Option<Usage>,
         answer: Message,
     ) -> Result<Committed, SessionError> {
-        wire::check_format(&answer, self.format()).map_err(|error| SessionError::Message { index: 0, error })?;
+        self.commit_answers(plan, opts, at, usage, vec![answer])
+    }
+
+    /// [`Session::commit_answered`] for an answer of several messages: a Responses answer's
+    /// `output` items (reasoning, messages, function calls), one [`AnswerReceived`] each, in
+    /// order, in the same batch.
+    pub fn commit_answers(
+        &mut self,
+        plan: Plan,
+        opts: &RequestOptions,
+        at: Timestamp,
+        usage: Option<Usage>,
+        answers: Vec<Message>,
+    ) -> Result<Committed, SessionError> {
+        for (index, answer) in answers.iter().enumerate() {
+            wire::check_format(answer, self.format()).map_err(|error| SessionError::Message { index, error })?;
+        }
         let tools = self.tools_record(opts)?;
         let record = RequestRecord {
             model: opts.model_name(),
@@ -1150,7 +1166,7 @@ impl<S: Store> Session<S> {
             breakpoints: opts.breakpoints(),
             placement: opts.placement().cloned(),
         };
-        self.commit_with(plan, at, usage, Some(record), Some(answer))
+        self.commit_with(plan, at, usage, Some(record), answers)
     }
 
     /// The tools a request carried, stored once per distinct value in the blob area.
@@ -1175,7 +1191,7 @@ impl<S: Store> Session<S> {
         at: Timestamp,
         usage: Option<Usage>,
         request: Option<RequestRecord>,
-        answer: Option<Message>,
+        answers: Vec<Message>,
     ) -> Result<Committed, SessionError> {
         let at = at.as_millis();
         let _span = self.call_span(plan.call).entered();
@@ -1235,7 +1251,7 @@ impl<S: Store> Session<S> {
             Some(mut next) => {
                 next.apply(first + events.len() as u64, &served).map_err(|v| self.refused(v))?;
                 events.push(served);
-                if let Some(message) = answer {
+                for message in answers {
                     let ev = Event::AnswerReceived(AnswerReceived { call, message });
                     next.apply(first + events.len() as u64, &ev).map_err(|v| self.refused(v))?;
                     events.push(ev);
@@ -1247,7 +1263,7 @@ impl<S: Store> Session<S> {
                 self.state.check_event(first, &served).map_err(|v| self.refused(v))?;
                 events.push(served);
                 // The answer's only rule is that its call is served: checked against the count.
-                if let Some(message) = answer {
+                for message in answers {
                     events.push(Event::AnswerReceived(AnswerReceived { call, message }));
                 }
                 self.persist_then_apply(events.clone())?

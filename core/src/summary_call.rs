@@ -370,6 +370,11 @@ fn fork(
     call: &SummaryCall,
     blobs: &dyn BlobSource,
 ) -> Result<Fork, ForkRefusal> {
+    // A Responses request names its bound `max_output_tokens` and may rely on the provider's
+    // stored state: a fork of one is not built (standalone instead).
+    if format == WireFormat::OpenAiResponses {
+        return Err(ForkRefusal::Unbuildable("forks of OpenAI Responses requests are not built".into()));
+    }
     let last = state.last_served();
     // 1. Tools never recorded (for the request a fork would append to).
     if let Some(l) = last.filter(|l| l.request.is_none()) {
@@ -609,12 +614,21 @@ pub fn standalone_json(format: WireFormat, model: Option<&str>, max_tokens: u64,
         w.string(m);
         w.raw(",");
     }
-    w.raw(&format!(r#""max_tokens":{max_tokens},"#));
+    // Responses names the bound `max_output_tokens`.
+    let bound = if format == WireFormat::OpenAiResponses { "max_output_tokens" } else { "max_tokens" };
+    w.raw(&format!(r#""{bound}":{max_tokens},"#));
     match format {
         WireFormat::Anthropic => {
             w.raw(r#""system":"#);
             w.string(STANDALONE_PROMPT);
             w.raw(r#","messages":[{"role":"user","content":"#);
+            w.string(span_text);
+            w.raw("}]}");
+        }
+        WireFormat::OpenAiResponses => {
+            w.raw(r#""instructions":"#);
+            w.string(STANDALONE_PROMPT);
+            w.raw(r#","input":[{"role":"user","content":"#);
             w.string(span_text);
             w.raw("}]}");
         }

@@ -16,7 +16,7 @@ use crate::message::{Block, Content, MediaData, MediaSource, Message, Role};
 use crate::state::{Item, State, ViewItem};
 use crate::store::{hex, BlobId};
 use crate::tokens::text_tokens;
-use crate::wire::{write_message, Media, RenderOpts};
+use crate::wire::{write_in, Media, RenderOpts, WireFormat};
 
 /// Characters of a user message shown in its stub.
 pub const STUB_PREVIEW_CHARS: u32 = 50;
@@ -264,7 +264,7 @@ pub fn item_message(state: &State, item: Item) -> Option<Cow<'_, Message>> {
     match item {
         Item::Message(seq) => state.shown(seq).map(|m| Cow::Borrowed(m.as_ref())),
         Item::Summary(i) => state.summaries().get(i as usize).map(|s| Cow::Owned(summary_message(state, s))),
-        Item::Placeholder { from, to } => Some(Cow::Owned(crate::placeholder::message(state, from, to))),
+        Item::Placeholder { from, to } => Some(Cow::Owned(crate::state::placeholder::message(state, from, to))),
     }
 }
 
@@ -277,7 +277,9 @@ pub fn render_item(state: &State, item: Item) -> Arc<[u8]> {
 pub fn render_item_with(state: &State, item: Item, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) -> Arc<[u8]> {
     let mut w = JsonWriter::new();
     if let Some(m) = item_message(state, item) {
-        write_message(&mut w, &m, opts, missing);
+        // A Responses session's view is its `input` items.
+        let format = state.info().map_or(WireFormat::Anthropic, |i| i.format);
+        write_in(format, &mut w, &m, opts, missing);
     }
     let mut bytes = w.into_bytes();
     bytes.push(b'\n');

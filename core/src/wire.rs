@@ -1,5 +1,8 @@
-//! The two wire formats: parsing one JSON message into the model, validating it against a
-//! format, and writing it back (to a view, or losslessly for export).
+//! The wire formats: parsing one JSON message into the model, validating it against a
+//! format, and writing it back (to a view, or losslessly for export). OpenAI Responses items
+//! have their own reader and writer in [`responses`].
+
+pub mod responses;
 
 use std::collections::BTreeMap;
 
@@ -21,6 +24,8 @@ pub enum WireFormat {
     Anthropic,
     /// OpenAI chat-completions style.
     OpenAi,
+    /// OpenAI Responses style: `input` items (see [`responses`]).
+    OpenAiResponses,
 }
 
 impl WireFormat {
@@ -29,6 +34,7 @@ impl WireFormat {
         match self {
             WireFormat::Anthropic => "anthropic",
             WireFormat::OpenAi => "openai",
+            WireFormat::OpenAiResponses => "responses",
         }
     }
 }
@@ -44,17 +50,17 @@ pub struct WireError {
     pub message: String,
 }
 
-fn err(field: &str, message: impl Into<String>) -> WireError {
+pub(crate) fn err(field: &str, message: impl Into<String>) -> WireError {
     WireError { field: field.to_owned(), message: message.into() }
 }
 
-type Obj<'a> = BTreeMap<String, &'a RawValue>;
+pub(crate) type Obj<'a> = BTreeMap<String, &'a RawValue>;
 
-fn object<'a>(raw: &'a RawValue, path: &str) -> Result<Obj<'a>, WireError> {
+pub(crate) fn object<'a>(raw: &'a RawValue, path: &str) -> Result<Obj<'a>, WireError> {
     serde_json::from_str(raw.get()).map_err(|_| err(path, format!("expected an object, found {}", kind_of(raw))))
 }
 
-fn kind_of(raw: &RawValue) -> &'static str {
+pub(crate) fn kind_of(raw: &RawValue) -> &'static str {
     match raw.get().trim_start().as_bytes().first() {
         Some(b'{') => "an object",
         Some(b'[') => "an array",
@@ -65,7 +71,7 @@ fn kind_of(raw: &RawValue) -> &'static str {
     }
 }
 
-fn string(raw: &RawValue, path: &str) -> Result<String, WireError> {
+pub(crate) fn string(raw: &RawValue, path: &str) -> Result<String, WireError> {
     serde_json::from_str(raw.get()).map_err(|e| match kind_of(raw) {
         // A string that does not decode (e.g. a lone surrogate escape): say why.
         "a string" => err(path, format!("invalid string: {e}")),
@@ -73,11 +79,11 @@ fn string(raw: &RawValue, path: &str) -> Result<String, WireError> {
     })
 }
 
-fn boolean(raw: &RawValue, path: &str) -> Result<bool, WireError> {
+pub(crate) fn boolean(raw: &RawValue, path: &str) -> Result<bool, WireError> {
     serde_json::from_str(raw.get()).map_err(|_| err(path, format!("expected a boolean, found {}", kind_of(raw))))
 }
 
-fn take_string(obj: &mut Obj<'_>, key: &str, path: &str) -> Result<String, WireError> {
+pub(crate) fn take_string(obj: &mut Obj<'_>, key: &str, path: &str) -> Result<String, WireError> {
     let p = join(path, key);
     match obj.remove(key) {
         Some(raw) => string(raw, &p),
@@ -85,11 +91,11 @@ fn take_string(obj: &mut Obj<'_>, key: &str, path: &str) -> Result<String, WireE
     }
 }
 
-fn take_opt_string(obj: &mut Obj<'_>, key: &str, path: &str) -> Result<Option<String>, WireError> {
+pub(crate) fn take_opt_string(obj: &mut Obj<'_>, key: &str, path: &str) -> Result<Option<String>, WireError> {
     obj.remove(key).map(|raw| string(raw, &join(path, key))).transpose()
 }
 
-fn join(path: &str, key: &str) -> String {
+pub(crate) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_owned()
     } else {
@@ -97,7 +103,7 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-fn extra(obj: Obj<'_>) -> Extra {
+pub(crate) fn extra(obj: Obj<'_>) -> Extra {
     obj.into_iter().map(|(k, v)| (k, RawJson(v.get().to_owned()))).collect()
 }
 
@@ -113,6 +119,20 @@ pub fn parse_message(json: &str) -> Result<Message, WireError> {
     let content = obj.remove("content").map(|raw| parse_content(raw, "content", 0)).transpose()?;
     let tool_calls = obj.remove("tool_calls").map(|raw| parse_tool_calls(raw, "tool_calls")).transpose()?;
     let tool_call_id = take_opt_string(&mut obj, "tool_call_id", "")?;
+    let meta = take_meta(&mut obj)?;
+    Ok(Message { role, content, tool_calls, tool_call_id, meta, extra: extra(obj) })
+}
+
+/// Parses one message of `format`: a chat or Anthropic message, or a Responses `input` item.
+pub fn parse_in(json: &str, format: WireFormat) -> Result<Message, WireError> {
+    match format {
+        WireFormat::OpenAiResponses => responses::parse_item(json),
+        WireFormat::Anthropic | WireFormat::OpenAi => parse_message(json),
+    }
+}
+
+/// ctxlog's own fields of a message (`pinned`, `timestamp`, `usage`), checked.
+pub(crate) fn take_meta(obj: &mut Obj<'_>) -> Result<Meta, WireError> {
     let pinned = obj.remove("pinned").map(|raw| boolean(raw, "pinned")).transpose()?;
     let timestamp = obj.remove("timestamp").map(|raw| RawJson(raw.get().to_owned()));
     if let Some(ts) = &timestamp {
@@ -122,7 +142,7 @@ pub fn parse_message(json: &str) -> Result<Message, WireError> {
     if let Some(u) = &usage {
         usage_input_tokens(u).map_err(|m| err("usage", m.to_string()))?;
     }
-    Ok(Message { role, content, tool_calls, tool_call_id, meta: Meta { timestamp, pinned, usage }, extra: extra(obj) })
+    Ok(Meta { timestamp, pinned, usage })
 }
 
 /// Deepest nesting of `tool_result` blocks inside `tool_result` content. Providers nest at most
@@ -209,7 +229,7 @@ fn parse_media_source(raw: &RawValue, path: &str) -> Result<MediaSource, WireErr
     Ok(MediaSource::Base64 { media_type, data: MediaData::Inline(data), extra: extra(obj) })
 }
 
-fn parse_image_url(url: String, path: &str) -> Result<ImageUrl, WireError> {
+pub(crate) fn parse_image_url(url: String, path: &str) -> Result<ImageUrl, WireError> {
     let Some(rest) = url.strip_prefix("data:") else { return Ok(ImageUrl::Link(url)) };
     let Some((media_type, data)) = rest.split_once(";base64,") else { return Ok(ImageUrl::Link(url)) };
     check_base64(data, path)?;
@@ -311,6 +331,7 @@ pub fn check_format(m: &Message, format: WireFormat) -> Result<(), WireError> {
                 return Err(err("tool_call_id", "missing on a tool message"));
             }
         }
+        WireFormat::OpenAiResponses => responses::check(m)?,
     }
     Ok(())
 }
@@ -413,7 +434,7 @@ pub fn write_message(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, miss
     w.end_object();
 }
 
-fn write_extra(w: &mut JsonWriter, extra: &Extra) {
+pub(crate) fn write_extra(w: &mut JsonWriter, extra: &Extra) {
     for (k, v) in extra {
         w.key(k);
         w.raw(v.as_str());
@@ -439,7 +460,7 @@ fn write_content(w: &mut JsonWriter, c: &Content, opts: RenderOpts<'_>, missing:
     }
 }
 
-fn write_block(w: &mut JsonWriter, b: &Block, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
+pub(crate) fn write_block(w: &mut JsonWriter, b: &Block, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
     match b {
         Block::Other(raw) => w.raw(raw.as_str()),
         Block::Text { text, extra } => {
@@ -535,7 +556,7 @@ fn write_block(w: &mut JsonWriter, b: &Block, opts: RenderOpts<'_>, missing: &mu
     }
 }
 
-fn write_blob_ref(w: &mut JsonWriter, r: &crate::message::BlobRef) {
+pub(crate) fn write_blob_ref(w: &mut JsonWriter, r: &crate::message::BlobRef) {
     w.field_str("blob", r.id.as_str());
     w.key("bytes");
     w.u64(r.bytes);
@@ -547,12 +568,12 @@ fn write_blob_ref(w: &mut JsonWriter, r: &crate::message::BlobRef) {
     }
 }
 
-enum Resolved<'m> {
+pub(crate) enum Resolved<'m> {
     Base64(std::borrow::Cow<'m, str>),
     Ref(&'m crate::message::BlobRef),
 }
 
-fn resolve<'m>(data: &'m MediaData, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) -> Resolved<'m> {
+pub(crate) fn resolve<'m>(data: &'m MediaData, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) -> Resolved<'m> {
     match (data, opts.media) {
         (MediaData::Inline(b64), _) => Resolved::Base64(b64.as_str().into()),
         (MediaData::Blob(r), Media::Refs) => Resolved::Ref(r),
@@ -564,6 +585,22 @@ fn resolve<'m>(data: &'m MediaData, opts: RenderOpts<'_>, missing: &mut Vec<Blob
             }
         },
     }
+}
+
+/// Writes a message as JSON in `format` ([`write_message`], or a Responses item).
+pub fn write_in(format: WireFormat, w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
+    match format {
+        WireFormat::OpenAiResponses => responses::write_item(w, m, opts, missing),
+        WireFormat::Anthropic | WireFormat::OpenAi => write_message(w, m, opts, missing),
+    }
+}
+
+/// Renders one message of `format` to a JSON string (export).
+pub fn to_json_in(format: WireFormat, m: &Message, opts: RenderOpts<'_>) -> (String, Vec<BlobId>) {
+    let mut w = JsonWriter::new();
+    let mut missing = Vec::new();
+    write_in(format, &mut w, m, opts, &mut missing);
+    (String::from_utf8_lossy(&w.into_bytes()).into_owned(), missing)
 }
 
 /// Renders one message to a JSON string (convenience for tests and export).

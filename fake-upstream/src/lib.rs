@@ -1,4 +1,4 @@
-//! A loopback fake of the Anthropic Messages and OpenAI Chat Completions APIs for tests and
+//! A loopback fake of the Anthropic Messages, OpenAI Chat Completions and OpenAI Responses APIs for tests and
 //! benchmarks: real HTTP/1.1 (keep-alive), JSON and SSE replies shaped like the real APIs',
 //! a deterministic reply and usage model (see [`reply`]), scripted faults ([`Fault`]), and a
 //! byte-exact record of every exchange ([`Exchange`]). Strict by default: it refuses what the
@@ -15,6 +15,7 @@ mod faults;
 mod openai;
 mod record;
 pub mod reply;
+pub mod responses;
 mod server;
 mod sse;
 pub mod strict;

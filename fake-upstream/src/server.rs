@@ -5,7 +5,7 @@ use crate::faults::{Fault, ScriptEntry};
 use crate::record::{Exchange, RecordedRequest, RecordedResponse};
 use crate::reply::{self, Reply, Tokens};
 use crate::strict::{Rejection, Strictness};
-use crate::{anthropic, openai};
+use crate::{anthropic, openai, responses};
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     pub(crate) next_seq: std::sync::atomic::AtomicU64,
     /// Bumped by `release`: frees every [`Fault::Hold`] waiting at that moment.
     pub(crate) release: tokio::sync::watch::Sender<u64>,
+    /// Responses kept for `previous_response_id` (those not sent with `store: false`).
+    pub(crate) stored: Mutex<responses::Stored>,
 }
 
 /// A poisoned lock only means another handler panicked; the data is still usable.
@@ -196,6 +198,7 @@ impl Body for FakeBody {
 enum Api {
     Anthropic,
     OpenAi,
+    Responses,
 }
 
 fn json_response(status: u16, body: Bytes) -> Response<FakeBody> {
@@ -223,6 +226,7 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     let api = match path.split('?').next() {
         Some("/v1/messages") => Some(Api::Anthropic),
         Some("/v1/chat/completions") => Some(Api::OpenAi),
+        Some("/v1/responses") => Some(Api::Responses),
         _ => None,
     };
     let api = api.filter(|_| parts.method == hyper::Method::POST);
@@ -250,7 +254,7 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
         });
     let error = |status: u16, msg: &str| match shape {
         Api::Anthropic => anthropic::error(status, msg),
-        Api::OpenAi => openai::error(status, msg),
+        Api::OpenAi | Api::Responses => openai::error(status, msg),
     };
     if parts.method == hyper::Method::POST && path.split('?').next() == Some("/v1/messages/count_tokens") {
         let (status, b) = count_tokens(&shared, &body);
@@ -301,6 +305,9 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
             ))
         }
     };
+    if api == Api::Responses {
+        return Ok(serve_responses(&shared, tracker, &request, &parsed, &body, fault, seq));
+    }
     if !parsed.get("messages").is_some_and(serde_json::Value::is_array) {
         return Ok(respond(
             tracker,
@@ -320,7 +327,7 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
         let strict = lock(&shared.strict);
         match api {
             Api::Anthropic => strict.anthropic(&parsed, prompt),
-            Api::OpenAi => strict.openai(&parsed, prompt),
+            Api::OpenAi | Api::Responses => strict.openai(&parsed, prompt),
         }
     };
     if let Err(Rejection { status, message, param, code }) = checked {
@@ -329,7 +336,7 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
             Api::OpenAi if code.as_deref() == Some(crate::strict::LLAMA_CONTEXT_CODE) => {
                 openai::llama_context_error(prompt, lock(&shared.strict).context_of(false))
             }
-            Api::OpenAi => openai::invalid(&message, param.as_deref(), code.as_deref()),
+            Api::OpenAi | Api::Responses => openai::invalid(&message, param.as_deref(), code.as_deref()),
         };
         return Ok(respond(tracker, status, vec![b], End::Finish, false, api, None, None));
     }
@@ -346,8 +353,8 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     let mut chunks = match (api, streaming) {
         (Api::Anthropic, false) => vec![anthropic::message(&model, &reply, thinking.as_deref(), &tokens, seq)],
         (Api::Anthropic, true) => anthropic::stream(&model, &reply, thinking.as_deref(), &tokens, seq),
-        (Api::OpenAi, false) => vec![openai::completion(&model, &reply, &tokens, seq)],
-        (Api::OpenAi, true) => {
+        (Api::OpenAi | Api::Responses, false) => vec![openai::completion(&model, &reply, &tokens, seq)],
+        (Api::OpenAi | Api::Responses, true) => {
             let usage =
                 parsed.pointer("/stream_options/include_usage").and_then(serde_json::Value::as_bool) == Some(true);
             openai::stream(&model, &reply, &tokens, seq, usage)
@@ -368,15 +375,87 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
             chunks.truncate(after_events);
             chunks.push(match api {
                 Api::Anthropic => anthropic::stream_error(),
-                Api::OpenAi => openai::stream_error(),
+                Api::OpenAi | Api::Responses => openai::stream_error(),
             });
         }
-        Some(Fault::LateEnd { ms, then }) => {
-            end = End::Late { ms, abort: then == crate::faults::LateEnd::Abort, timer: None };
-        }
-        _ => {}
+        _ => end = late_end(&fault),
     }
     Ok(respond(tracker, 200, chunks, end, streaming, api, None, full_len))
+}
+
+/// A late end, if scripted; else a clean finish.
+fn late_end(fault: &Option<Fault>) -> End {
+    match fault {
+        Some(Fault::LateEnd { ms, then }) => {
+            End::Late { ms: *ms, abort: *then == crate::faults::LateEnd::Abort, timer: None }
+        }
+        _ => End::Finish,
+    }
+}
+
+/// `POST /v1/responses`: checked, answered (JSON or events), stored unless `store: false`.
+fn serve_responses(
+    shared: &Shared,
+    tracker: Tracker,
+    request: &RecordedRequest,
+    parsed: &serde_json::Value,
+    body: &[u8],
+    fault: Option<Fault>,
+    seq: u64,
+) -> Response<FakeBody> {
+    let api = Api::Responses;
+    let reject = |tracker, r: Rejection| {
+        let b = openai::invalid(&r.message, r.param.as_deref(), r.code.as_deref());
+        respond(tracker, r.status, vec![b], End::Finish, false, api, None, None)
+    };
+    let items = match responses::effective_input(parsed, &lock(&shared.stored)) {
+        Ok(items) => items,
+        Err(r) => return reject(tracker, r),
+    };
+    // The prompt the model reads: the stored context of `previous_response_id` counts too.
+    let stored_bytes: usize = match parsed.get("previous_response_id").filter(|v| !v.is_null()) {
+        Some(_) => serde_json::to_vec(&items).map_or(0, |v| v.len()),
+        None => 0,
+    };
+    let prompt = ((body.len() + stored_bytes) as u64).div_ceil(4);
+    let checked = responses::check(&lock(&shared.strict), parsed, &items, prompt);
+    if let Err(r) = checked {
+        return reject(tracker, r);
+    }
+    let model = parsed.get("model").and_then(|m| m.as_str()).unwrap_or("fake-model").to_owned();
+    let streaming = parsed.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
+    let reply = responses::decide(&items);
+    let mut tokens = cache_tokens(shared, request, parsed, body, &reply, api, None);
+    tokens.prompt = prompt;
+    let output = responses::output(parsed, &reply, seq, responses::compacts(parsed, prompt));
+    if parsed.get("store") != Some(&serde_json::Value::Bool(false)) {
+        let mut context = items;
+        context.extend(output.iter().cloned());
+        lock(&shared.stored).keep(format!("resp_fake_{seq}"), context);
+    }
+    let mut chunks = if streaming {
+        responses::stream(parsed, &model, seq, &output, &tokens)
+    } else {
+        vec![Bytes::from(responses::response(parsed, &model, seq, &output, Some(&tokens)).to_string())]
+    };
+    let full_len = (!streaming).then(|| chunks.iter().map(|c| c.len() as u64).sum::<u64>());
+    let mut end = End::Finish;
+    match fault {
+        Some(Fault::Disconnect { after_events }) | Some(Fault::Stall { after_events }) => {
+            if streaming {
+                chunks.truncate(after_events);
+            } else if let Some(b) = chunks.first().cloned() {
+                chunks = vec![b.slice(..b.len() / 2)];
+            }
+            end = if matches!(fault, Some(Fault::Stall { .. })) { End::Stall } else { End::Abort };
+        }
+        Some(Fault::StreamError { after_events }) if streaming => {
+            chunks.truncate(after_events);
+            chunks.push(responses::stream_error(after_events as u64));
+        }
+        _ => end = late_end(&fault),
+    }
+    respond(tracker, 200, chunks, end, streaming, api, None, full_len)
 }
 
 /// Fields Anthropic's `POST /v1/messages/count_tokens` accepts (any other is a 400, as
@@ -435,7 +514,7 @@ fn cache_tokens(
             let c = caches.anthropic(&key, parsed, prompt, now);
             (c.read, c.written)
         }
-        Api::OpenAi => (caches.openai(&key, body, now), 0),
+        Api::OpenAi | Api::Responses => (caches.openai(&key, body, now), 0),
     };
     let output = reply.output_tokens() + thinking.map_or(0, |t| (t.len() as u64).div_ceil(4));
     Tokens { prompt, cache_read, cache_creation, output }
@@ -461,7 +540,7 @@ fn respond(
     }
     let id = match api {
         Api::Anthropic => "request-id",
-        Api::OpenAi => "x-request-id",
+        Api::OpenAi | Api::Responses => "x-request-id",
     };
     headers.push((id.into(), format!("req_fake_{}", tracker.seq)));
     if let Some(s) = retry_after {
@@ -541,6 +620,7 @@ impl Shared {
         lock(&self.exchanges).clear();
         lock(&self.script).clear();
         *lock(&self.caches) = Caches::default();
+        *lock(&self.stored) = responses::Stored::default();
     }
 }
 

@@ -32,6 +32,11 @@ pub enum Rule {
     CacheBreakpoints,
     /// The prompt fits the model's context window.
     ContextLength,
+    /// Responses: only the item and content part types the API knows, parts in their role.
+    ItemTypes,
+    /// Responses: `encrypted_content` of `reasoning` and `compaction` items is what the fake
+    /// issued (a compaction item must carry one).
+    EncryptedContent,
 }
 
 /// A request the real API would refuse: status and error fields in its shape.

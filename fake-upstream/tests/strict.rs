@@ -319,3 +319,102 @@ fn config_endpoint_relaxes_sets_the_window_and_moves_the_clock() {
     let u = post(&up, ANT, &cached).json()["usage"].clone();
     assert_eq!((u["cache_read_input_tokens"].as_u64(), u["cache_creation_input_tokens"].as_u64()), (Some(0), Some(w)));
 }
+
+const RESP: &str = "/v1/responses";
+
+fn responses(input: Value) -> Value {
+    json!({"model": "gpt-x", "input": input})
+}
+
+/// OpenAI Responses: what the API refuses, each with its error, param and code.
+#[test]
+fn responses_refusals() {
+    let up = FakeUpstream::start().unwrap();
+    let refused = |body: Value| {
+        let r = post(&up, RESP, &body);
+        assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+        r.openai_error()
+    };
+    let user = json!({"role": "user", "content": "hi"});
+    let (m, param, _) =
+        refused(responses(json!([user, {"type": "function_call_output", "call_id": "call_x", "output": "o"}])));
+    assert_eq!(m, "No tool call found for function call output with call_id call_x.");
+    assert_eq!(param, "input");
+    let call = json!({"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"});
+    let (m, _, _) = refused(responses(json!([user, call])));
+    assert_eq!(m, "No tool output found for function call call_1.");
+    let (m, param, code) = refused(responses(json!([user, {"type": "tool_result", "id": "x"}])));
+    assert!(m.starts_with("Invalid value: 'tool_result'."), "{m}");
+    assert_eq!((param, code), (json!("input[1].type"), json!("invalid_value")));
+    let (m, param, _) =
+        refused(responses(json!([{"role": "user", "content": [{"type": "output_text", "text": "x"}]}])));
+    assert_eq!(m, "Invalid value: 'output_text'. Supported values are: 'input_text', 'input_image', and 'input_file'.");
+    assert_eq!(param, "input[0].content[0].type");
+    let (m, _, _) =
+        refused(responses(json!([user, {"role": "assistant", "content": [{"type": "input_text", "text": "x"}]}])));
+    assert_eq!(m, "Invalid value: 'input_text'. Supported values are: 'output_text' and 'refusal'.");
+    let (m, param, _) = refused(responses(json!([{"role": "tool", "content": "x"}])));
+    assert!(m.starts_with("Invalid value: 'tool'."), "{m}");
+    assert_eq!(param, "input[0].role");
+    let mut b = responses(json!("hi"));
+    b["max_tokens"] = json!(10);
+    let (m, param, code) = refused(b);
+    assert!(m.contains("'max_output_tokens'"), "{m}");
+    assert_eq!((param, code), (json!("max_tokens"), json!("unsupported_parameter")));
+    let forged = json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "forged"});
+    let (m, _, code) = refused(responses(json!([user, forged])));
+    assert_eq!(m, "The encrypted content for item rs_1 could not be verified.");
+    assert_eq!(code, "invalid_encrypted_content");
+    let (_, param, code) = refused(json!({"model": "gpt-x", "previous_response_id": "resp_nope", "input": "hi"}));
+    assert_eq!((param, code), (json!("previous_response_id"), json!("previous_response_not_found")));
+    // Relaxed by name, the same request is served.
+    up.relax(Rule::ToolPairs);
+    assert_eq!(post(&up, RESP, &responses(json!([user, call]))).status, 200);
+}
+
+/// Responses served: the output of a tool marker, the stored context for
+/// `previous_response_id` (not with `store: false`), signed reasoning and compaction items that
+/// come back accepted, and the stream's events in order.
+#[test]
+fn responses_replies_events_and_stored_responses() {
+    let up = FakeUpstream::start().unwrap();
+    let first = post(&up, RESP, &responses(json!("go [[tool:ls]]"))).json();
+    assert_eq!(first["object"], "response");
+    let call = &first["output"][0];
+    assert_eq!((call["type"].as_str(), call["name"].as_str()), (Some("function_call"), Some("ls")));
+    assert!(first["usage"]["input_tokens_details"]["cached_tokens"].is_u64());
+    // The provider holds the history: the output alone answers the call.
+    let next = json!({"model": "gpt-x", "previous_response_id": first["id"],
+        "input": [{"type": "function_call_output", "call_id": call["call_id"], "output": "a b"}]});
+    let second = post(&up, RESP, &next);
+    assert_eq!(second.status, 200, "{}", String::from_utf8_lossy(&second.body));
+    // `store: false` keeps nothing to continue.
+    let mut unstored = responses(json!("go [[tool:ls]]"));
+    unstored["store"] = json!(false);
+    let third = post(&up, RESP, &unstored).json();
+    let again = json!({"model": "gpt-x", "previous_response_id": third["id"], "input": "x"});
+    assert_eq!(post(&up, RESP, &again).status, 400);
+    // Reasoning and compaction items the fake issued come back accepted.
+    let mut b = responses(json!("hello"));
+    b["include"] = json!(["reasoning.encrypted_content"]);
+    b["context_management"] = json!([{"type": "compaction", "compact_threshold": 1}]);
+    let out = post(&up, RESP, &b).json()["output"].clone();
+    let kinds: Vec<&str> = out.as_array().unwrap().iter().map(|o| o["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["compaction", "reasoning", "message"]);
+    let mut items = vec![json!({"role": "user", "content": "hello"})];
+    items.extend(out.as_array().unwrap().iter().cloned());
+    items.push(json!({"role": "user", "content": "more"}));
+    assert_eq!(post(&up, RESP, &responses(Value::Array(items))).status, 200);
+    // The stream: created first, completed last with the usage, sequence numbers in order.
+    let mut s = responses(json!("go [[tool:ls]]"));
+    s["stream"] = json!(true);
+    let text = String::from_utf8(post(&up, RESP, &s).body).unwrap();
+    let events: Vec<Value> =
+        text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect();
+    let names: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(names.first(), Some(&"response.created"));
+    assert_eq!(names.last(), Some(&"response.completed"));
+    assert!(names.contains(&"response.function_call_arguments.delta"));
+    assert!(events.iter().enumerate().all(|(i, e)| e["sequence_number"] == i as u64));
+    assert!(events.last().unwrap()["response"]["usage"]["output_tokens"].is_u64());
+}

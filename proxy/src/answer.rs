@@ -4,9 +4,22 @@
 //! Anthropic streams build content blocks by index (`content_block_start`, then `text_delta`,
 //! `input_json_delta`, `thinking_delta` and `signature_delta` deltas); OpenAI streams build one
 //! choice's `content` and its `tool_calls` by index. Only the first choice is kept (a proxied
-//! agent asks for one).
+//! agent asks for one). A Responses answer is its response's `output` items, from the JSON
+//! body or the final event (`response.completed` carries the whole response).
 
 use serde_json::{json, Map, Value};
+
+/// The response id and output items of an answer (the `{"id","output"}` the scan keeps).
+pub(crate) fn answer_parts(answer: &str) -> Option<(String, Vec<String>)> {
+    #[derive(serde::Deserialize)]
+    struct Answer<'a> {
+        id: String,
+        #[serde(borrow)]
+        output: Vec<&'a serde_json::value::RawValue>,
+    }
+    let a: Answer<'_> = serde_json::from_str(answer).ok()?;
+    Some((a.id, a.output.into_iter().map(|r| r.get().to_owned()).collect()))
+}
 
 /// A message being assembled from stream events.
 #[derive(Default)]
@@ -118,6 +131,14 @@ fn append(block: &mut Value, key: &str, more: &str) {
     let Some(o) = block.as_object_mut() else { return };
     let now = o.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
     o.insert(key.into(), Value::String(now + more));
+}
+
+/// A Responses answer, `{"id","output"}` of its response object (the output items are the
+/// call's answer; the id is what a `previous_response_id` continues). `None` without output.
+pub(crate) fn of_response(r: &Value) -> Option<String> {
+    let id = r.get("id")?;
+    let output = r.get("output").filter(|o| o.is_array())?;
+    Some(json!({"id": id, "output": output}).to_string())
 }
 
 /// The assistant message of a whole JSON answer.

@@ -1,5 +1,6 @@
-//! `POST /v1/messages` and `POST /v1/chat/completions`: the history is logged, the planned
-//! view forwarded, the answer streamed back and the call committed when it ends.
+//! `POST /v1/messages`, `POST /v1/chat/completions` and `POST /v1/responses`: the history is
+//! logged, the planned view forwarded, the answer streamed back and the call committed when it
+//! ends (Responses specifics: `responses.rs`).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::oneshot;
 
-use crate::body::ClientBody;
+use crate::body::{ClientBody, Keys};
 use crate::identity::{digest, session_of, system_message};
 use crate::reply::{error, full, Body, Shape};
 use crate::sessions::{prepare, Held, Item, PrepareError};
@@ -27,11 +28,24 @@ pub(crate) async fn call(
     format: WireFormat,
     started: Instant,
 ) -> Response<Body> {
-    let shape = if format == WireFormat::Anthropic { Shape::Anthropic } else { Shape::OpenAi };
+    let shape = match format {
+        WireFormat::Anthropic => Shape::Anthropic,
+        WireFormat::OpenAi => Shape::OpenAi,
+        WireFormat::OpenAiResponses => Shape::Responses,
+    };
     let bad = |field: &str, message: &str| {
         error(shape, StatusCode::BAD_REQUEST, "invalid_request_error", &format!("{field}: {message}"))
     };
-    let body = match ClientBody::parse(&bytes) {
+    let responses = format == WireFormat::OpenAiResponses;
+    let keys = if responses { Keys::RESPONSES } else { Keys::MESSAGES };
+    // The client's own bytes: what a provider-held call forwards.
+    let original = bytes.clone();
+    let bytes = match ClientBody::parse_as(&bytes, keys).map(|b| crate::responses::with_items(&b)) {
+        Ok(Some(rewritten)) => Bytes::from(rewritten),
+        Ok(None) => bytes,
+        Err(e) => return bad(&e.field, &e.message),
+    };
+    let body = match ClientBody::parse_as(&bytes, keys) {
         Ok(b) => b,
         Err(e) => return bad(&e.field, &e.message),
     };
@@ -57,7 +71,7 @@ pub(crate) async fn call(
     // The history as spans of the body and their digests: the blocking task below rebuilds
     // borrowed items from the (refcounted) body instead of copying 600 KB into owned strings.
     let system = body.system.map(|s| {
-        let raw = system_message(s);
+        let raw = if responses { crate::responses::instructions_message(s) } else { system_message(s) };
         let d = digest(raw.as_bytes());
         (raw, d)
     });
@@ -72,7 +86,24 @@ pub(crate) async fn call(
         })
         .collect();
     let asked = Arc::new(crate::breakpoints::Asked::of(&body, format, proxy.cfg.cache_breakpoints));
-    let base = session_of(&parts.headers, format, &body, &proxy.sessions.derived);
+    // `previous_response_id`: the provider holds the history; the call joins its chain.
+    let previous = if responses { crate::responses::previous_of(&body) } else { None };
+    let tenant = crate::identity::key_hash(&parts.headers);
+    let (base, earlier) = match &previous {
+        Some(p) => proxy.chains.resolve(&tenant, p),
+        None => {
+            // A history that starts at a provider's compaction continues the session that got it.
+            let named = parts.headers.contains_key(crate::SESSION_HEADER);
+            let after =
+                body.messages.first().filter(|_| !named).and_then(|m| proxy.aliases.resolve(&tenant, m.as_bytes()));
+            (after.unwrap_or_else(|| session_of(&parts.headers, format, &body, &proxy.sessions.derived)), Vec::new())
+        }
+    };
+    let held_chain = previous.is_some();
+    // A provider compaction the proxy relayed, among the history's leading items.
+    let leading = body.messages.get(..body.messages.len().min(LEADING)).unwrap_or_default();
+    let answered = proxy.aliases.answered(&tenant, base, leading);
+    let earlier = Arc::new(earlier);
     let model = opts.model_name();
     // The output the request reserves (OpenAI's newer name included).
     let max_tokens = body
@@ -114,6 +145,8 @@ pub(crate) async fn call(
             return error(shape, StatusCode::INTERNAL_SERVER_ERROR, "api_error", "ctxlog: lost the request");
         };
         let system = system.clone();
+        let earlier = Arc::clone(&earlier);
+        let original = original.clone();
         let asked = Arc::clone(&asked);
         let name = name.clone();
         let step = tokio::task::spawn_blocking(move || {
@@ -126,12 +159,29 @@ pub(crate) async fn call(
             };
             let mut items = Vec::with_capacity(span_list.len() + 1);
             if let Some((raw, digest)) = &system {
-                items.push(Item { raw: raw.as_bytes(), digest: *digest, index: None });
+                items.push(Item { raw: raw.as_bytes(), digest: *digest, index: None, keys });
             }
             for (i, (span, digest)) in span_list.iter().enumerate() {
-                items.push(Item { raw: raw.get(span.clone()).unwrap_or_default(), digest: *digest, index: Some(i) });
+                let raw = raw.get(span.clone()).unwrap_or_default();
+                items.push(Item { raw, digest: *digest, index: Some(i), keys });
             }
-            match prepare(&mut guard, &store, base, format, &config, &items, &o, &asked, ctxlog_now()) {
+            let prepared = if held_chain {
+                let body = original.to_vec();
+                crate::responses::prepare_provider_held(
+                    &mut guard,
+                    &store,
+                    base,
+                    &config,
+                    &earlier,
+                    &items,
+                    &o,
+                    ctxlog_now(),
+                    body,
+                )
+            } else {
+                prepare(&mut guard, &store, base, format, &config, &items, &o, &asked, ctxlog_now(), answered)
+            };
+            match prepared {
                 Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p)),
                 Err(e) => Step::Failed(e),
             }
@@ -272,12 +322,12 @@ pub(crate) async fn call(
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-    let anthropic = format == WireFormat::Anthropic;
-    let call = Call { proxy: Arc::clone(&proxy), held, plan, opts, _ticket: ticket };
+    let chain = held_chain.then_some(stream);
+    let call = Call { proxy: Arc::clone(&proxy), held, plan, opts, format, chain, tenant, _ticket: ticket };
     if sse {
         let (tx, rx) = oneshot::channel();
         let (committed_tx, committed_rx) = oneshot::channel();
-        let mut tee = Tee::new(up_body, Scan::new(anthropic), shape, proxy.cfg.upstream_timeout, tx, committed_rx);
+        let mut tee = Tee::new(up_body, Scan::new(format), shape, proxy.cfg.upstream_timeout, tx, committed_rx);
         if strip_usage {
             tee = tee.without_usage_chunk();
         }
@@ -311,7 +361,7 @@ pub(crate) async fn call(
             return r;
         }
     };
-    let outcome = json_outcome(anthropic, &body);
+    let outcome = json_outcome(format, &body);
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
         call.settle(outcome, |r| {
@@ -329,6 +379,10 @@ pub(crate) async fn call(
         Err(_) => unavailable("the answer arrived but the commit task ended"),
     }
 }
+
+/// How many leading history items are looked at for a provider compaction the client kept
+/// while dropping what came before it.
+const LEADING: usize = 8;
 
 /// Whether an OpenAI request asks for its stream's usage (`stream_options.include_usage`).
 fn asks_usage(body: &ClientBody<'_>) -> bool {
@@ -360,6 +414,11 @@ struct Call {
     held: Held,
     plan: ctxlog::Plan,
     opts: RequestOptions,
+    format: WireFormat,
+    /// A provider-held chain's session (`previous_response_id`), else `None`.
+    chain: Option<ctxlog::StreamId>,
+    /// The caller's key hash (what a provider compaction in the answer is remembered under).
+    tenant: [u8; 32],
     _ticket: Ticket,
 }
 
@@ -368,7 +427,7 @@ impl Call {
     /// the log has it — the client's final event or status waits for that — then runs the
     /// session's summary jobs before releasing the slot and the lease.
     async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), NotRecorded>)) {
-        let Call { proxy, held, plan, opts, _ticket } = self;
+        let Call { proxy, held, plan, opts, format, chain, tenant, _ticket } = self;
         let (usage, answer) = match outcome {
             Outcome::Complete(usage, answer) => (usage, answer),
             Outcome::Failed(why) => {
@@ -381,6 +440,15 @@ impl Call {
         if let Some(u) = &usage {
             proxy.metrics.usage(u);
         }
+        // A Responses answer may be continued by `previous_response_id`: its chain is kept.
+        let response = match format {
+            WireFormat::OpenAiResponses => answer.as_deref().and_then(crate::answer::answer_parts),
+            _ => None,
+        };
+        let compactions = answer.as_deref().map(|a| crate::compaction::in_answer(format, a)).unwrap_or_default();
+        let base = held.lease_key();
+        let mut held = held;
+        let logged = held.session_mut().map_or(0, |s| s.state().message_count());
         let at = ctxlog_now();
         let done = tokio::task::spawn_blocking(move || {
             let mut held = held;
@@ -391,6 +459,12 @@ impl Call {
         match done {
             Ok((held, Ok(()))) => {
                 proxy.metrics.committed.fetch_add(1, Relaxed);
+                if let Some((id, output)) = response {
+                    proxy.chains.remember(id, chain, output);
+                }
+                for payload in &compactions {
+                    proxy.aliases.remember(&tenant, payload, base, logged);
+                }
                 told(Ok(()));
                 // The session's summary jobs run before its next call plans.
                 crate::summaries::after_commit(&proxy.cfg.summaries, &proxy.store, held).await;

@@ -18,8 +18,25 @@ pub(crate) struct ClientBody<'a> {
     pub fields: Vec<(&'a str, &'a RawValue)>,
     /// The Anthropic top-level `system`, if given.
     pub system: Option<&'a RawValue>,
-    /// The elements of `messages`, each a JSON object's raw text (delimited, not validated).
+    /// The elements of `messages` (Responses: `input`), each a JSON object's raw text
+    /// (delimited, not validated).
     pub messages: Vec<&'a str>,
+    /// Responses: an `input` given as one string (a user message), in place of items.
+    pub text_input: Option<&'a RawValue>,
+}
+
+/// Where a format keeps its history: the list and the system field.
+#[derive(Clone, Copy)]
+pub(crate) struct Keys {
+    pub list: &'static str,
+    pub system: &'static str,
+}
+
+impl Keys {
+    /// Messages and Chat Completions: `messages` and (Anthropic) `system`.
+    pub const MESSAGES: Keys = Keys { list: "messages", system: "system" };
+    /// Responses: `input` and `instructions`.
+    pub const RESPONSES: Keys = Keys { list: "input", system: "instructions" };
 }
 
 /// A body that is not a request: the field and what is wrong.
@@ -40,14 +57,20 @@ fn invalid(field: &str, what: &str, at: usize) -> BodyError {
 
 impl<'a> ClientBody<'a> {
     /// Splits `bytes` (a JSON object with a `messages` array).
+    #[cfg(test)]
     pub fn parse(bytes: &'a [u8]) -> Result<Self, BodyError> {
+        Self::parse_as(bytes, Keys::MESSAGES)
+    }
+
+    /// Splits `bytes`, the history under `keys`.
+    pub fn parse_as(bytes: &'a [u8], keys: Keys) -> Result<Self, BodyError> {
         let text = std::str::from_utf8(bytes).map_err(|e| bad("body", format!("not UTF-8: {e}")))?;
         let b = text.as_bytes();
         let mut at = ws(b, 0);
         if b.get(at) != Some(&b'{') {
             return Err(invalid("body", "expected a JSON object", at));
         }
-        let (mut fields, mut system, mut messages) = (Vec::new(), None, None);
+        let (mut fields, mut system, mut messages, mut text_input) = (Vec::new(), None, None, None);
         at = ws(b, at + 1);
         if b.get(at) == Some(&b'}') {
             at += 1;
@@ -60,14 +83,20 @@ impl<'a> ClientBody<'a> {
                 }
                 at = ws(b, at + 1);
                 match key {
-                    "messages" => {
-                        let (list, next) = elements(text, at)?;
+                    k if k == keys.list && keys.list == "input" && b.get(at) == Some(&b'"') => {
+                        let (raw, next) = value::<&RawValue>(text, at, key)?;
+                        text_input = Some(raw);
+                        messages = Some(Vec::new());
+                        at = next;
+                    }
+                    k if k == keys.list => {
+                        let (list, next) = elements(text, at, keys.list)?;
                         messages = Some(list);
                         at = next;
                     }
                     _ => {
                         let (raw, next) = value::<&RawValue>(text, at, key)?;
-                        if key == "system" {
+                        if key == keys.system {
                             system = Some(raw);
                         } else {
                             fields.push((key, raw));
@@ -89,11 +118,11 @@ impl<'a> ClientBody<'a> {
         if ws(b, at) != b.len() {
             return Err(invalid("body", "trailing characters", at));
         }
-        let messages = messages.ok_or_else(|| bad("messages", "missing"))?;
-        if messages.is_empty() {
-            return Err(bad("messages", "must not be empty"));
+        let messages = messages.ok_or_else(|| bad(keys.list, "missing"))?;
+        if messages.is_empty() && text_input.is_none() {
+            return Err(bad(keys.list, "must not be empty"));
         }
-        Ok(ClientBody { fields, system, messages })
+        Ok(ClientBody { fields, system, messages, text_input })
     }
 
     /// `"stream": true`.
@@ -123,10 +152,10 @@ fn value<'a, T: serde::Deserialize<'a>>(text: &'a str, at: usize, field: &str) -
 
 /// The elements of the `messages` array starting at `at`, each an object's text; and the
 /// index after the array.
-fn elements(text: &str, at: usize) -> Result<(Vec<&str>, usize), BodyError> {
+fn elements<'t>(text: &'t str, at: usize, list: &str) -> Result<(Vec<&'t str>, usize), BodyError> {
     let b = text.as_bytes();
     if b.get(at) != Some(&b'[') {
-        return Err(bad("messages", "expected an array of message objects"));
+        return Err(bad(list, "expected an array of message objects"));
     }
     let mut out = Vec::with_capacity(64);
     let mut at = ws(b, at + 1);
@@ -135,15 +164,15 @@ fn elements(text: &str, at: usize) -> Result<(Vec<&str>, usize), BodyError> {
     }
     loop {
         if b.get(at) != Some(&b'{') {
-            return Err(bad(&format!("messages[{}]", out.len()), "expected an object"));
+            return Err(bad(&format!("{list}[{}]", out.len()), "expected an object"));
         }
-        let end = object_end(b, at).ok_or_else(|| bad(&format!("messages[{}]", out.len()), "unterminated object"))?;
-        out.push(text.get(at..end).ok_or_else(|| invalid("messages", "split inside a character", at))?);
+        let end = object_end(b, at).ok_or_else(|| bad(&format!("{list}[{}]", out.len()), "unterminated object"))?;
+        out.push(text.get(at..end).ok_or_else(|| invalid(list, "split inside a character", at))?);
         at = ws(b, end);
         match b.get(at) {
             Some(b',') => at = ws(b, at + 1),
             Some(b']') => return Ok((out, at + 1)),
-            _ => return Err(invalid("messages", "expected `,` or `]`", at)),
+            _ => return Err(invalid(list, "expected `,` or `]`", at)),
         }
     }
 }

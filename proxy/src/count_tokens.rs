@@ -12,7 +12,7 @@ use ctxlog::breakpoints::{Origin, Placement};
 use ctxlog::{RequestOptions, WireFormat};
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 
-use crate::body::ClientBody;
+use crate::body::{ClientBody, Keys};
 use crate::identity::{digest, session_of, system_message};
 use crate::reply::{error, full, Body, Shape};
 use crate::sessions::{preview, Item, PrepareError};
@@ -26,7 +26,7 @@ pub(crate) async fn count(proxy: Arc<Proxy>, parts: http::request::Parts, bytes:
     };
     let counted = if view.is_some() { "view" } else { "request" };
     let body = view.map_or(bytes, Bytes::from);
-    let mut resp = crate::passthrough::forward(&proxy, parts, full(body), true).await;
+    let mut resp = crate::forward::forward(&proxy, parts, full(body), true).await;
     resp.headers_mut().insert(HeaderName::from_static("x-ctxlog-counted"), HeaderValue::from_static(counted));
     resp
 }
@@ -39,7 +39,7 @@ async fn view_body(
 ) -> Result<Option<Vec<u8>>, Response<Body>> {
     let bad = |m: String| error(Shape::Anthropic, StatusCode::BAD_REQUEST, "invalid_request_error", &m);
     // A body ctxlog cannot read is the upstream's to refuse, in its own words.
-    let Ok(body) = ClientBody::parse(bytes) else { return Ok(None) };
+    let Ok(body) = ClientBody::parse_as(bytes, Keys::MESSAGES) else { return Ok(None) };
     let mut opts = RequestOptions::new();
     for (k, v) in &body.fields {
         let Ok(o) = opts.field(k, v.get()) else { return Ok(None) };
@@ -68,11 +68,11 @@ async fn view_body(
     let done = tokio::task::spawn_blocking(move || {
         let mut items = Vec::with_capacity(spans.len() + 1);
         if let Some(s) = &system {
-            items.push(Item { raw: s.as_bytes(), digest: digest(s.as_bytes()), index: None });
+            items.push(Item { raw: s.as_bytes(), digest: digest(s.as_bytes()), index: None, keys: Keys::MESSAGES });
         }
         for (i, span) in spans.iter().enumerate() {
             let r = raw.get(span.clone()).unwrap_or_default();
-            items.push(Item { raw: r, digest: digest(r), index: Some(i) });
+            items.push(Item { raw: r, digest: digest(r), index: Some(i), keys: Keys::MESSAGES });
         }
         let now = ctxlog::Timestamp::from_system_time(std::time::SystemTime::now());
         preview(&mut guard, &store, base, WireFormat::Anthropic, &items, &opts, now)

@@ -8,9 +8,9 @@
 use std::time::Instant;
 
 use ctxlog::message::Message;
-use ctxlog::{parse_message, StreamId};
+use ctxlog::{StreamId, WireFormat};
 
-use crate::items::{Item, PrepareError, Sess};
+use crate::item::{Item, PrepareError, Sess};
 
 /// Where a branch forked from its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +56,7 @@ impl Branch {
         let logged = usize::try_from(s.state().message_count()).unwrap_or(usize::MAX);
         self.digests.truncate(logged);
         let upto = logged.min(items.len());
+        let format = s.format();
         let mut i = 0;
         while i < upto {
             let known = self.digests.len().min(upto);
@@ -69,7 +70,7 @@ impl Branch {
             let end = if i < known { i + 1 } else { upto };
             let stored = s.messages(i as u64..end as u64)?;
             for (logged_msg, item) in stored.iter().zip(items.get(i..end).unwrap_or_default()) {
-                if !same(item, logged_msg) {
+                if !same(item, logged_msg, format) {
                     return Ok(Relation::SharesFirst(i as u64));
                 }
                 match self.digests.get_mut(i) {
@@ -87,9 +88,10 @@ impl Branch {
 }
 
 /// The client's item means the logged message: equal as parsed (media compared as the blobs
-/// they became), else equal in canonical form.
-fn same(item: &Item<'_>, logged: &Message) -> bool {
-    let Some(m) = item.text().ok().and_then(|t| parse_message(t).ok()) else { return false };
+/// they became), else equal in canonical form. The item is read in the session's format (a
+/// Responses item is not a chat message).
+fn same(item: &Item<'_>, logged: &Message, format: WireFormat) -> bool {
+    let Some(m) = item.text().ok().and_then(|t| ctxlog::wire::parse_in(t, format).ok()) else { return false };
     same_parsed(&m, logged) || crate::canonical::digest(&m) == crate::canonical::digest(logged)
 }
 

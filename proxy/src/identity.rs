@@ -41,7 +41,7 @@ const CREDENTIALS: [&str; 4] = ["x-api-key", "authorization", "api-key", "x-goog
 /// credential never share a session. A lone `x-api-key` or `Authorization` hashes as it always
 /// did (sessions of earlier versions are found again); any other set hashes with the headers'
 /// names under another tag.
-fn key_hash(headers: &HeaderMap) -> [u8; 32] {
+pub(crate) fn key_hash(headers: &HeaderMap) -> [u8; 32] {
     let given: Vec<(&str, &[u8])> = CREDENTIALS
         .iter()
         .flat_map(|name| headers.get_all(*name).iter().map(move |v| (*name, v.as_bytes())))
@@ -70,6 +70,7 @@ fn key_hash(headers: &HeaderMap) -> [u8; 32] {
 fn format_tag(format: WireFormat) -> &'static [u8] {
     match format {
         WireFormat::Anthropic => b"anthropic",
+        WireFormat::OpenAiResponses => b"responses",
         _ => b"openai",
     }
 }
@@ -117,7 +118,9 @@ pub(crate) fn session_of(headers: &HeaderMap, format: WireFormat, body: &ClientB
     // A message that does not parse is refused later; its bytes stand for it meanwhile.
     let forms: Vec<[u8; 16]> = leading
         .iter()
-        .map(|l| ctxlog::parse_message(l).map_or_else(|_| digest(l.as_bytes()), |m| crate::canonical::digest(&m)))
+        .map(|l| {
+            ctxlog::wire::parse_in(l, format).map_or_else(|_| digest(l.as_bytes()), |m| crate::canonical::digest(&m))
+        })
         .map(u128::to_le_bytes)
         .collect();
     let mut parts: Vec<&[u8]> = vec![b"derived v2", &key, format_tag(format)];

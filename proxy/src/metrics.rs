@@ -36,7 +36,7 @@ impl Metrics {
     pub(crate) fn request(&self, path: &str, status: u16) {
         // Paths are labels: only the ones the proxy knows, so a client cannot grow the map.
         let path = match path {
-            "/v1/messages" | "/v1/chat/completions" | "/healthz" | "/readyz" | "/metrics" => path,
+            "/v1/messages" | "/v1/chat/completions" | "/v1/responses" | "/healthz" | "/readyz" | "/metrics" => path,
             _ => "other",
         };
         if let Ok(mut m) = self.requests.lock() {

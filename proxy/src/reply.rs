@@ -21,6 +21,8 @@ pub(crate) enum Shape {
     Anthropic,
     /// `{"error":{"message":..,"type":..,"code":..}}`
     OpenAi,
+    /// OpenAI's, with Responses' stream events (`event: error`).
+    Responses,
 }
 
 impl Shape {
@@ -28,6 +30,8 @@ impl Shape {
     pub fn of_path(path: &str) -> Shape {
         if path.starts_with("/v1/messages") {
             Shape::Anthropic
+        } else if path.starts_with("/v1/responses") {
+            Shape::Responses
         } else {
             Shape::OpenAi
         }
@@ -39,7 +43,7 @@ pub(crate) fn error(shape: Shape, status: StatusCode, kind: &str, message: &str)
     let message = serde_json::Value::String(message.to_owned());
     let body = match shape {
         Shape::Anthropic => format!(r#"{{"type":"error","error":{{"type":"{kind}","message":{message}}}}}"#),
-        Shape::OpenAi => {
+        Shape::OpenAi | Shape::Responses => {
             let ty = if status.is_server_error() { "server_error" } else { "invalid_request_error" };
             format!(r#"{{"error":{{"message":{message},"type":"{ty}","code":"{kind}"}}}}"#)
         }
@@ -60,7 +64,9 @@ pub(crate) fn unavailable(shape: Shape, message: &str, retry_after: u32) -> Resp
             let status = StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
             error(shape, status, "overloaded_error", message)
         }
-        Shape::OpenAi => error(shape, StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message),
+        Shape::OpenAi | Shape::Responses => {
+            error(shape, StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
+        }
     };
     r.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from(retry_after));
     r
@@ -77,6 +83,11 @@ pub(crate) fn stream_error(shape: Shape, message: &str) -> Bytes {
         .into(),
         Shape::OpenAi => format!(
             "data: {{\"error\":{{\"message\":{message},\"type\":\"server_error\",\"code\":\"ctxlog_not_recorded\"}}}}\n\n"
+        )
+        .into(),
+        // In place of `response.completed`: the SDKs raise an `error` event.
+        Shape::Responses => format!(
+            "event: error\ndata: {{\"type\":\"error\",\"code\":\"ctxlog_not_recorded\",\"message\":{message},\"param\":null}}\n\n"
         )
         .into(),
     }

@@ -87,6 +87,8 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         store,
         client,
         sessions: Sessions::default(),
+        chains: Default::default(),
+        aliases: Default::default(),
         metrics: Arc::clone(&metrics),
         in_flight: InFlight::default(),
         limits: crate::overflow::Limits::default(),
@@ -231,9 +233,10 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
         }
         (&Method::POST, "/v1/messages" | "/v1/messages/count_tokens") => WireFormat::Anthropic,
         (&Method::POST, "/v1/chat/completions") => WireFormat::OpenAi,
+        (&Method::POST, "/v1/responses") => WireFormat::OpenAiResponses,
         _ => {
             let (parts, body) = req.into_parts();
-            return crate::passthrough::forward(proxy, parts, body.map_err(Into::into).boxed(), false).await;
+            return crate::forward::forward(proxy, parts, body.map_err(Into::into).boxed(), false).await;
         }
     };
     let too_large = || {

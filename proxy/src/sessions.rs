@@ -16,13 +16,12 @@ use std::time::{Duration, Instant};
 
 use ctxlog::event::GuardKind;
 use ctxlog::message::Message;
-use ctxlog::{parse_message, Config, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp, WireFormat};
+use ctxlog::{Config, Plan, RequestOptions, Session, SessionError, StreamId, Timestamp, WireFormat};
 
 use crate::history::{Branch, Fork, Relation};
 use crate::identity::branch_of;
-
-/// The store every session of the proxy shares.
-pub(crate) use crate::items::{Item, PrepareError, Sess, Store};
+use crate::item::{invalid, parse_all};
+pub(crate) use crate::item::{Item, PrepareError, Sess, Store};
 
 /// Branches of one lineage kept open at once; past it the least recently used are shrunk to
 /// their digests (a client that cycles through more re-reads them from the store).
@@ -137,11 +136,12 @@ pub(crate) fn prepare(
     opts: &RequestOptions,
     asked: &crate::breakpoints::Asked,
     now: Timestamp,
+    answered: Option<crate::compaction::Answered>,
 ) -> Result<Prepared, PrepareError> {
     slot.last_used = Instant::now();
     let mut raced = 0;
     loop {
-        match bring_up(slot, store, base, format, config, items, now) {
+        match bring_up(slot, store, base, format, config, items, now, answered) {
             Ok(Brought { stream, fork, branched, caught_up }) => {
                 slot.current = Some(stream);
                 slot.limit_open();
@@ -258,14 +258,20 @@ fn bring_up(
     config: &Config,
     items: &[Item<'_>],
     now: Timestamp,
+    answered: Option<crate::compaction::Answered>,
 ) -> Result<Brought, BringUp> {
     let mut caught_up = false;
     // The hot path: the branch of the last call continues.
     if let Some(current) = slot.current {
         if let Some(b) = slot.load(store, current, &mut caught_up)? {
-            if successor_in(b).is_none() && b.relation(items)? == Relation::Continues {
-                append_new(b, items, format)?;
-                return Ok(Brought { stream: current, fork: b.fork, branched: false, caught_up });
+            if successor_in(b).is_none() {
+                if b.relation(items)? == Relation::Continues {
+                    append_new(b, items, format)?;
+                    return Ok(Brought { stream: current, fork: b.fork, branched: false, caught_up });
+                }
+                if continue_aligned(b, items, answered, format)? {
+                    return Ok(Brought { stream: current, fork: b.fork, branched: false, caught_up });
+                }
             }
         }
     }
@@ -299,8 +305,12 @@ fn bring_up(
             }
             Relation::SharesFirst(at) => at,
         };
+        // A branch the history continues once lined up after a provider compaction.
+        if continue_aligned(b, items, answered, format)? {
+            return Ok(Brought { stream: node, fork: b.fork, branched: false, caught_up });
+        }
         let first = match usize::try_from(at).ok().and_then(|i| items.get(i)) {
-            Some(item) => Some(canonical_of(item)?),
+            Some(item) => Some(canonical_of(item, format)?),
             None => None,
         };
         // A child forked here whose first message is the request's next one, or one whose
@@ -354,6 +364,25 @@ fn branch(
     Ok(Brought { stream: child, fork, branched: true, caught_up: false })
 }
 
+/// A history that skips what came before a provider compaction (`compaction.rs`): when,
+/// lined up with the branch's log, it continues the branch, its new messages are appended.
+/// Looked for only when the history as sent does not continue (the common path pays nothing).
+fn continue_aligned(
+    b: &mut Branch,
+    items: &[Item<'_>],
+    answered: Option<crate::compaction::Answered>,
+    format: WireFormat,
+) -> Result<bool, BringUp> {
+    let Some(s) = b.session.as_ref() else { return Ok(false) };
+    let Some(skipped) = crate::compaction::align(s, &b.digests, items, answered)? else { return Ok(false) };
+    let aligned = skipped.apply(items);
+    if b.relation(&aligned)? != Relation::Continues {
+        return Ok(false);
+    }
+    append_new(b, &aligned, format)?;
+    Ok(true)
+}
+
 /// Appends the request's messages the branch does not have yet (durable when this returns).
 fn append_new(b: &mut Branch, items: &[Item<'_>], format: WireFormat) -> Result<(), BringUp> {
     let Some(s) = b.session.as_mut() else { return Ok(()) };
@@ -371,8 +400,8 @@ fn append_new(b: &mut Branch, items: &[Item<'_>], format: WireFormat) -> Result<
 }
 
 /// The canonical digest of a client's item (what names the branch it starts).
-fn canonical_of(item: &Item<'_>) -> Result<u128, PrepareError> {
-    let m = parse_message(item.text()?).map_err(|e| invalid(&item.field(), &e.field, e.message))?;
+fn canonical_of(item: &Item<'_>, format: WireFormat) -> Result<u128, PrepareError> {
+    let m = ctxlog::wire::parse_in(item.text()?, format).map_err(|e| invalid(&item.field(), &e.field, e.message))?;
     Ok(crate::canonical::digest(&m))
 }
 
@@ -404,28 +433,6 @@ fn successor_in(b: &Branch) -> Option<StreamId> {
     })
 }
 
-/// Parses and checks every item; the first error names its field.
-fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Message>, PrepareError> {
-    items
-        .iter()
-        .map(|it| {
-            let m = parse_message(it.text()?).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
-            ctxlog::wire::check_format(&m, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
-            Ok(m)
-        })
-        .collect()
-}
-
-fn invalid(item: &str, inner: &str, message: String) -> PrepareError {
-    let field = match (item, inner) {
-        // The Anthropic `system` field was wrapped as a message: its `content` is the field.
-        ("system", "content") | (_, "") => item.to_owned(),
-        ("system", rest) => format!("system{}", rest.strip_prefix("content").unwrap_or(rest)),
-        (item, rest) => format!("{item}.{rest}"),
-    };
-    PrepareError::Invalid { field, message }
-}
-
 impl Slot {
     /// Commits the slot's session's plan with the options its request was rendered with, so
     /// the log records the model, the tools and the cache breakpoints of the call, and the
@@ -441,17 +448,38 @@ impl Slot {
     ) -> Result<(), SessionError> {
         self.last_used = Instant::now();
         let Some(s) = self.session_mut() else { return Ok(()) };
-        let message = answer.and_then(|a| match parse_message(a) {
-            Ok(m) if ctxlog::wire::check_format(&m, s.format()).is_ok() => Some(m),
-            Ok(_) | Err(_) => {
-                tracing::warn!(session = %s.id(), "the answer is not a message of the session's format: not recorded");
-                None
+        let format = s.format();
+        // A Responses answer is its output items, several messages.
+        let raw: Vec<String> = match (format, answer) {
+            (WireFormat::OpenAiResponses, Some(a)) => crate::answer::answer_parts(a).map(|p| p.1).unwrap_or_default(),
+            (_, a) => a.map(str::to_owned).into_iter().collect(),
+        };
+        let parsed: Option<Vec<Message>> = raw
+            .iter()
+            .map(|a| ctxlog::wire::parse_in(a, format).ok().filter(|m| ctxlog::wire::check_format(m, format).is_ok()))
+            .collect();
+        match parsed {
+            Some(messages) if !messages.is_empty() => s.commit_answers(plan, opts, at, usage, messages).map(|_| ()),
+            none => {
+                if none.is_none() {
+                    tracing::warn!(session = %s.id(), "the answer is not a message of the session's format: not recorded");
+                }
+                s.commit_request(plan, opts, at, usage).map(|_| ())
             }
-        });
-        match message {
-            Some(m) => s.commit_answered(plan, opts, at, usage, m).map(|_| ()),
-            None => s.commit_request(plan, opts, at, usage).map(|_| ()),
         }
+    }
+
+    /// Puts an opened or created session in the slot as its current branch (a provider-held
+    /// chain's, `responses.rs`).
+    pub fn set_session(&mut self, s: Sess) {
+        let id = s.id();
+        match self.branches.get_mut(&id) {
+            Some(b) => b.session = Some(s),
+            None => {
+                self.branches.insert(id, Branch::new(s, Vec::new(), None));
+            }
+        }
+        self.current = Some(id);
     }
 
     /// The stream whose store lease this slot's calls take.

@@ -20,6 +20,10 @@ pub(crate) struct Proxy {
     pub store: Store,
     pub client: HttpClient,
     pub sessions: Sessions,
+    /// Responses' `previous_response_id` chains (`responses.rs`).
+    pub chains: crate::responses::Chains,
+    /// Provider compactions seen in answers (`compaction.rs`).
+    pub aliases: crate::compaction::Aliases,
     pub metrics: Arc<Metrics>,
     /// Calls between their forward and the end of their commit and summaries: shutdown waits
     /// for them to drain.

@@ -1,6 +1,6 @@
 //! The upstream stream on its way back: every SSE event goes to the client as it arrives,
 //! while a copy is scanned for the call's usage. The protocol's final event (`message_stop`,
-//! `data: [DONE]`) is held back: the call is complete when it arrives, whenever the upstream's
+//! `data: [DONE]`, Responses' `response.completed`) is held back: the call is complete when it arrives, whenever the upstream's
 //! body ends, so the outcome goes to the task that commits, and the final event reaches the
 //! client only once the commit is durable. If it cannot be, the client gets an error event in
 //! its place: no client holds an answer the log lacks.
@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use ctxlog::Usage;
+use ctxlog::{Usage, WireFormat};
 use http_body::{Body as HttpBody, Frame};
 use hyper::body::Incoming;
 use memchr::memmem;
@@ -66,15 +66,26 @@ pub(crate) enum NotRecorded {
 /// Scans a stream's events for usage, errors and the final event.
 pub(crate) struct Scan {
     anthropic: bool,
+    responses: bool,
     answer: Answer,
     usage: Option<Usage>,
     terminal: bool,
     error: Option<String>,
+    /// Responses: the answer (`{"id","output"}`) of the final event's response.
+    response: Option<String>,
 }
 
 impl Scan {
-    pub fn new(anthropic: bool) -> Self {
-        Scan { anthropic, answer: Answer::default(), usage: None, terminal: false, error: None }
+    pub fn new(format: WireFormat) -> Self {
+        Scan {
+            anthropic: format == WireFormat::Anthropic,
+            responses: format == WireFormat::OpenAiResponses,
+            answer: Answer::default(),
+            usage: None,
+            terminal: false,
+            error: None,
+            response: None,
+        }
     }
 
     /// Scans one whole event (its lines through the blank line); true when it is the
@@ -96,6 +107,26 @@ impl Scan {
         }
         // Every event is parsed: its deltas make the answer the call records.
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else { return };
+        if self.responses {
+            // The final event carries the whole response: its output is the answer.
+            match v.get("type").and_then(|t| t.as_str()) {
+                Some("response.completed" | "response.incomplete") => {
+                    self.terminal = true;
+                    if let Some(r) = v.get("response") {
+                        self.usage = r.get("usage").and_then(|u| Usage::from_openai_responses(u).ok());
+                        self.response = crate::answer::of_response(r);
+                    }
+                }
+                Some("response.failed") => {
+                    self.terminal = true;
+                    let e = v.pointer("/response/error").map(|e| e.to_string()).unwrap_or_default();
+                    self.error = Some(e);
+                }
+                Some("error") => self.error = Some(v.to_string()),
+                _ => {}
+            }
+            return;
+        }
         if !self.anthropic {
             if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
                 self.usage = Usage::from_openai_chat(u).ok().or(self.usage);
@@ -134,23 +165,27 @@ impl Scan {
         if !self.terminal {
             return Outcome::Failed(Incomplete::NoFinalEvent);
         }
+        if self.responses {
+            return Outcome::Complete(self.usage, self.response.take());
+        }
         Outcome::Complete(self.usage, std::mem::take(&mut self.answer).finish(self.anthropic))
     }
 }
 
 /// The outcome of a whole JSON answer: complete when it parses, with its usage if any.
-pub(crate) fn json_outcome(anthropic: bool, body: &[u8]) -> Outcome {
+pub(crate) fn json_outcome(format: WireFormat, body: &[u8]) -> Outcome {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Outcome::Failed(Incomplete::NotJson);
     };
-    let usage = v.get("usage").and_then(|u| {
-        if anthropic {
-            Usage::from_anthropic(u).ok()
-        } else {
-            Usage::from_openai_chat(u).ok()
-        }
+    let usage = v.get("usage").and_then(|u| match format {
+        WireFormat::Anthropic => Usage::from_anthropic(u).ok(),
+        WireFormat::OpenAi => Usage::from_openai_chat(u).ok(),
+        WireFormat::OpenAiResponses => Usage::from_openai_responses(u).ok(),
     });
-    Outcome::Complete(usage, crate::answer::of_json(anthropic, &v))
+    if format == WireFormat::OpenAiResponses {
+        return Outcome::Complete(usage, crate::answer::of_response(&v));
+    }
+    Outcome::Complete(usage, crate::answer::of_json(format == WireFormat::Anthropic, &v))
 }
 
 /// What the client-facing body is doing.
@@ -368,8 +403,20 @@ mod tests {
     use super::*;
 
     /// Splits the chunks into events as the tee does and scans them up to the final one.
+    fn format(anthropic: bool) -> WireFormat {
+        if anthropic {
+            WireFormat::Anthropic
+        } else {
+            WireFormat::OpenAi
+        }
+    }
+
     fn run(anthropic: bool, chunks: &[&str]) -> Outcome {
-        let mut s = Scan::new(anthropic);
+        run_in(format(anthropic), chunks)
+    }
+
+    fn run_in(f: WireFormat, chunks: &[&str]) -> Outcome {
+        let mut s = Scan::new(f);
         let mut buf: Vec<u8> = Vec::new();
         for c in chunks {
             buf.extend_from_slice(c.as_bytes());
@@ -384,7 +431,7 @@ mod tests {
     }
 
     fn json(anthropic: bool, chunks: &[&str]) -> Outcome {
-        json_outcome(anthropic, chunks.concat().as_bytes())
+        json_outcome(format(anthropic), chunks.concat().as_bytes())
     }
 
     #[test]
@@ -411,6 +458,20 @@ data: {\"choices\":[],\"usage\":{\"prompt_tokens\":90,\"completion_tokens\":3,\"
         let Outcome::Complete(Some(u), _) = run(false, &[s]) else { panic!() };
         assert_eq!(u, Usage { input: 10, cache_read: 80, cache_write: 0, output: 3 });
         assert!(matches!(run(false, &[&s[..s.len() - 20]]), Outcome::Failed(_)));
+    }
+
+    #[test]
+    fn responses_stream_completes_at_response_completed_with_its_usage_and_output() {
+        let done = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"output\":[{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"hi\"}]}],\"usage\":{\"input_tokens\":90,\"input_tokens_details\":{\"cached_tokens\":80},\"output_tokens\":3}}}\n\n";
+        let s = format!("event: response.created\ndata: {{\"type\":\"response.created\",\"response\":{{}}}}\n\nevent: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}}\n\n{done}");
+        let Outcome::Complete(Some(u), Some(answer)) = run_in(WireFormat::OpenAiResponses, &[&s]) else { panic!() };
+        assert_eq!(u, Usage { input: 10, cache_read: 80, cache_write: 0, output: 3 });
+        assert!(answer.contains("resp_1") && answer.contains("output_text"), "{answer}");
+        // Cut before the final event, or an error event: not complete.
+        let cut = &s[..s.find("event: response.completed").unwrap()];
+        assert!(matches!(run_in(WireFormat::OpenAiResponses, &[cut]), Outcome::Failed(_)));
+        let err = "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\"}\n\n";
+        assert!(matches!(run_in(WireFormat::OpenAiResponses, &[err, done]), Outcome::Failed(_)));
     }
 
     #[test]

@@ -294,3 +294,56 @@ async fn readiness_follows_the_store_and_an_outage_is_a_retry() {
     proxy.shutdown().await;
     fake.shutdown();
 }
+
+/// Responses: `response.completed` is the final event held until the commit; when the commit
+/// fails the stream ends in an `error` event in its place, and a JSON answer becomes a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_answer_whose_commit_fails_reaches_the_client_as_an_error() {
+    let fake = FakeUpstream::start().unwrap();
+    let flaky = Arc::new(FlakyStore::default());
+    let store: Arc<dyn Store> = flaky.clone();
+    let proxy = serve(ProxyConfig::new("127.0.0.1:0".parse().unwrap(), &fake.url()), Arc::clone(&store)).await.unwrap();
+    let post = |input: String, stream: bool| {
+        let body = format!(r#"{{"model":"gpt-x","instructions":"Be terse.","stream":{stream},"input":[{input}]}}"#);
+        let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let req = http::Request::post(format!("http://{}/v1/responses", proxy.addr()))
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer test-key")
+            .header(crate::SESSION_HEADER, "responses")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        async move {
+            let resp = client.request(req).await.unwrap();
+            let (parts, b) = resp.into_parts();
+            let bytes = b.collect().await.unwrap().to_bytes();
+            (parts.status.as_u16(), String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let turn = |i: usize| {
+        (0..=i)
+            .map(|t| format!(r#"{{"role":"user","content":"step {t}"}},{{"role":"assistant","content":"ack {t}"}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+            + &format!(r#",{{"role":"user","content":"step {}"}}"#, i + 1)
+    };
+    let (status, answer) = post(turn(0), true).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("event: response.completed"), "{answer}");
+    committed(&proxy, 1).await;
+    flaky.fail_commits.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (status, answer) = post(turn(1), true).await;
+    assert_eq!(status, 200, "a stream's status is sent before its end");
+    assert!(answer.contains("response.output_text.delta"), "the events before the end were held: {answer}");
+    assert!(!answer.contains("response.completed"), "the final event reached the client: {answer}");
+    assert!(answer.contains("event: error") && answer.contains("ctxlog_not_recorded"), "{answer}");
+    let (status, answer) = post(turn(2), false).await;
+    assert_eq!(status, 503, "{answer}");
+    flaky.fail_commits.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (status, answer) = post(turn(3), true).await;
+    assert_eq!(status, 200);
+    assert!(answer.contains("event: response.completed"), "{answer}");
+    assert_eq!(proxy.metrics().committed(), 2);
+    assert_eq!(proxy.metrics().failed_commits(), 2);
+    proxy.shutdown().await;
+    fake.shutdown();
+}

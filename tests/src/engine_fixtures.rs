@@ -74,6 +74,7 @@ impl Wire {
             WireFormat::OpenAi => {
                 json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PNG_1X1}")}})
             }
+            WireFormat::OpenAiResponses => panic!("Responses sessions are built by ctxlog_tests::responses"),
         };
         let mut blocks: Vec<Value> = Vec::new();
         if let Some((first, rest)) = texts.split_first() {
@@ -107,6 +108,7 @@ impl Wire {
                 let content = if text.is_empty() { Value::Null } else { json!(text) };
                 msg(json!({"role": "assistant", "content": content, "tool_calls": calls}))
             }
+            WireFormat::OpenAiResponses => panic!("Responses sessions are built by ctxlog_tests::responses"),
         }
     }
 
@@ -117,6 +119,7 @@ impl Wire {
                 msg(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": text}]}))
             }
             WireFormat::OpenAi => msg(json!({"role": "tool", "tool_call_id": id, "content": text})),
+            WireFormat::OpenAiResponses => panic!("Responses sessions are built by ctxlog_tests::responses"),
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod faulty_store;
 pub mod postgres;
 pub mod postmortem;
 pub mod provider;
+pub mod responses;
 pub mod scenario;
 pub mod store_files;
 pub mod summaries;

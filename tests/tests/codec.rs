@@ -850,3 +850,55 @@ fn a_crafted_deeply_nested_record_is_a_decode_error_not_a_stack_overflow() {
     let again = codec::decode(STREAM, 1, &ok);
     assert!(again.is_ok());
 }
+
+/// OpenAI Responses (issue 23): the session format `OpenAiResponses` (variant 2 of
+/// `WireFormat`) and the guard `ProviderHeldHistory` (variant 8 of `GuardKind`) are new values
+/// inside existing kinds 18 and 8; a Responses item is an ordinary message (kinds 2 and 23).
+#[test]
+fn responses_values_round_trip_with_their_tags() {
+    use ctxlog::wire::responses::parse_item;
+    let started = |format| {
+        Event::SessionStarted(ctxlog::event::SessionStarted {
+            session: STREAM.0,
+            format,
+            config: ctxlog::Config::default(),
+            at: 1,
+            import: None,
+        })
+    };
+    let chat = codec::encode(&started(ctxlog::WireFormat::OpenAi)).unwrap();
+    let responses = codec::encode(&started(ctxlog::WireFormat::OpenAiResponses)).unwrap();
+    let differ: Vec<(u8, u8)> =
+        chat.body().iter().zip(responses.body()).filter(|(a, b)| a != b).map(|(a, b)| (*a, *b)).collect();
+    assert_eq!(differ, [(1, 2)], "the format is one varint tag");
+    let guard = Event::GuardRaised(GuardRaised {
+        call: None,
+        kind: GuardKind::ProviderHeldHistory,
+        detail: "d".into(),
+        knob: "k".into(),
+    });
+    let rec = codec::encode(&guard).unwrap();
+    assert_eq!(&rec.body()[2..], [0, 8, 1, b'd', 1, b'k'], "call none, variant 8, detail, knob");
+    let reasoning = r#"{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAA+/=="}"#;
+    let events = [
+        started(ctxlog::WireFormat::OpenAiResponses),
+        guard,
+        Event::MessageAppended(ctxlog::event::MessageAppended {
+            seq: 0,
+            message: parse_item(reasoning).unwrap(),
+            tokens: 20,
+        }),
+        Event::AnswerReceived(ctxlog::event::AnswerReceived {
+            call: 0,
+            message: parse_item(
+                r#"{"type":"function_call","id":"fc_1","call_id":"call_1","name":"ls","arguments":"{}"}"#,
+            )
+            .unwrap(),
+        }),
+    ];
+    for (i, ev) in events.iter().enumerate() {
+        let rec = codec::encode(ev).unwrap();
+        let back = Record::from_stored(STREAM, i as u64 + 1, rec.as_bytes().to_vec()).unwrap();
+        assert_eq!(&codec::decode(STREAM, i as u64 + 1, &back).unwrap(), ev);
+    }
+}

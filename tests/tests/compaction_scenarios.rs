@@ -621,7 +621,9 @@ fn protected_tool_result_keeps_its_call_and_its_siblings() {
                         {"type": "tool_result", "tool_use_id": "b", "content": "x".repeat(800)},
                     ]
                 }))]),
-                WireFormat::OpenAi => h.append(vec![w.result("a", &"x".repeat(800)), w.result("b", &"x".repeat(800))]),
+                WireFormat::OpenAi | WireFormat::OpenAiResponses => {
+                    h.append(vec![w.result("a", &"x".repeat(800)), w.result("b", &"x".repeat(800))])
+                }
             }
             h.append(vec![w.result("c", &"x".repeat(800)), w.user("next"), w.assistant("ok")]);
             let c = h.call().clone();

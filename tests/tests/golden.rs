@@ -21,6 +21,11 @@
 //!   `SummaryFailed`; the tools as a blob), written through the library by [`bless`] from
 //!   [`ctxlog_tests::summaries`].
 //!
+//! * `v6-*`: an OpenAI Responses session (the format `OpenAiResponses` in kind 18; items as
+//!   messages, reasoning and compaction items verbatim; several `AnswerReceived` per call; a
+//!   `GuardRaised` of kind `ProviderHeldHistory`), written through the library by [`bless`]
+//!   from [`ctxlog_tests::responses`].
+//!
 //! To write the newest golden set (only when a layout set is released):
 //! `CTXLOG_BLESS_GOLDEN=1 cargo test -p ctxlog-tests --test golden`. Blessing refuses to
 //! overwrite an existing set (a released set never changes, and re-blessing would turn a
@@ -42,7 +47,7 @@ use ctxlog_store_sqlite::SqliteStore;
 const SESSION: &str = "00000000-0000-0000-0000-00000000601d";
 const BACKENDS: [&str; 3] = ["sqlite", "fs", "sled"];
 /// The newest set, the one [`bless`] writes.
-const NEWEST: &str = "v5";
+const NEWEST: &str = "v6";
 
 fn golden() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
@@ -63,8 +68,8 @@ fn open(backend: &str, path: &Path) -> Box<dyn Store> {
     }
 }
 
-/// Writes the newest golden set: the session of [`ctxlog_tests::summaries::run`] (fork
-/// summaries against the fake provider, one attempt timing out), 14 calls.
+/// Writes the newest golden set: the Responses session of [`ctxlog_tests::responses::run`],
+/// 14 calls, then a `ProviderHeldHistory` guard.
 fn bless() {
     let existing: Vec<PathBuf> = BACKENDS
         .iter()
@@ -80,8 +85,15 @@ fn bless() {
     );
     let id: StreamId = SESSION.parse().unwrap();
     let mem = MemoryStore::new();
-    let mut session = ctxlog_tests::summaries::start(&mem, id);
-    ctxlog_tests::summaries::run(&mut session, 14, ctxlog::event::SummaryMode::Auto, Some(1));
+    let mut session = ctxlog_tests::responses::start(&mem, id);
+    ctxlog_tests::responses::run(&mut session, 14);
+    session
+        .raise_guard(
+            ctxlog::event::GuardKind::ProviderHeldHistory,
+            "the provider holds this chain's history".into(),
+            "previous_response_id",
+        )
+        .unwrap();
     let records: String = replay(&mem, id, Mode::Strict, None).unwrap().timeline.iter().map(golden_line).collect();
     for backend in BACKENDS {
         let path = store_path(&golden(), NEWEST, backend);
@@ -320,9 +332,6 @@ fn golden_logs_of_an_import_with_usage_keep_decoding_on_every_backend() {
 
 #[test]
 fn golden_logs_of_model_written_summaries_keep_decoding_on_every_backend() {
-    if std::env::var_os("CTXLOG_BLESS_GOLDEN").is_some() {
-        bless();
-    }
     let all = ["SessionStarted", "MessageAppended", "RequestServed", "SummaryPrepared", "SummaryFailed", "Flushed"];
     let found = check_set("v5");
     for k in &all {
@@ -362,4 +371,32 @@ fn golden_logs_of_model_written_summaries_keep_decoding_on_every_backend() {
     })
     .unwrap();
     assert!(recorded >= 10 && forks >= 1 && failed == 1, "{recorded} recorded, {forks} forks, {failed} failed");
+}
+
+#[test]
+fn golden_logs_of_a_responses_session_keep_decoding_on_every_backend() {
+    if std::env::var_os("CTXLOG_BLESS_GOLDEN").is_some() {
+        bless();
+    }
+    let kinds = check_set("v6");
+    for k in ["SessionStarted", "MessageAppended", "RequestServed", "AnswerReceived", "GuardRaised"] {
+        assert!(kinds.contains(k), "v6 holds no {k}");
+    }
+    let (_dir, path) = copy_to_temp("v6");
+    let store = open("sqlite", &path);
+    let (mut format, mut compaction, mut held, mut answers) = (None, false, false, Vec::new());
+    ctxlog::replay::for_each_event(store.as_ref(), SESSION.parse().unwrap(), 1, None, |_, ev| {
+        match &ev {
+            ctxlog::Event::SessionStarted(s) => format = Some(s.format),
+            ctxlog::Event::MessageAppended(m) => compaction |= m.message.provider_compaction() && m.message.is_pinned(),
+            ctxlog::Event::GuardRaised(g) => held |= g.kind == ctxlog::event::GuardKind::ProviderHeldHistory,
+            ctxlog::Event::AnswerReceived(a) => answers.push(a.call),
+            _ => {}
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(format, Some(ctxlog::WireFormat::OpenAiResponses));
+    assert!(compaction && held, "(pinned compaction item, provider-held guard)");
+    assert!(answers.windows(2).any(|w| w[0] == w[1]), "no call answered with several items");
 }

@@ -170,7 +170,9 @@ impl Run {
                             .collect();
                         vec![ctxlog_tests::engine_fixtures::msg(serde_json::json!({"role": "user", "content": blocks}))]
                     }
-                    WireFormat::OpenAi => ids.iter().zip(&outputs).map(|(id, o)| w.result(id, o)).collect(),
+                    WireFormat::OpenAi | WireFormat::OpenAiResponses => {
+                        ids.iter().zip(&outputs).map(|(id, o)| w.result(id, o)).collect()
+                    }
                 };
                 if let Some(k) = pin {
                     // Pin one result message (meta field `pinned`, both formats).

@@ -40,6 +40,7 @@ fn options(format: WireFormat, breakpoints: bool) -> RequestOptions {
             let tools = r#"[{"type":"function","function":{"name":"read_file","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}}]"#;
             RequestOptions::new().model("gpt-5").tools(tools).unwrap().field("stream", "true").unwrap()
         }
+        WireFormat::OpenAiResponses => ctxlog_tests::responses::options(),
     };
     if breakpoints {
         opts.cache_breakpoints(CacheTtl::FiveMinutes)

@@ -22,7 +22,8 @@
 //!   PostgreSQL cluster, 16 sessions, each call sent to the session's proxy (sticky) or to a
 //!   random one: requests/s, lease waits, catch-ups.
 //!
-//! `cargo run --release -p ctxlog-bench --bin proxy_bench [-- --calls 200 --sessions 50]`
+//! `cargo run --release -p ctxlog-bench --bin proxy_bench [-- --calls 200 --sessions 50]`;
+//! `-- --only latency --apis chat,responses` measures the OpenAI routes side by side.
 
 // A benchmark aborts on a broken fixture; there is nothing to recover.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
@@ -63,11 +64,42 @@ struct Args {
     /// Latency cases' sizes in tokens.
     #[arg(long, default_value = "10000,150000")]
     tokens: String,
+    /// The APIs of the latency cases: messages (Anthropic), chat (OpenAI chat completions),
+    /// responses (OpenAI Responses).
+    #[arg(long, default_value = "messages")]
+    apis: String,
     /// Latency: the client moves a `cache_control` breakpoint to its last user message on every
     /// call (Anthropic's documented multi-turn caching), so the previous one comes back
     /// respelled and is recognized by its canonical form.
     #[arg(long)]
     moving_breakpoint: bool,
+}
+
+/// The route a latency case calls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Messages,
+    Chat,
+    Responses,
+}
+
+impl Api {
+    fn parse(s: &str) -> Api {
+        match s.trim() {
+            "messages" => Api::Messages,
+            "chat" => Api::Chat,
+            "responses" => Api::Responses,
+            other => panic!("--apis: unknown API {other:?} (messages, chat, responses)"),
+        }
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Api::Messages => "/v1/messages",
+            Api::Chat => "/v1/chat/completions",
+            Api::Responses => "/v1/responses",
+        }
+    }
 }
 
 /// A budget no case reaches: nothing is compacted.
@@ -80,12 +112,14 @@ fn main() {
     if args.only.contains("latency") {
         println!("\n## Added latency (time to the last byte; {} calls per case, after 5 warm-up calls)", args.calls);
         println!(
-            "| tokens | stream | direct p50 | direct p99 | proxy p50 | proxy p99 | added p50 | added p99 | proxy/direct p50 | commit p50 | bare hop p50 | ctxlog's own p50 |"
+            "| api | tokens | stream | direct p50 | direct p99 | proxy p50 | proxy p99 | added p50 | added p99 | proxy/direct p50 | commit p50 | bare hop p50 | ctxlog's own p50 |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-        for tokens in args.tokens.split(',').map(|t| t.trim().parse::<usize>().unwrap()) {
-            for stream in [false, true] {
-                rt.block_on(latency(tokens, stream, args.calls, args.moving_breakpoint));
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for api in args.apis.split(',').map(Api::parse) {
+            for tokens in args.tokens.split(',').map(|t| t.trim().parse::<usize>().unwrap()) {
+                for stream in [false, true] {
+                    rt.block_on(latency(api, tokens, stream, args.calls, args.moving_breakpoint));
+                }
             }
         }
     }
@@ -253,20 +287,51 @@ impl History {
     }
 
     fn body(&self, stream: bool) -> Bytes {
+        self.body_for(Api::Messages, stream)
+    }
+
+    /// The body of `api`: Anthropic's `system` and `messages`; chat's system message first
+    /// (and the usage chunk asked for); Responses' `instructions` and `input` (its messages
+    /// are `{"role","content"}` items).
+    fn body_for(&self, api: Api, stream: bool) -> Bytes {
         let mut b = String::with_capacity(self.messages.iter().map(|m| m.len() + 1).sum::<usize>() + 2_000);
-        b.push_str(r#"{"model":"claude-bench","max_tokens":1024,"#);
+        match api {
+            Api::Messages => b.push_str(r#"{"model":"claude-bench","max_tokens":1024,"#),
+            Api::Chat | Api::Responses => b.push_str(r#"{"model":"gpt-bench","#),
+        }
         if stream {
             b.push_str(r#""stream":true,"#);
+            if api == Api::Chat {
+                b.push_str(r#""stream_options":{"include_usage":true},"#);
+            }
         }
-        b.push_str(r#""system":""#);
-        b.push_str(&self.system);
-        b.push_str(r#"","messages":["#);
+        let mut first = true;
+        match api {
+            Api::Messages => {
+                b.push_str(r#""system":""#);
+                b.push_str(&self.system);
+                b.push_str(r#"","messages":["#);
+            }
+            Api::Chat => {
+                b.push_str(r#""messages":[{"role":"system","content":""#);
+                b.push_str(&self.system);
+                b.push_str(r#""}"#);
+                first = false;
+            }
+            Api::Responses => {
+                b.push_str(r#""instructions":""#);
+                b.push_str(&self.system);
+                b.push_str(r#"","input":["#);
+            }
+        }
         for (i, m) in self.messages.iter().enumerate() {
-            if i > 0 {
+            if !first {
                 b.push(',');
             }
+            first = false;
+            // A moving breakpoint is an Anthropic pattern: only the Messages body carries it.
             match m.strip_suffix("\"}").and_then(|m| m.split_once(r#""content":""#)) {
-                Some((head, text)) if self.moving && i + 1 == self.messages.len() => {
+                Some((head, text)) if api == Api::Messages && self.moving && i + 1 == self.messages.len() => {
                     b.push_str(head);
                     b.push_str(r#""content":[{"type":"text","text":""#);
                     b.push_str(text);
@@ -282,13 +347,17 @@ impl History {
 
 /// POSTs `body` to `base` and reads the answer to its last byte; returns the elapsed time.
 async fn post(client: &HttpClient, base: &str, session: &str, body: Bytes) -> Duration {
-    let req = http::Request::post(format!("{base}/v1/messages"))
-        .header("content-type", "application/json")
-        .header("x-api-key", "bench-key")
-        .header("anthropic-version", "2023-06-01")
-        .header("x-ctxlog-session", session)
-        .body(Full::new(body))
-        .unwrap();
+    post_to(client, base, Api::Messages, session, body).await
+}
+
+/// [`post`] to the route of `api`, with its credential header.
+async fn post_to(client: &HttpClient, base: &str, api: Api, session: &str, body: Bytes) -> Duration {
+    let req = http::Request::post(format!("{base}{}", api.path())).header("content-type", "application/json");
+    let req = match api {
+        Api::Messages => req.header("x-api-key", "bench-key").header("anthropic-version", "2023-06-01"),
+        Api::Chat | Api::Responses => req.header("authorization", "Bearer bench-key"),
+    };
+    let req = req.header("x-ctxlog-session", session).body(Full::new(body)).unwrap();
     let t = Instant::now();
     let resp = client.request(req).await.unwrap();
     let status = resp.status();
@@ -314,13 +383,18 @@ async fn wait_committed(proxy: &ctxlog_proxy::ProxyHandle, n: u64) {
     }
 }
 
-async fn latency(tokens: usize, stream: bool, calls: usize, moving: bool) {
+async fn latency(api: Api, tokens: usize, stream: bool, calls: usize, moving: bool) {
     let r = rig(|_| {}).await;
+    if api != Api::Messages {
+        // The strict fake's OpenAI window is 128k; 150k-token cases stand for a 1M-token model.
+        r.fake.set_context_tokens(Some(1_000_000));
+    }
     // Centre the measured calls on the nominal size: each turn adds ~2×60 chars.
     let growth = (calls + 5) * 2 * 110;
     let mut h = History::new(tokens, (tokens * 4).saturating_sub(growth / 2));
     h.moving = moving;
     let session = format!("lat-{tokens}-{stream}");
+    let name = api.path().trim_start_matches("/v1/");
     let (proxy_url, direct_url) = (format!("http://{}", r.proxy.addr()), r.fake.url());
     let (mut direct, mut through, mut added, mut commit) = (vec![], vec![], vec![], vec![]);
     let (bare_url, mut bare, mut own) = (format!("http://{}", r.bare), vec![], vec![]);
@@ -330,11 +404,11 @@ async fn latency(tokens: usize, stream: bool, calls: usize, moving: bool) {
         if i % 10 == 0 {
             r.fake.reset(); // its record keeps every body
         }
-        let body = h.body(stream);
+        let body = h.body_for(api, stream);
         sizes = (sizes.0.min(body.len()), sizes.1.max(body.len()));
-        let d = post(&r.client, &direct_url, &session, body.clone()).await;
-        let b = post(&r.client, &bare_url, &session, body.clone()).await;
-        let p = post(&r.client, &proxy_url, &session, body).await;
+        let d = post_to(&r.client, &direct_url, api, &session, body.clone()).await;
+        let b = post_to(&r.client, &bare_url, api, &session, body.clone()).await;
+        let p = post_to(&r.client, &proxy_url, api, &session, body).await;
         let t = Instant::now();
         committed += 1;
         wait_committed(&r.proxy, committed).await;
@@ -352,7 +426,7 @@ async fn latency(tokens: usize, stream: bool, calls: usize, moving: bool) {
     }
     assert_eq!(r.proxy.metrics().compactions(), 0, "the budget is meant to prevent compaction");
     println!(
-        "| {}k ({}–{} KB) | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} |",
+        "| {name} | {}k ({}–{} KB) | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} |",
         tokens / 1000,
         sizes.0 / 1000,
         sizes.1 / 1000,

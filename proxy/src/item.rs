@@ -1,31 +1,35 @@
-//! A request's history as the proxy compares it with the log — its items — and what
-//! preparing a call from them can fail with. Shared by `sessions` (bringing a lineage up to
-//! the request) and `history` (comparing one branch with it), so neither imports the other.
+//! One history item of a request as the proxy meets it (its raw JSON, digest and field), how
+//! items are parsed in the session's format, and what preparing a call can fail with: shared by
+//! the sessions, their branches (`history.rs`), provider compactions and Responses chains, so
+//! none of them imports another for it.
 
 use std::sync::Arc;
 
-use ctxlog::{Session, SessionError};
+use ctxlog::message::Message;
+use ctxlog::{Session, SessionError, WireFormat};
 
 /// The store every session of the proxy shares.
 pub(crate) type Store = Arc<dyn ctxlog::Store>;
-/// A session of the proxy.
 pub(crate) type Sess = Session<Store>;
 
 /// One history item of a request: its raw JSON (a slice of the request body, or the
 /// Anthropic `system` wrapped as a message), its digest, and where it came from.
+#[derive(Clone, Copy)]
 pub(crate) struct Item<'a> {
     pub raw: &'a [u8],
     pub digest: u128,
     /// `None`: the `system` field; else the index in `messages`.
     pub index: Option<usize>,
+    /// The request's list and system field names (`messages`/`system`, `input`/`instructions`).
+    pub keys: crate::body::Keys,
 }
 
 impl Item<'_> {
     /// `system` or `messages[i]`: the field an error names.
     pub fn field(&self) -> String {
         match self.index {
-            None => "system".to_owned(),
-            Some(i) => format!("messages[{i}]"),
+            None => self.keys.system.to_owned(),
+            Some(i) => format!("{}[{i}]", self.keys.list),
         }
     }
 
@@ -67,4 +71,36 @@ impl From<SessionError> for PrepareError {
             e => PrepareError::Session(e),
         }
     }
+}
+
+/// Parses and checks every item; the first error names its field.
+pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Message>, PrepareError> {
+    items
+        .iter()
+        .map(|it| {
+            let m =
+                ctxlog::wire::parse_in(it.text()?, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
+            ctxlog::wire::check_format(&m, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
+            // ctxlog's tag for `instructions` is not an item a client may send.
+            if it.index.is_some()
+                && ctxlog::wire::responses::is_instructions(&m)
+                && format == WireFormat::OpenAiResponses
+            {
+                return Err(invalid(&it.field(), "type", "unknown item type \"instructions\"".into()));
+            }
+            Ok(m)
+        })
+        .collect()
+}
+
+pub(crate) fn invalid(item: &str, inner: &str, message: String) -> PrepareError {
+    let field = match (item, inner) {
+        // The Anthropic `system` field was wrapped as a message: its `content` is the field.
+        ("system" | "instructions", "content") | (_, "") => item.to_owned(),
+        (field @ ("system" | "instructions"), rest) => {
+            format!("{field}{}", rest.strip_prefix("content").unwrap_or(rest))
+        }
+        (item, rest) => format!("{item}.{rest}"),
+    };
+    PrepareError::Invalid { field, message }
 }

@@ -1,5 +1,6 @@
-//! A request sent upstream as it is, and its answer streamed back: what every path the proxy
-//! does not manage gets, and what `count_tokens` forwards its view with.
+//! The pass-through of a request the proxy does not manage (and of a `count_tokens` whose view
+//! it forwards): sent upstream as it is, the answer streamed back. Apart from the server so the
+//! routes that use it need not import the server that routes to them.
 
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
