@@ -2,7 +2,7 @@
 //! job's summary, in the session's wire format.
 //!
 //! * **standalone**: a system prompt of five sections plus guidelines ([`STANDALONE_PROMPT`])
-//!   and one user message holding the span as text ([`render_span`]).
+//!   and one user message holding the span as text ([`render_messages`]).
 //! * **fork**: the last served request, its messages byte for byte, with the model, tools and
 //!   cache breakpoints recorded for it ([`crate::event::RequestRecord`]), plus exactly one
 //!   appended user message ([`FORK_PROMPT`], the scope, an excerpt). No system message is added
