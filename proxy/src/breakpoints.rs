@@ -26,14 +26,19 @@ pub enum CacheBreakpoints {
     Off,
 }
 
+/// A `--cache-breakpoints` value that is none of the three.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?}: expected auto, client or off")]
+pub struct UnknownBreakpointMode(String);
+
 impl std::str::FromStr for CacheBreakpoints {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownBreakpointMode;
+    fn from_str(s: &str) -> Result<Self, UnknownBreakpointMode> {
         match s {
             "auto" => Ok(CacheBreakpoints::Auto),
             "client" => Ok(CacheBreakpoints::Client),
             "off" => Ok(CacheBreakpoints::Off),
-            other => Err(format!("{other:?}: expected auto, client or off")),
+            other => Err(UnknownBreakpointMode(other.to_owned())),
         }
     }
 }

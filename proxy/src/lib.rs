@@ -42,7 +42,7 @@ mod tests;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use breakpoints::CacheBreakpoints;
+pub use breakpoints::{CacheBreakpoints, UnknownBreakpointMode};
 pub use metrics::Metrics;
 pub use models::{Models, ModelsError};
 pub use server::{serve, ProxyHandle};

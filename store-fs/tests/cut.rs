@@ -392,13 +392,22 @@ fn a_refused_writers_open_repairs_nothing_in_any_stream() {
 #[test]
 fn a_kill_in_the_middle_of_an_append_leaves_a_torn_write_beyond_the_anchor() {
     use std::io::BufRead;
+    // This binary re-executes this test as the writer the parent kills (as tests/crash.rs does).
+    if let Some(dir) = std::env::var_os("CTXLOG_CUT_CHILD") {
+        append_until_killed(Path::new(&dir));
+    }
     let exe = std::env::current_exe().unwrap();
     let (mut torn_seen, mut attempts) = (0, 0);
     for attempt in 0..20u64 {
         attempts += 1;
         let dir = tempfile::tempdir().unwrap();
         let mut child = std::process::Command::new(&exe)
-            .args(["--exact", "child_appends_until_killed", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "a_kill_in_the_middle_of_an_append_leaves_a_torn_write_beyond_the_anchor",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("CTXLOG_CUT_CHILD", dir.path())
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -449,11 +458,9 @@ fn a_kill_in_the_middle_of_an_append_leaves_a_torn_write_beyond_the_anchor() {
 
 const CHILD_STREAM: &str = "00000000-0000-4000-8000-0000000c0de9";
 
-#[test]
-#[ignore = "run and killed by a_kill_in_the_middle_of_an_append_leaves_a_torn_write_beyond_the_anchor"]
-fn child_appends_until_killed() {
-    let Some(dir) = std::env::var_os("CTXLOG_CUT_CHILD") else { return };
-    let store = FsStore::open(&dir).unwrap();
+/// The child: small acknowledged appends, then one 48 MB append the parent kills mid-write.
+fn append_until_killed(dir: &Path) -> ! {
+    let store = FsStore::open(dir).unwrap();
     let stream: StreamId = CHILD_STREAM.parse().unwrap();
     let mut head = 0;
     for i in 0..5u8 {
@@ -465,4 +472,5 @@ fn child_appends_until_killed() {
     head = store.append(stream, ExpectedVersion::Exact(head), &[big]).unwrap();
     println!("acked {head}");
     std::thread::sleep(std::time::Duration::from_secs(60));
+    std::process::exit(0)
 }

@@ -12,7 +12,8 @@
 //! and at the end: at least one summary per 2,000 messages, `verify` clean, the replayed
 //! timeline equal to the live one. Plus restores that hold, the meter across a history change,
 //! a first message over the budget, and a property test over random loops and knobs. The
-//! 100,000-message runs are the soak benchmark's (`soak --shape tool-loop`).
+//! 20,000- and 100,000-message runs are the soak benchmark's (`soak --shape tool-loop`, release
+//! build: the same checks per call; an ignored test here would check nothing).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, missing_docs)]
 
@@ -302,18 +303,6 @@ fn a_single_human_openai_loop_of_2000_messages_on_the_defaults() {
 #[test]
 fn a_single_human_openai_loop_of_2000_messages_cache_aware() {
     loop_of_2000(WireFormat::OpenAi, cache_aware(30_000));
-}
-
-#[test]
-#[ignore = "20,000 messages take ~1 min in debug; `cargo test --release -- --ignored`, or `soak --shape tool-loop`"]
-fn a_single_human_loop_of_20000_messages_keeps_every_promise() {
-    for format in [WireFormat::Anthropic, WireFormat::OpenAi] {
-        for config in [defaults(30_000), cache_aware(30_000)] {
-            let lines = tool_loop(format, 11, 20_000);
-            let run = drive(format, &lines, config, &no_usage);
-            check_run(&run, 20_000);
-        }
-    }
 }
 
 #[test]
