@@ -5,9 +5,9 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::breakpoints::CacheTtl;
 use crate::config::Config;
 use crate::message::Message;
-use crate::request::CacheTtl;
 use crate::store::BlobId;
 use crate::time::Millis;
 use crate::usage::Usage;
@@ -668,14 +668,14 @@ impl Deferral {
                 format!(
                     "cache warm ({:.0} s old); {what} for a cold cache while the view is within the hard limit of {} tokens",
                     secs(*cache_age_ms),
-                    crate::view::thousands(*hard_limit_tokens)
+                    crate::numbers::thousands(*hard_limit_tokens)
                 )
             }
             Deferral::TooLittleFreed { cache_age_ms, freed_tokens, clear_at_least } => format!(
                 "cache warm ({:.0} s old); the rewrite would free only {} tokens, less than clear_at_least {}",
                 secs(*cache_age_ms),
-                crate::view::thousands(*freed_tokens),
-                crate::view::thousands(*clear_at_least)
+                crate::numbers::thousands(*freed_tokens),
+                crate::numbers::thousands(*clear_at_least)
             ),
         }
     }

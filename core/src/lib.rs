@@ -65,12 +65,14 @@ mod json;
 #[doc(hidden)]
 pub mod media;
 pub mod message;
+mod numbers;
 pub mod overflow;
 #[doc(hidden)]
 pub mod placeholder;
 #[doc(hidden)]
 pub mod policy;
 mod problem;
+mod render;
 pub mod replay;
 pub mod request;
 pub mod session;

@@ -6,4 +6,23 @@
 //! the same hidden set renders the same bytes call after call and the prompt cache holds. The
 //! exact form is documented in `docs/log-format.md` ("Placeholders").
 
-pub use crate::state::placeholder::{composition, message, text, Composition, NAMED_TOOLS};
+use crate::message::Message;
+use crate::state::State;
+
+pub use crate::render::{Composition, NAMED_TOOLS};
+
+/// The composition of `[from, to)`, read from the state's tool index (no message bodies).
+pub fn composition(state: &State, from: u64, to: u64) -> Composition {
+    state.composition(from, to)
+}
+
+/// The placeholder's text for the hidden messages `[from, to)`, e.g.
+/// `[ctxlog: 41 tool calls removed (seq 2–83): read_file ×41 — restore with ctxlog restore --seq N, N in 2–83]`.
+pub fn text(state: &State, from: u64, to: u64) -> String {
+    crate::render::placeholder_text(&state.composition(from, to), from, to)
+}
+
+/// The user message a placeholder is in the view.
+pub fn message(state: &State, from: u64, to: u64) -> Message {
+    state.placeholder_message(from, to)
+}

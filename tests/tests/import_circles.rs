@@ -17,10 +17,6 @@ use std::path::{Path, PathBuf};
 /// Core's circles while items 1–3 of issue 24 wait: each one a set of files importing each
 /// other (a strongly connected component of the import graph). Fixing one removes its line.
 const KNOWN_CORE_CIRCLES: &[&[&str]] = &[
-    // CacheTtl in request, recorded by events; the view's rendering helpers; the view of a State.
-    // (CacheTtl now lives in breakpoints and the placeholder text in state, so neither of
-    // issues 20-21's new files joined it.)
-    &["event", "request", "state", "view"],
     // The log reader and the snapshot codec in session, the replay's timeline records.
     &["replay", "session"],
     // Fitting a job to the summarizer (issue 22) reads the call's knobs and prompt; the call

@@ -165,3 +165,50 @@ impl HeapSize for SummaryPrepared {
         self.text.heap_bytes() + self.refusal.heap_bytes() + self.merged.heap_bytes()
     }
 }
+
+/// Where a state's heap bytes go ([`super::State::heap_report`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeapReport {
+    /// Bodies of the messages in the view (as appended, or as their edits show them).
+    pub bodies: usize,
+    /// One [`super::Entry`] per message, by capacity.
+    pub entries: usize,
+    /// The tool-pair index and the media notes.
+    pub tools: usize,
+    /// The summary ledger (text only for summaries still current).
+    pub summaries: usize,
+    /// The view's items.
+    pub view: usize,
+    /// Latched guards, the import's facts.
+    pub other: usize,
+}
+
+impl HeapReport {
+    /// All of it.
+    pub fn total(&self) -> usize {
+        self.bodies + self.entries + self.tools + self.summaries + self.view + self.other
+    }
+}
+
+impl super::State {
+    /// Approximate bytes this state holds on the heap: message bodies of the view, summaries,
+    /// per-message facts, the tool index and the view, with vectors counted by capacity (see
+    /// [`super::heap`]). What a live session costs beyond its `Session` handle and view cache.
+    pub fn heap_bytes(&self) -> usize {
+        self.heap_report().total()
+    }
+
+    /// [`super::State::heap_bytes`], part by part.
+    pub fn heap_report(&self) -> HeapReport {
+        let (bodies, view) = self.view_heap_bytes();
+        let (entries, tools) = self.messages.heap_bytes();
+        HeapReport {
+            bodies,
+            entries,
+            tools,
+            summaries: self.compaction.ledger.heap_bytes(),
+            view,
+            other: self.latches.heap_bytes() + self.lifecycle.heap_bytes(),
+        }
+    }
+}
