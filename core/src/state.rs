@@ -7,20 +7,20 @@
 //! the events it cares about (checked, clamped for a lenient replay, applied), in the order
 //! every event goes through them:
 //!
-//! 1. [`lifecycle`]: the session's record: versions, `SessionStarted` first, the import,
+//! 1. `lifecycle`: the session's record: versions, `SessionStarted` first, the import,
 //!    `SessionNamed`, `Branched`, `LimitLearned`;
-//! 2. [`compaction`]: the summaries and the watermarks `flushed ≤ compacted`;
-//! 3. [`messages`]: the entries and the tool index; appends, edits and restores;
-//! 4. [`view_index`]: the view's items, tokens and bodies, rebuilt from the three above;
-//! 5. [`meter`]: the calls, the meter's anchor, the breaker;
-//! 6. [`latches`]: guards raised and re-armed, the summarizer's failures.
+//! 2. `compaction`: the summaries and the watermarks `flushed ≤ compacted`;
+//! 3. `messages`: the entries and the tool index; appends, edits and restores;
+//! 4. `view_index`: the view's items, tokens and bodies, rebuilt from the three above;
+//! 5. `meter`: the calls, the meter's anchor, the breaker;
+//! 6. `latches`: guards raised and re-armed, the summarizer's failures.
 //!
 //! The state keeps what the view and the policies need: per message a few facts and the tool
 //! links ([`Entry`], [`tools`]), the bodies of the messages in the view (as appended, or the
 //! small rendering of their edit), the text of the summaries still current. A message's body
 //! leaves memory when it leaves the view; an event that needs it again (a restore, a second
 //! edit of the same message) is applied after [`State::hydrate`] handed it over, read back from
-//! the log by whoever applies the event ([`State::bodies_needed`] says which) ([`loaded`]).
+//! the log by whoever applies the event ([`State::bodies_needed`] says which; `loaded.rs`).
 
 use crate::event::Event;
 use crate::store::Version;
@@ -159,7 +159,8 @@ impl State {
     /// Each sub-fold checks the events it owns (one rule, one place); the envelope first.
     fn check(&self, version: Version, ev: &Event) -> Result<(), Violation> {
         let config = self.config();
-        let reads = Reads { flushed: self.compaction.flushed, config: &config, view: &self.view.bodies, loaded: &self.loaded };
+        let reads =
+            Reads { flushed: self.compaction.flushed, config: &config, view: &self.view.bodies, loaded: &self.loaded };
         self.lifecycle
             .check(version, ev, self.messages.count(), self.meter.calls)
             .and_then(|()| self.compaction.check(ev, &self.messages, self.view.oldest_summary()))
@@ -183,7 +184,8 @@ impl State {
         self.lifecycle.apply(version, ev);
         let config = self.config();
         self.compaction.apply(ev);
-        let reads = Reads { flushed: self.compaction.flushed, config: &config, view: &self.view.bodies, loaded: &self.loaded };
+        let reads =
+            Reads { flushed: self.compaction.flushed, config: &config, view: &self.view.bodies, loaded: &self.loaded };
         let brought = self.messages.apply(version, ev, &reads, self.meter.calls);
         let sources = Sources { messages: &self.messages, compaction: &self.compaction, config: &config };
         self.view.apply(ev, brought, &sources);

@@ -1,5 +1,5 @@
 //! Rendering the view: the bytes of each of its items (what an edited message, a summary or a
-//! placeholder look like is [`crate::render`]'s), and a cache that keeps rendering and hashing
+//! placeholder look like is `render.rs`'s), and a cache that keeps rendering and hashing
 //! O(new messages) while the view only grows.
 //!
 //! The view's bytes are `message JSON ‖ '\n'` for each item, media as blob references; its
