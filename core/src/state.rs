@@ -163,7 +163,7 @@ impl State {
             Reads { flushed: self.compaction.flushed, config: &config, view: &self.view.bodies, loaded: &self.loaded };
         self.lifecycle
             .check(version, ev, self.messages.count(), self.meter.calls)
-            .and_then(|()| self.compaction.check(ev, &self.messages, self.view.oldest_summary()))
+            .and_then(|()| self.compaction.check(ev, &self.messages, || self.view.oldest_summary()))
             .and_then(|()| self.messages.check(ev, &reads))
             .and_then(|()| self.meter.check(ev))
             .map_err(|(invariant, detail)| violation(version, ev, invariant, detail))

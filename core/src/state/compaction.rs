@@ -28,8 +28,14 @@ impl Compaction {
         self.compacted > self.flushed || !self.ledger.condensed_pending(self.compacted).is_empty()
     }
 
-    /// `oldest_in_view`: the first summary in the view (only it may retire).
-    pub(super) fn check(&self, ev: &Event, messages: &Messages, oldest_in_view: Option<u32>) -> Result<(), Broken> {
+    /// `oldest_in_view`: the first summary in the view (only it may retire), asked only of a
+    /// retirement (it walks the view).
+    pub(super) fn check(
+        &self,
+        ev: &Event,
+        messages: &Messages,
+        oldest_in_view: impl Fn() -> Option<u32>,
+    ) -> Result<(), Broken> {
         match ev {
             Event::SummaryPrepared(e) if e.is_condensed() => {
                 self.ledger.check_condensed(e, self.compacted).map_err(ledger(Invariant::CondensedSpan))
@@ -65,7 +71,7 @@ impl Compaction {
                 self.ledger.check_flush(e.to, &e.condensed).map_err(ledger(Invariant::CondensedSpan))
             }
             Event::SummaryRetired(e) => {
-                self.ledger.check_retire(e, oldest_in_view).map_err(ledger(Invariant::RetireTarget))
+                self.ledger.check_retire(e, oldest_in_view()).map_err(ledger(Invariant::RetireTarget))
             }
             _ => Ok(()),
         }
