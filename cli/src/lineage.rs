@@ -69,6 +69,21 @@ pub fn link_of(stream: StreamId, version: Version, ev: &Event) -> Option<Link> {
     }
 }
 
+/// `links` without the copied ones: a branch's log holds its ancestors' `Branched` records
+/// too (copied with the shared prefix), and only its last is its own edge — the others are
+/// told by the ancestors' logs. Pass every edge found, not only those touching one session:
+/// the record that supersedes a copy may be about another pair.
+pub fn own_edges(links: impl IntoIterator<Item = Link>) -> Vec<Link> {
+    let links: Vec<Link> = links.into_iter().collect();
+    let copied = |l: &Link| {
+        l.kind == LinkKind::Branched
+            && links.iter().any(|k| {
+                k.kind == LinkKind::Branched && k.recorded_in.0 == l.recorded_in.0 && k.recorded_in.1 > l.recorded_in.1
+            })
+    };
+    links.iter().filter(|l| !copied(l)).copied().collect()
+}
+
 impl Link {
     /// The edge seen from session `me`: `continues in session X …` or `continued from session
     /// X …` (`None` when it does not touch `me`).
@@ -106,7 +121,7 @@ impl Lineage {
     /// The edges of `links` that touch `me`, sorted into both directions.
     pub fn of(me: StreamId, links: impl IntoIterator<Item = Link>) -> Lineage {
         let mut l = Lineage::default();
-        for link in links {
+        for link in own_edges(links) {
             let list = match (link.from == me, link.to == me) {
                 (true, false) => &mut l.successors,
                 (false, true) => &mut l.predecessors,
