@@ -1,4 +1,7 @@
-//! ctxlog command-line front end. [`run`] is the whole program, so tests drive it in-process.
+//! The `ctxlog` program as a library (the binary is the `ctxlog-cli` package). [`run`] is the
+//! whole program, argv in and exit code out, so tests and benchmarks drive it in-process; the
+//! modules are what its commands are built from (transcript import, store URLs, model
+//! summarizers, the postmortem fold), which the benchmarks and the fuzz targets use directly.
 
 pub mod analysis;
 pub mod args;
