@@ -34,6 +34,7 @@ mod responses;
 mod server;
 mod sessions;
 mod shared;
+mod shedding;
 mod summaries;
 mod tee;
 #[cfg(test)]
