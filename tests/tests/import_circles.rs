@@ -47,6 +47,8 @@ fn crates() -> Vec<PathBuf> {
         .filter(|d| d.join("src").is_dir())
         .collect();
     assert!(dirs.len() >= 10, "the members list was not read: {dirs:?}");
+    // The program's library (issue 24, item 6) and the binary are read like every crate.
+    assert!(dirs.iter().any(|d| d.ends_with("tools")) && dirs.iter().any(|d| d.ends_with("cli")), "{dirs:?}");
     dirs
 }
 

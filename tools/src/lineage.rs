@@ -102,7 +102,7 @@ impl Link {
     }
 
     /// As JSON, seen from `me`: `{"relation": "successor"|"predecessor", "session", "kind", "at"}`.
-    pub fn to_json(&self, me: StreamId) -> Value {
+    pub fn to_json(self, me: StreamId) -> Value {
         let (relation, other) = if self.from == me { ("successor", self.to) } else { ("predecessor", self.from) };
         json!({"relation": relation, "session": other.to_string(), "kind": self.kind.as_str(), "at": self.at})
     }

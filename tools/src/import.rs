@@ -3,7 +3,7 @@
 //!
 //! Memory stays bounded by the session's view, not by the transcript: lines are read one at a
 //! time, the session is the live one over the target, and its records reach the target in
-//! chunks of [`CHUNK_BYTES`] ([`Buffered`]). Atomicity comes from a completion marker: the
+//! chunks of [`CHUNK_BYTES`] (`Buffered`). Atomicity comes from a completion marker: the
 //! session is created as an import (`SessionStarted.import` announces the transcript's sha256
 //! and message count) and is complete only once `ImportCompleted` is written, last. Until then
 //! readers treat it as absent (`Session::open` refuses it, `copy` skips it, `verify` reports
