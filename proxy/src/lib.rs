@@ -36,6 +36,7 @@ mod sessions;
 mod shared;
 mod shedding;
 mod summaries;
+mod tails;
 mod tee;
 #[cfg(test)]
 mod tests;

@@ -90,6 +90,7 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         sessions: Sessions::default(),
         chains: Default::default(),
         aliases: Default::default(),
+        tails: Default::default(),
         metrics: Arc::clone(&metrics),
         in_flight: InFlight::default(),
         limits: crate::overflow::Limits::default(),

@@ -18,6 +18,9 @@ pub enum LinkKind {
     /// `to` is a branch of `from` (an undo, a retry, an edit, a re-run with the same opening):
     /// it starts with `from`'s history up to message `at`, compaction state included.
     Branched,
+    /// The client replaced `from`'s messages before `at` by its own summary; the conversation
+    /// went on in `to`, which starts with that summary and the messages the client kept.
+    ClientCompacted,
 }
 
 impl LinkKind {
@@ -26,6 +29,7 @@ impl LinkKind {
         match self {
             LinkKind::Diverged => "diverged",
             LinkKind::Branched => "branched",
+            LinkKind::ClientCompacted => "client_compacted",
         }
     }
 }
@@ -53,6 +57,13 @@ pub fn link_of(stream: StreamId, version: Version, ev: &Event) -> Option<Link> {
             from: stream,
             to: successor.parse().ok()?,
             kind: LinkKind::Diverged,
+            at: *seq,
+            recorded_in: (stream, version),
+        }),
+        Event::GuardRaised(GuardRaised { kind: GuardKind::ClientCompacted { predecessor, seq }, .. }) => Some(Link {
+            from: predecessor.parse().ok()?,
+            to: stream,
+            kind: LinkKind::ClientCompacted,
             at: *seq,
             recorded_in: (stream, version),
         }),
@@ -91,6 +102,7 @@ impl Link {
         let why = match self.kind {
             LinkKind::Diverged => format!("the client's history differed from message {} on", self.at),
             LinkKind::Branched => format!("a branch sharing its first {} messages", self.at),
+            LinkKind::ClientCompacted => format!("the client replaced the messages before {} by its own summary", self.at),
         };
         if self.from == me {
             Some(format!("continues in session {} ({why})", self.to))
