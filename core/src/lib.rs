@@ -60,8 +60,10 @@ pub mod config;
 pub mod cost;
 #[doc(hidden)]
 pub mod engine;
+mod error;
 pub mod event;
 mod json;
+mod log;
 #[doc(hidden)]
 pub mod media;
 pub mod message;
@@ -74,6 +76,7 @@ mod problem;
 pub mod replay;
 pub mod request;
 pub mod session;
+mod snapshot;
 pub mod state;
 pub mod store;
 pub mod summary;
@@ -96,9 +99,10 @@ pub use config::{Config, ConfigError};
 pub use event::Event;
 pub use message::Message;
 pub use request::{CacheTtl, Request, RequestError, RequestOptions};
+pub use error::{SessionError, StaleCause};
 pub use session::{
-    Appended, Committed, PendingAppend, Plan, Prepared, Produced, Session, SessionError, StaleCause, SummaryAttempt,
-    SummaryFinished, SummaryOutcome,
+    Appended, Committed, Extractive, PendingAppend, Plan, Prepared, Produced, Session, Summarizer, SummaryAttempt,
+    SummaryFinished, SummaryOutcome, SummaryRun,
 };
 pub use state::{State, Violation};
 pub use store::{
