@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ctxlog::{parse_message, Config, MemoryStore, Prepared, Produced, RequestOptions, Session, StreamId, Timestamp, Usage, WireFormat};
+//! use ctxlog::{parse_message, Config, Extractive, MemoryStore, RequestOptions, Session, StreamId, Timestamp, Usage, WireFormat};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = MemoryStore::new(); // or SqliteStore, FsStore, SledStore, PgStore: the `Store` trait
@@ -30,12 +30,8 @@
 //!         parse_message(r#"{"role":"user","content":"Now add a header row."}"#)?,
 //!     ])?;
 //!     // Effects the host fulfils between calls: summaries (the built-in one here, or a model).
-//!     while let Some(job) = session.summary_job() {
-//!         let text = session.summarize(&job)?;
-//!         if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive())? {
-//!             break;
-//!         }
-//!     }
+//!     // By hand: `summary_job` → `summarize` (or a model) → `prepare`, until none is left.
+//!     session.run_summaries(&mut Extractive, usize::MAX)?;
 //! }
 //! // The log explains itself: every served view re-renders to the digest recorded for it.
 //! assert!(ctxlog::replay::verify(&store, session.id())?.ok());
