@@ -2,7 +2,7 @@
 //!
 //! Every command follows decide → persist → advance: events are decided and validated against
 //! the state without touching it, appended to the store as one atomic batch, and applied only
-//! after the store acknowledged them ([`persist`]). One file per concern, each one `impl` block;
+//! after the store acknowledged them (`persist.rs`). One file per concern, each one `impl` block;
 //! the order of use is written on [`Session`].
 
 mod append;
