@@ -79,6 +79,7 @@ pub mod summary;
 pub mod summary_call;
 pub mod summary_echo;
 pub mod summary_fit;
+mod summary_prompt;
 pub mod time;
 #[doc(hidden)]
 pub mod tokens;
@@ -92,10 +93,10 @@ pub mod wire;
 
 pub use codec::DecodeError;
 pub use config::{Config, ConfigError};
+pub use error::{SessionError, StaleCause};
 pub use event::Event;
 pub use message::Message;
 pub use request::{CacheTtl, Request, RequestError, RequestOptions};
-pub use error::{SessionError, StaleCause};
 pub use session::{
     Appended, Committed, Extractive, PendingAppend, Plan, Prepared, Produced, Session, Summarizer, SummaryAttempt,
     SummaryFinished, SummaryOutcome, SummaryRun,

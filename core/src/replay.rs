@@ -6,13 +6,13 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use crate::codec;
+use crate::error::SessionError;
 use crate::event::{Event, GuardRaised, SummaryMode};
+pub use crate::log::for_each_event;
+use crate::log::{hydrate, StoreBlobs, READ_CHUNK};
 use crate::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message};
 pub use crate::problem::{Problem, ProblemKind};
 use crate::request::{self, Request, RequestOptions, ServedView};
-use crate::error::SessionError;
-pub use crate::log::for_each_event;
-use crate::log::{hydrate, StoreBlobs, READ_CHUNK};
 use crate::snapshot::{self, Finding};
 use crate::state::{State, Violation};
 use crate::store::{Store, StoreError, StreamId, Version};

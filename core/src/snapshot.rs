@@ -6,8 +6,8 @@
 use crate::codec;
 use crate::error::SessionError;
 use crate::problem::ProblemKind;
-pub use crate::store::SnapshotError;
 use crate::state::State;
+pub use crate::store::SnapshotError;
 use crate::store::{Snapshot, Store, StreamId};
 
 /// Layout of a snapshot body; bump on any change to [`State`]'s fields *or* to what the fold

@@ -5,10 +5,10 @@
 use std::collections::BTreeSet;
 
 use crate::codec;
-use crate::event::Event;
-use crate::replay::collect_blobs;
 use crate::error::SessionError;
+use crate::event::Event;
 use crate::log::READ_CHUNK;
+use crate::replay::collect_blobs;
 use crate::store::{BlobId, ExpectedVersion, Record, Store, StreamId, Version};
 
 /// What a copy moved.

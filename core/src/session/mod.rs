@@ -28,7 +28,7 @@ pub use self::lifecycle::new_session_id;
 pub use self::persist::Committed;
 pub use self::rejections::CallRejectedOutcome;
 pub use self::summaries::{Prepared, Produced, SummaryAttempt, SummaryFinished, SummaryOutcome};
-pub use self::summarizer::{Extractive, RunEnd, SummaryRun, SummaryStep, Summarizer, WrittenBy};
+pub use self::summarizer::{Extractive, RunEnd, Summarizer, SummaryRun, SummaryStep, WrittenBy};
 // The paths these had when they were written here (the public API keeps them).
 pub use crate::error::{SessionError, StaleCause};
 pub use crate::log::{hydrate, load_messages, READ_CHUNK};

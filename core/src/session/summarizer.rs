@@ -192,8 +192,8 @@ mod tests {
     /// A session over its own store, `turns` long turns in: well over its soft threshold.
     fn long_session(id: StreamId, turns: usize) -> Session<MemoryStore> {
         let config = Config { budget: 4_000, ..Config::default() };
-        let mut s = Session::create(MemoryStore::new(), id, WireFormat::Anthropic, config, Timestamp::from_millis(0))
-            .unwrap();
+        let mut s =
+            Session::create(MemoryStore::new(), id, WireFormat::Anthropic, config, Timestamp::from_millis(0)).unwrap();
         for i in 0..turns {
             let user = format!(r#"{{"role":"user","content":"step {i}: {}"}}"#, "details ".repeat(150));
             s.append(vec![parse_message(&user).unwrap()]).unwrap();
