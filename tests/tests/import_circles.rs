@@ -21,11 +21,6 @@ const KNOWN_CORE_CIRCLES: &[&[&str]] = &[
     // (CacheTtl now lives in breakpoints and the placeholder text in state, so neither of
     // issues 20-21's new files joined it.)
     &["event", "request", "state", "view"],
-    // The log reader and the snapshot codec in session, the replay's timeline records.
-    &["replay", "session"],
-    // Fitting a job to the summarizer (issue 22) reads the call's knobs and prompt; the call
-    // fits its job first. To break with the prompts in a module of their own (issue 24, 1-3).
-    &["summary_call", "summary_fit"],
 ];
 
 /// The import graph of one crate: module → the modules it imports.
