@@ -86,7 +86,11 @@ mod tests {
     use super::*;
 
     fn items(digests: &[u128]) -> Vec<Item<'static>> {
-        digests.iter().enumerate().map(|(i, d)| Item { raw: b"{}", digest: *d, index: Some(i), keys: crate::body::Keys::MESSAGES }).collect()
+        digests
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Item { raw: b"{}", digest: *d, index: Some(i), keys: crate::body::Keys::MESSAGES })
+            .collect()
     }
 
     const T: [u8; 32] = [7; 32];

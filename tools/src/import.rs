@@ -17,7 +17,7 @@ use ctxlog::config::Config;
 use ctxlog::event::{Event, ImportSource};
 use ctxlog::message::{Message, Role};
 use ctxlog::replay::{CallRecord, Timeline};
-use ctxlog::session::{hydrate, new_session_id, Prepared, Produced, READ_CHUNK};
+use ctxlog::session::{hydrate, new_session_id, READ_CHUNK};
 use ctxlog::store::{check_expected, StoredRecord};
 use ctxlog::time::Millis;
 use ctxlog::view::{render_item_with, ViewCache};
@@ -207,12 +207,7 @@ fn summarize<S: Store>(
     if let Some(m) = model {
         return m.run(session, MODEL_JOBS_BETWEEN_CALLS);
     }
-    while let Some(job) = session.summary_job() {
-        let text = session.summarize(&job)?;
-        if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive())? {
-            break;
-        }
-    }
+    session.run_summaries(&mut ctxlog::Extractive, usize::MAX)?;
     Ok(Vec::new())
 }
 

@@ -102,7 +102,9 @@ impl Link {
         let why = match self.kind {
             LinkKind::Diverged => format!("the client's history differed from message {} on", self.at),
             LinkKind::Branched => format!("a branch sharing its first {} messages", self.at),
-            LinkKind::ClientCompacted => format!("the client replaced the messages before {} by its own summary", self.at),
+            LinkKind::ClientCompacted => {
+                format!("the client replaced the messages before {} by its own summary", self.at)
+            }
         };
         if self.from == me {
             Some(format!("continues in session {} ({why})", self.to))
