@@ -9,12 +9,12 @@ pub mod views;
 /// # Panics
 /// If the bundled transcript does not read: a broken fixture, nothing to recover.
 #[allow(clippy::panic)]
-pub fn demo_transcript() -> ctxlog_cli::transcript::Transcript {
+pub fn demo_transcript() -> ctxlog_tools::transcript::Transcript {
     let text = ctxlog_workload::demo_transcript();
-    ctxlog_cli::transcript::read(
+    ctxlog_tools::transcript::read(
         text.as_bytes(),
         std::path::Path::new("demo"),
-        ctxlog_cli::transcript::FormatArg::Anthropic,
+        ctxlog_tools::transcript::FormatArg::Anthropic,
     )
     .unwrap_or_else(|e| panic!("the bundled demo transcript: {e}"))
 }

@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use ctxlog::{
-    parse_message, Config, MemoryStore, Prepared, Produced, RequestOptions, Session, StreamId, Timestamp, Usage,
-    WireFormat,
+    parse_message, Config, Extractive, MemoryStore, RequestOptions, Session, StreamId, Timestamp, Usage, WireFormat,
 };
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,13 +40,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         session.append(vec![parse_message(r#"{"role":"user","content":"continue"}"#)?])?;
         // Between calls, summarize what the engine asks for (here: the built-in summarizer):
         // spans of messages, and condensing the oldest summaries once they fill their share.
-        while let Some(job) = session.summary_job() {
-            // The span's messages, for a host's own summarizer: `session.messages(job.from..job.to)`.
-            let text = session.summarize(&job)?;
-            if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive())? {
-                break;
-            }
-        }
+        // A host's own summarizer implements `Summarizer` (its text, or a model's answer); the
+        // span's messages are `session.messages(job.from..job.to)`.
+        session.run_summaries(&mut Extractive, usize::MAX)?;
     }
     let report = ctxlog::replay::verify(&store, session.id())?;
     println!("verify: {} events, ok = {}", report.events, report.ok());

@@ -718,6 +718,17 @@ pub enum GuardKind {
     /// unchanged and never compacts (what the provider holds was never sent through ctxlog).
     /// Written by a host (the proxy) when it creates such a session; it stays latched.
     ProviderHeldHistory,
+    /// The client replaced the first `seq` messages of session `predecessor` by its own
+    /// summary (a client-side summarizer, e.g. LangChain's `SummarizationMiddleware`): this
+    /// session holds its history from then on, starting with that summary and the messages it
+    /// kept. Written by a host (the proxy) on the new session when it creates it; it stays
+    /// latched. Added as variant 9.
+    ClientCompacted {
+        /// The session whose history the client summarized.
+        predecessor: String,
+        /// The predecessor's first message the client kept.
+        seq: u64,
+    },
 }
 
 impl GuardKind {
@@ -733,6 +744,7 @@ impl GuardKind {
             GuardKind::SummarizerPaused => "summarizer_paused".into(),
             GuardKind::HistoryDiverged { .. } => "history_diverged".into(),
             GuardKind::ProviderHeldHistory => "provider_held_history".into(),
+            GuardKind::ClientCompacted { .. } => "client_compacted".into(),
         }
     }
 }

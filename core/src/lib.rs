@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ctxlog::{parse_message, Config, MemoryStore, Prepared, Produced, RequestOptions, Session, StreamId, Timestamp, Usage, WireFormat};
+//! use ctxlog::{parse_message, Config, Extractive, MemoryStore, RequestOptions, Session, StreamId, Timestamp, Usage, WireFormat};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = MemoryStore::new(); // or SqliteStore, FsStore, SledStore, PgStore: the `Store` trait
@@ -30,12 +30,8 @@
 //!         parse_message(r#"{"role":"user","content":"Now add a header row."}"#)?,
 //!     ])?;
 //!     // Effects the host fulfils between calls: summaries (the built-in one here, or a model).
-//!     while let Some(job) = session.summary_job() {
-//!         let text = session.summarize(&job)?;
-//!         if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive())? {
-//!             break;
-//!         }
-//!     }
+//!     // By hand: `summary_job` → `summarize` (or a model) → `prepare`, until none is left.
+//!     session.run_summaries(&mut Extractive, usize::MAX)?;
 //! }
 //! // The log explains itself: every served view re-renders to the digest recorded for it.
 //! assert!(ctxlog::replay::verify(&store, session.id())?.ok());
@@ -60,8 +56,10 @@ pub mod config;
 pub mod cost;
 #[doc(hidden)]
 pub mod engine;
+mod error;
 pub mod event;
 mod json;
+mod log;
 #[doc(hidden)]
 pub mod media;
 pub mod message;
@@ -76,12 +74,14 @@ mod render;
 pub mod replay;
 pub mod request;
 pub mod session;
+mod snapshot;
 pub mod state;
 pub mod store;
 pub mod summary;
 pub mod summary_call;
 pub mod summary_echo;
 pub mod summary_fit;
+mod summary_prompt;
 pub mod time;
 #[doc(hidden)]
 pub mod tokens;
@@ -95,12 +95,13 @@ pub mod wire;
 
 pub use codec::DecodeError;
 pub use config::{Config, ConfigError};
+pub use error::{SessionError, StaleCause};
 pub use event::Event;
 pub use message::Message;
 pub use request::{CacheTtl, Request, RequestError, RequestOptions};
 pub use session::{
-    Appended, Committed, PendingAppend, Plan, Prepared, Produced, Session, SessionError, StaleCause, SummaryAttempt,
-    SummaryFinished, SummaryOutcome,
+    Appended, Committed, Extractive, PendingAppend, Plan, Prepared, Produced, Session, Summarizer, SummaryAttempt,
+    SummaryFinished, SummaryOutcome, SummaryRun,
 };
 pub use state::{State, Violation};
 pub use store::{

@@ -6,13 +6,16 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use crate::codec;
+use crate::error::SessionError;
 use crate::event::{Event, GuardRaised, SummaryMode};
+pub use crate::log::for_each_event;
+use crate::log::{hydrate, StoreBlobs, READ_CHUNK};
 use crate::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message};
 pub use crate::problem::{Problem, ProblemKind};
 use crate::request::{self, Request, RequestOptions, ServedView};
-use crate::session::{decode_snapshot, hydrate, SessionError, StoreBlobs, READ_CHUNK};
+use crate::snapshot::{self, Finding};
 use crate::state::{State, Violation};
-use crate::store::{SnapshotError, Store, StoreError, StreamId, Version};
+use crate::store::{Store, StoreError, StreamId, Version};
 use crate::view::ViewCache;
 
 /// One call of the timeline (`import --json`, `replay --json`).
@@ -344,30 +347,6 @@ pub struct Replayed {
     pub trailing: Trailing,
 }
 
-/// Reads the records of `stream` from version `from` up to `until`, calling `f` with each
-/// decoded event.
-pub fn for_each_event<S: Store + ?Sized>(
-    store: &S,
-    stream: StreamId,
-    from: Version,
-    until: Option<Version>,
-    mut f: impl FnMut(Version, Event) -> Result<(), SessionError>,
-) -> Result<(), SessionError> {
-    let mut from = from.max(1);
-    loop {
-        let batch = store.read(stream, from, READ_CHUNK)?;
-        let Some(last) = batch.last().map(|r| r.version) else { return Ok(()) };
-        for rec in batch {
-            if until.is_some_and(|u| rec.version > u) {
-                return Ok(());
-            }
-            let ev = codec::decode(stream, rec.version, &rec.record)?;
-            f(rec.version, ev)?;
-        }
-        from = last + 1;
-    }
-}
-
 /// Folds a stream from the start.
 pub fn replay<S: Store + ?Sized>(
     store: &S,
@@ -618,16 +597,12 @@ pub fn verify<S: Store + ?Sized>(store: &S, stream: StreamId) -> Result<VerifyRe
     if let Some(snap) = snapshot {
         report.snapshot_checked = true;
         let problem = |kind| Problem { stream, version: Some(snap.version), kind };
-        match (decode_snapshot(&snap), snap_state) {
-            // A snapshot of another build's state layout is a stale cache, not damage: opening
-            // the session ignores it and replays.
-            (Err(e @ SnapshotError::Layout { .. }), _) => {
+        match snapshot::check(&snap, snap_state.as_ref()) {
+            Finding::Sound => {}
+            Finding::Stale(e) => {
                 report.notes.push(format!("stream {stream}: snapshot at version {} ignored: {e}", snap.version))
             }
-            (Err(error), _) => report.problems.push(problem(ProblemKind::SnapshotUnusable { error })),
-            (Ok(_), None) => report.problems.push(problem(ProblemKind::SnapshotPastReplay)),
-            (Ok(s), Some(replayed)) if s != replayed => report.problems.push(problem(ProblemKind::SnapshotDiffers)),
-            _ => {}
+            Finding::Problem(kind) => report.problems.push(problem(kind)),
         }
     }
     Ok(report)

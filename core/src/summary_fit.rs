@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::message::Message;
 use crate::state::State;
 use crate::summary::SummaryJob;
-use crate::summary_call::{render_message, SummaryCall, DEFAULT_MAX_TOKENS, STANDALONE_PROMPT};
+use crate::summary_prompt::{render_message, SummaryCall, DEFAULT_MAX_TOKENS, STANDALONE_PROMPT};
 use crate::tokens::text_tokens;
 
 /// Tokens a request takes besides its texts (roles, JSON framing, a chat template).

@@ -5,9 +5,10 @@
 use std::collections::BTreeSet;
 
 use crate::codec;
+use crate::error::SessionError;
 use crate::event::Event;
+use crate::log::READ_CHUNK;
 use crate::replay::collect_blobs;
-use crate::session::{SessionError, READ_CHUNK};
 use crate::store::{BlobId, ExpectedVersion, Record, Store, StreamId, Version};
 
 /// What a copy moved.

@@ -1,4 +1,4 @@
-//! JSONL transcripts, end to end: the CLI's reader (`cli/src/transcript.rs`, which parses each
+//! JSONL transcripts, end to end: the CLI's reader (`tools/src/transcript.rs`, which parses each
 //! line with `core/src/wire.rs`), then `import` into a memory store, `verify`, `replay` and
 //! the lossless export.
 //!
@@ -23,9 +23,9 @@ use ctxlog::message::Role;
 use ctxlog::replay::{replay, verify, Mode};
 use ctxlog::wire::{parse_message, to_json, Media, RenderOpts};
 use ctxlog::{Config, MemoryStore, Session, Store, StreamId};
-use ctxlog_cli::error::CliError;
-use ctxlog_cli::import::{import, ImportOptions};
-use ctxlog_cli::transcript::{read, FormatArg};
+use ctxlog_tools::error::CliError;
+use ctxlog_tools::import::{import, ImportOptions};
+use ctxlog_tools::transcript::{read, FormatArg};
 use libfuzzer_sys::fuzz_target;
 
 const FILE: &str = "fuzz.jsonl";

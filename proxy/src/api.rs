@@ -149,8 +149,10 @@ pub(crate) async fn call(
         let original = original.clone();
         let asked = Arc::clone(&asked);
         let name = name.clone();
+        let tails = Arc::clone(&proxy);
         let step = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
+            let derived = name.is_none() && !held_chain;
             guard.name = name;
             let lease = match store.try_lease(base) {
                 Ok(Some(lease)) => lease,
@@ -164,6 +166,11 @@ pub(crate) async fn call(
             for (i, (span, digest)) in span_list.iter().enumerate() {
                 let raw = raw.get(span.clone()).unwrap_or_default();
                 items.push(Item { raw, digest: *digest, index: Some(i), keys });
+            }
+            // A lineage new to this slot may be a conversation its client summarized.
+            guard.summarizes = None;
+            if derived && guard.current_digests().is_none() {
+                guard.summarizes = tails.tails.summarized(&tenant, &items);
             }
             let prepared = if held_chain {
                 let body = original.to_vec();
@@ -464,6 +471,9 @@ impl Call {
                 }
                 for payload in &compactions {
                     proxy.aliases.remember(&tenant, payload, base, logged);
+                }
+                if let Some((stream, digests)) = held.current_digests() {
+                    proxy.tails.record(&tenant, stream, digests);
                 }
                 told(Ok(()));
                 // The session's summary jobs run before its next call plans.

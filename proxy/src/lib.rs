@@ -34,7 +34,9 @@ mod responses;
 mod server;
 mod sessions;
 mod shared;
+mod shedding;
 mod summaries;
+mod tails;
 mod tee;
 #[cfg(test)]
 mod tests;

@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::reply::{error, full, Body, Shape};
 use crate::sessions::{Sessions, Store};
 use crate::shared::{HttpClient, InFlight, Proxy};
+use crate::shedding::{Shed, Unstarted};
 use crate::{ProxyConfig, ProxyError};
 
 /// Connections served past the limit, one request each.
@@ -89,6 +90,7 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         sessions: Sessions::default(),
         chains: Default::default(),
         aliases: Default::default(),
+        tails: Default::default(),
         metrics: Arc::clone(&metrics),
         in_flight: InFlight::default(),
         limits: crate::overflow::Limits::default(),
@@ -103,69 +105,105 @@ pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyE
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(proxy.cfg.header_timeout);
         // Past the limit, a few more connections are served one request each, with a short
-        // header timeout: a flood of idle connections then delays `/healthz` by about a second
-        // instead of the whole header timeout.
+        // header timeout: `/healthz` still answers while every slot holds a call in flight.
         let reserve = Arc::new(tokio::sync::Semaphore::new(RESERVE));
         let mut brief = hyper::server::conn::http1::Builder::new();
         brief.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(RESERVE_HEADER_TIMEOUT).keep_alive(false);
-        // A connection is accepted only with a permit in hand: at the limit the loop waits for
-        // one to end (never spinning on accept), while the sweep and the stop still run.
-        let mut permit = None;
-        loop {
-            let Some((held, reserved)) = permit.take() else {
+        let unstarted = Arc::new(Unstarted::default());
+        let bound = 2 * (proxy.cfg.max_connections + RESERVE);
+        // A connection is accepted, then given a slot: at the limit the oldest connection
+        // without a whole request head is shed to make room (see `shedding`), else the loop
+        // waits for a call to end. At most one accepted connection waits; never a busy loop.
+        'accept: loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = stopped.changed() => break,
+                _ = sweep.tick() => {
+                    sweep_idle(&proxy);
+                    continue;
+                }
+                accepted = listener.accept() => accepted,
+            };
+            let tcp = match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors, say: make room and back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed; shedding the oldest unstarted connection, retrying in 50 ms");
+                    unstarted.shed_oldest(Instant::now());
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let (held, reserved) = loop {
+                if let Ok(p) = Arc::clone(&limit).try_acquire_owned() {
+                    break (p, false);
+                }
+                if let Ok(p) = Arc::clone(&reserve).try_acquire_owned() {
+                    break (p, true);
+                }
+                let retry = match unstarted.shed_oldest(Instant::now()) {
+                    Shed::One => Duration::from_millis(50), // its slot frees as its task ends
+                    Shed::Wait(d) => d,
+                    Shed::None => Duration::from_secs(3600),
+                };
                 tokio::select! {
                     biased;
+                    _ = stopped.changed() => break 'accept,
                     p = Arc::clone(&limit).acquire_owned() => match p {
-                        Ok(p) => permit = Some((p, false)),
-                        Err(_) => break,
+                        Ok(p) => break (p, false),
+                        Err(_) => break 'accept,
                     },
                     p = Arc::clone(&reserve).acquire_owned() => match p {
-                        Ok(p) => permit = Some((p, true)),
-                        Err(_) => break,
+                        Ok(p) => break (p, true),
+                        Err(_) => break 'accept,
                     },
+                    _ = tokio::time::sleep(retry) => {}
                     _ = sweep.tick() => sweep_idle(&proxy),
-                    _ = stopped.changed() => break,
                 }
-                continue;
             };
-            tokio::select! {
-                accepted = listener.accept() => {
-                    let tcp = match accepted {
-                        Ok((tcp, _)) => tcp,
-                        Err(e) => {
-                            // Out of file descriptors, say: back off instead of spinning.
-                            tracing::warn!(error = %e, "accept failed; retrying in 50 ms");
-                            permit = Some((held, reserved));
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    };
-                    let _ = tcp.set_nodelay(true);
-                    let p = Arc::clone(&proxy);
-                    // A reserved connection's body must come as fast as its headers.
-                    let body_timeout = if reserved { RESERVE_HEADER_TIMEOUT } else { proxy.cfg.body_timeout };
-                    let svc = service_fn(move |req| handle(Arc::clone(&p), req, body_timeout));
-                    let builder = if reserved { brief.clone() } else { http.clone() };
-                    let first_byte = if reserved { RESERVE_HEADER_TIMEOUT } else { proxy.cfg.header_timeout };
-                    let watcher = graceful.watcher();
-                    tokio::spawn(async move {
-                        // hyper's header timeout starts with the first byte: a connection that
-                        // sends nothing would hold its permit forever.
-                        if let Ok(Ok(())) = tokio::time::timeout(first_byte, tcp.readable()).await {
-                            let conn = watcher.watch(builder.serve_connection(TokioIo::new(tcp), svc));
-                            if let Err(e) = conn.await {
-                                tracing::debug!(error = %e, "connection ended");
+            let _ = tcp.set_nodelay(true);
+            let conn = unstarted.push(Instant::now(), bound);
+            let p = Arc::clone(&proxy);
+            // A reserved connection's body must come as fast as its headers.
+            let body_timeout = if reserved { RESERVE_HEADER_TIMEOUT } else { proxy.cfg.body_timeout };
+            let started = Arc::clone(&conn);
+            let svc = service_fn(move |req| {
+                started.start();
+                handle(Arc::clone(&p), req, body_timeout)
+            });
+            let builder = if reserved { brief.clone() } else { http.clone() };
+            let first_byte = if reserved { RESERVE_HEADER_TIMEOUT } else { proxy.cfg.header_timeout };
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                // hyper's header timeout starts with the first byte: a connection that sends
+                // nothing would hold its slot forever.
+                let first = tokio::select! {
+                    r = tokio::time::timeout(first_byte, tcp.readable()) => matches!(r, Ok(Ok(()))),
+                    _ = conn.shed() => false,
+                };
+                if first {
+                    let served = watcher.watch(builder.serve_connection(TokioIo::new(tcp), svc));
+                    tokio::pin!(served);
+                    loop {
+                        tokio::select! {
+                            r = &mut served => {
+                                if let Err(e) = r {
+                                    tracing::debug!(error = %e, "connection ended");
+                                }
+                                break;
+                            }
+                            // Dropping it closes the socket: nothing was read that could be lost.
+                            _ = conn.shed(), if !conn.started() => {
+                                // It may have started in this very poll: then it stays.
+                                if !conn.started() {
+                                    break;
+                                }
                             }
                         }
-                        drop(held);
-                    });
+                    }
                 }
-                _ = sweep.tick() => {
-                    permit = Some((held, reserved));
-                    sweep_idle(&proxy);
-                }
-                _ = stopped.changed() => break,
-            }
+                drop(held);
+            });
         }
         drop(listener);
         // Calls in flight end and commit (their connections stay open until their answer is

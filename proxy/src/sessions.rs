@@ -42,6 +42,9 @@ pub(crate) struct Slot {
     /// The client's `x-ctxlog-session` header, recorded (`SessionNamed`) in every session this
     /// slot creates, successors included, so a person can find them by it.
     pub name: Option<String>,
+    /// The conversation this request's history summarizes (`tails.rs`), and its first message
+    /// kept: recorded (`ClientCompacted`) if the request creates the lineage's root.
+    pub summarizes: Option<(StreamId, u64)>,
 }
 
 /// The slots, by the id a request resolves to.
@@ -62,6 +65,7 @@ impl Sessions {
                 current: None,
                 last_used: Instant::now(),
                 name: None,
+                summarizes: None,
             }))
         }))
     }
@@ -285,7 +289,16 @@ fn bring_up(
                 let first = first_append(&name);
                 let created =
                     Session::create_named(Arc::clone(store), node, format, config.clone(), now, name, messages);
-                let (s, _) = created.map_err(|e| refused_at(e, items, first))?;
+                let (mut s, _) = created.map_err(|e| refused_at(e, items, first))?;
+                if let Some((predecessor, seq)) = slot.summarizes.take() {
+                    let detail = format!(
+                        "the client replaced the first {seq} messages of session {predecessor} by its own summary; \
+                         the conversation continues here"
+                    );
+                    let kind = GuardKind::ClientCompacted { predecessor: predecessor.to_string(), seq };
+                    s.raise_guard(kind, detail, "client")?;
+                    tracing::info!(%predecessor, session = %node, seq, "the client summarized its history");
+                }
                 slot.branches.insert(node, Branch::new(s, items.iter().map(|i| i.digest).collect(), None));
                 return Ok(Brought { stream: node, fork: None, branched: false, caught_up });
             }
@@ -480,6 +493,12 @@ impl Slot {
             }
         }
         self.current = Some(id);
+    }
+
+    /// The current branch and the digests of its logged messages as the client sent them.
+    pub fn current_digests(&self) -> Option<(StreamId, &[u128])> {
+        let current = self.current?;
+        Some((current, &self.branches.get(&current)?.digests))
     }
 
     /// The stream whose store lease this slot's calls take.

@@ -24,6 +24,8 @@ pub(crate) struct Proxy {
     pub chains: crate::responses::Chains,
     /// Provider compactions seen in answers (`compaction.rs`).
     pub aliases: crate::compaction::Aliases,
+    /// The ends of recent conversations, to recognize a client's own summary (`tails.rs`).
+    pub tails: crate::tails::Tails,
     pub metrics: Arc<Metrics>,
     /// Calls between their forward and the end of their commit and summaries: shutdown waits
     /// for them to drain.

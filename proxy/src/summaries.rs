@@ -13,7 +13,7 @@ use std::sync::Arc;
 use ctxlog::event::SummaryFailure;
 use ctxlog::session::{SummaryFinished, SummaryOutcome};
 use ctxlog::summary_call::SummaryCall;
-use ctxlog::{Prepared, Produced, StreamId};
+use ctxlog::{Extractive, StreamId};
 
 use crate::sessions::{Held, Slot, Store};
 
@@ -86,22 +86,16 @@ pub(crate) async fn after_commit(summaries: &Summaries, store: &Store, guard: Gu
     }
 }
 
-/// Prepares extractive summaries until no job is left or one is discarded; returns how many
-/// were written.
+/// Prepares extractive summaries until no job is left or one is discarded
+/// ([`ctxlog::Session::run_summaries`]); returns how many were written.
 pub(crate) fn extractive(slot: &mut Slot) -> Result<usize, ctxlog::SessionError> {
     let Some(session) = slot.session_mut() else { return Ok(0) };
-    let mut written = 0;
-    while let Some(job) = session.summary_job() {
-        let text = session.summarize(&job)?;
-        match session.prepare(&job, text, Produced::extractive())? {
-            Prepared::Written(_) => written += 1,
-            Prepared::Discarded(_) => break,
-        }
-    }
-    Ok(written)
+    Ok(session.run_summaries(&mut Extractive, usize::MAX)?.prepared())
 }
 
-/// Model attempts, one at a time, until no job is left, one fails, or the bound is reached.
+/// Model attempts, one at a time, until no job is left, one fails, or the bound is reached:
+/// `Session::run_summaries`' loop, taken apart because the slot is released while the model
+/// writes (the built-in loop holds its session throughout).
 /// The session's own work (building the request: reading its span from the log; recording the
 /// outcome: a durable append) runs on the blocking pool, never on the runtime's threads, where
 /// it would hold up other sessions' calls; the model's call runs with the slot released.

@@ -308,6 +308,62 @@ async fn idle_and_partial_connections_do_not_starve_the_proxy() {
     p.shutdown().await;
 }
 
+/// At the limit (every slot and the reserve held by connections that never send a whole
+/// request head, with a header timeout far away) the oldest of them is shed: `/healthz` and a
+/// real call are answered long before any timeout could free a slot, while a call in flight
+/// on one of the slots is never cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_limit_the_oldest_unstarted_connection_makes_room() {
+    let up = FakeUpstream::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| {
+        c.max_connections = 4;
+        c.header_timeout = Duration::from_secs(600);
+        c.body_timeout = Duration::from_secs(600);
+    })
+    .await;
+    let addr = p.addr();
+    // A call in flight holds a slot.
+    up.script(Fault::Hold, 1);
+    let req = body(ANTHROPIC, &history(0), true);
+    let held = tokio::spawn(async move { raw_call(addr, ANTHROPIC, &req, "event: message_stop").await });
+    let t = Instant::now();
+    while up.requests().is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(20), "the call never reached the upstream");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // More silent and half-sent connections than the slots and the reserve (64) together.
+    let mut idle = Vec::new();
+    for i in 0..100 {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        match i % 3 {
+            0 => {}
+            1 => tcp.write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n").await.unwrap(),
+            _ => tcp.write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 9\r\n\r\n{").await.unwrap(),
+        }
+        idle.push(tcp);
+    }
+    // Nothing frees a slot by itself for 600 s: an answer within a minute is the shedding's.
+    let bound = Duration::from_secs(60);
+    let (status, answer) = tokio::time::timeout(bound, raw_call(addr, "/healthz", "", "ok")).await.unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let call = body(OPENAI, &history(0), false);
+    let (status, answer) = tokio::time::timeout(bound, raw_call(addr, OPENAI, &call, "\"usage\"")).await.unwrap();
+    assert_eq!(status, 200, "{answer}");
+    // The oldest silent connection was among those shed (the proxy closed it: EOF).
+    let mut buf = [0u8; 64];
+    let first = tokio::time::timeout(Duration::from_secs(10), idle[0].read(&mut buf)).await;
+    assert!(matches!(first, Ok(Ok(0)) | Ok(Err(_))), "the oldest silent connection was not shed: {first:?}");
+    // The call in flight was never shed: released, it is answered whole and committed.
+    up.release();
+    let (status, answer) = held.await.unwrap();
+    assert_eq!(status, 200);
+    assert!(answer.contains("message_stop"), "{answer}");
+    assert_eq!(served(&events(&*store, stream_of(&answer))).len(), 1, "the held call was not committed");
+    drop(idle);
+    p.shutdown().await;
+}
+
 /// Every committed call records the assistant message it was answered with (from the JSON
 /// body or assembled from the stream), in the same batch: the log holds the conversation's
 /// last answer though the client never sends it back.

@@ -470,6 +470,54 @@ async fn a_client_side_summary_is_a_branch_of_the_lineage() {
     p.shutdown().await;
 }
 
+/// The same without a header (LangChain's `SummarizationMiddleware` sends none): the summary
+/// is the history's first user message, so the lineage id is new; the proxy recognizes the
+/// end of the conversation it summarized and records the edge on the new session
+/// (`ClientCompacted`: the predecessor and its first message kept). The calls after it
+/// continue the new session; an unrelated conversation of the same tenant gets no edge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_side_summary_without_a_header_continues_the_lineage() {
+    let (_up, store, p) = setup().await;
+    let agent = Agent::new(p.addr(), ANTHROPIC, None);
+    let mut history = Vec::new();
+    let mut answers = converse(&agent, "summarized", &mut history, 0..12).await;
+    let mut previous = answers[0].stream;
+    let mut chain = vec![previous];
+    for (n, turns) in [(1, 12..20), (2, 20..28)] {
+        // The first message kept (seq 0 is the system prompt): the answer five from the end.
+        let seq = 1 + history.len() as u64 - 5;
+        let kept = history.split_off(history.len() - 5); // from an answer on
+        let summary =
+            format!("Here is a summary of the conversation to date:\n\nSummary {n}: the parser is half ported.");
+        history = vec![json!({"role": "user", "content": summary})];
+        history.extend(kept);
+        let after = converse(&agent, "summarized", &mut history, turns).await;
+        let s = after[0].stream;
+        assert!(after.iter().all(|a| a.stream == s && a.fork.is_none()), "{after:?}");
+        assert_ne!(s, previous);
+        let edges: Vec<GuardKind> = events(&*store, s)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::GuardRaised(g) if matches!(g.kind, GuardKind::ClientCompacted { .. }) => Some(g.kind),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(edges, vec![GuardKind::ClientCompacted { predecessor: previous.to_string(), seq }]);
+        previous = s;
+        chain.push(s);
+        answers.extend(after);
+    }
+    // Another conversation of the same tenant: no edge.
+    let mut other = Vec::new();
+    let unrelated = converse(&agent, "unrelated", &mut other, 0..3).await;
+    let evs = events(&*store, unrelated[0].stream);
+    assert!(!evs.iter().any(|e| matches!(e, Event::GuardRaised(_))), "an unrelated conversation got an edge");
+    answers.extend(unrelated);
+    let lineages = check_store(&*store, &answers).await;
+    assert!(chain.iter().all(|s| lineages.contains_key(s)), "{lineages:?}");
+    p.shutdown().await;
+}
+
 /// Two proxies on one SQLite file (as two processes would be): the same forked request sent to
 /// both at once lands in one branch, and the conversation goes on in it whichever proxy serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

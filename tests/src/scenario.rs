@@ -379,6 +379,6 @@ pub fn cli(args: &[&str]) -> (i32, String, String) {
     let mut out = Vec::new();
     let mut err = Vec::new();
     let argv = std::iter::once("ctxlog").chain(args.iter().copied());
-    let code = ctxlog_cli::run(argv, &mut out, &mut err);
+    let code = ctxlog_tools::run(argv, &mut out, &mut err);
     (code, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
 }

@@ -1,4 +1,4 @@
-//! The CLI contract, run in-process through `ctxlog_cli::run`: bad input exits 2 naming the
+//! The CLI contract, run in-process through `ctxlog_tools::run`: bad input exits 2 naming the
 //! file, line and field and writes nothing; a tampered store makes `verify` exit 4 naming the
 //! stream and version; `import` is deterministic and `replay` reproduces its timeline; `--views`
 //! writes each call's view.
@@ -685,7 +685,7 @@ fn demo_with_messages_runs_a_generated_session_of_exactly_that_length() {
     assert_eq!(cli(&["verify", "--store", &store]).0, 0);
     // The same bytes imported with the demo's budget give the same timeline.
     let file = env.file("generated.jsonl", &text);
-    let budget = ctxlog_cli::DEMO_BUDGET.to_string();
+    let budget = ctxlog_tools::DEMO_BUDGET.to_string();
     let (code, imported, err) =
         cli(&["import", &file, "--json", "--store", "mem:", "--session", SESSION, "--budget", &budget]);
     assert_eq!(code, 0, "{err}");

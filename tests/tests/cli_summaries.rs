@@ -12,7 +12,7 @@ use serde_json::Value;
 
 fn cli(args: &[&str]) -> (i32, String, String) {
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = ctxlog_cli::run(std::iter::once("ctxlog").chain(args.iter().copied()), &mut out, &mut err);
+    let code = ctxlog_tools::run(std::iter::once("ctxlog").chain(args.iter().copied()), &mut out, &mut err);
     (code, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
 }
 

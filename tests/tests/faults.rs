@@ -488,7 +488,7 @@ fn check_after(
     drop(store);
     if let Some(url) = backend.url() {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = ctxlog_cli::run(["ctxlog", "verify", "--store", &url], &mut out, &mut err);
+        let code = ctxlog_tools::run(["ctxlog", "verify", "--store", &url], &mut out, &mut err);
         assert_eq!(code, 0, "ctxlog verify: {}", String::from_utf8_lossy(&err));
     }
 }

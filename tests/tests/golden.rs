@@ -11,11 +11,11 @@
 //!   summaries, retired summaries, deferred calls), written through the library by the
 //!   `bless` of its day (git history) so a host that declines to condense is exercised too.
 //! * `v3-*`: an import (kinds 14 and 15: `SessionStarted` with the transcript's facts, and
-//!   `ImportCompleted` last) with v2's knobs, written by `ctxlog_cli::import` through the
+//!   `ImportCompleted` last) with v2's knobs, written by `ctxlog_tools::import` through the
 //!   `bless` of its day.
 //! * `v4-*`: the same import with the usage floor (kind 18: `SessionStarted` with
 //!   `usage_floor_ratio` and the import's facts; kind 17: `RequestServed` with the provider's
-//!   usage parts and `anchored`), written by `ctxlog_cli::import` through the `bless` of its day.
+//!   usage parts and `anchored`), written by `ctxlog_tools::import` through the `bless` of its day.
 //! * `v5-*`: a session whose summaries a model wrote (kind 20: `RequestServed` with the request
 //!   record; kind 21: `SummaryPrepared` with the fork's prefix call, usage and latency; kind 22:
 //!   `SummaryFailed`; the tools as a blob), written through the library by [`bless`] from
@@ -110,7 +110,7 @@ fn bless() {
 
 fn run(args: &[&str]) -> String {
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = ctxlog_cli::run(args.iter().copied(), &mut out, &mut err);
+    let code = ctxlog_tools::run(args.iter().copied(), &mut out, &mut err);
     assert_eq!(code, 0, "{args:?}: {}", String::from_utf8_lossy(&err));
     String::from_utf8(out).unwrap()
 }

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ctxlog::config::Config;
 use ctxlog::store::StoredRecord;
 use ctxlog::{BlobId, ExpectedVersion, Record, Session, SessionError, Snapshot, Store, StoreError, StreamId, Version};
-use ctxlog_cli::import::{import_in_chunks, ImportOptions};
-use ctxlog_cli::transcript::{check_file, read, FormatArg, Source};
 use ctxlog_store_sqlite::SqliteStore;
 use ctxlog_tests::scenario::cli;
+use ctxlog_tools::import::{import_in_chunks, ImportOptions};
+use ctxlog_tools::transcript::{check_file, read, FormatArg, Source};
 use serde_json::Value;
 
 const SESSION: &str = "00000000-0000-0000-0000-00000005ea11";
@@ -353,7 +353,7 @@ fn an_import_on_a_tiny_budget_returns_and_verifies() {
     let url = format!("sqlite:{}", dir.path().join("t.db").display());
     let run = |args: &[&str]| {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = ctxlog_cli::run(args.iter().copied(), &mut out, &mut err);
+        let code = ctxlog_tools::run(args.iter().copied(), &mut out, &mut err);
         assert_eq!(code, 0, "{args:?}: {}", String::from_utf8_lossy(&err));
     };
     run(&["ctxlog", "import", transcript, "--budget", "300", "--store", &url]);

@@ -23,9 +23,9 @@ use ctxlog::session::{Prepared, Produced};
 use ctxlog::state::Item;
 use ctxlog::wire::parse_timestamp_ms;
 use ctxlog::{Message, WireFormat};
-use ctxlog_cli::transcript::{read, FormatArg};
 use ctxlog_tests::engine_fixtures::{config, Harness};
 use ctxlog_tests::scenario::cli;
+use ctxlog_tools::transcript::{read, FormatArg};
 use ctxlog_workload::generate;
 use proptest::prelude::*;
 

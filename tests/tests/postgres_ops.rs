@@ -295,7 +295,7 @@ fn pool_size_in_the_url_bounds_the_pool() {
 
 #[test]
 fn a_service_started_during_an_outage_waits_for_the_store_within_its_bound() {
-    use ctxlog_cli::stores::{open_store_waiting, Access, Opening};
+    use ctxlog_tools::stores::{open_store_waiting, Access, Opening};
     use std::time::{Duration, Instant};
     let Some(mut db) = database("store_wait") else { return };
     if db.cluster().is_none() {
@@ -310,7 +310,7 @@ fn a_service_started_during_an_outage_waits_for_the_store_within_its_bound() {
 
     // Without waiting, or with a wait shorter than the outage: a typed, transient error.
     let e = open_store_waiting(&url, Access::Create, Opening::default()).err().expect("the server is down");
-    assert!(matches!(e, ctxlog_cli::error::CliError::Store(ctxlog::StoreError::Unavailable { .. })), "{e}");
+    assert!(matches!(e, ctxlog_tools::error::CliError::Store(ctxlog::StoreError::Unavailable { .. })), "{e}");
     let started = Instant::now();
     let short = Opening { wait: Duration::from_millis(1500), ..Opening::default() };
     assert!(open_store_waiting(&url, Access::Create, short).is_err());

@@ -200,7 +200,7 @@ fn every_mark_of_the_chart_reads_back_to_the_timeline() {
         }
     }
     let budget = one(&doc, "budget");
-    assert_eq!(attr(&budget, "stroke"), ctxlog_cli::chart::BUDGET_COLOR);
+    assert_eq!(attr(&budget, "stroke"), ctxlog_tools::chart::BUDGET_COLOR);
     // Flushes, guards: exactly at the calls that have them.
     assert_eq!(data_calls(&by_class(&doc, "flush")), calls_with(&t, |r| r.flush.is_some()));
     assert_eq!(data_calls(&by_class(&doc, "guard")), calls_with(&t, |r| !r.guards.is_empty()));

@@ -11,12 +11,12 @@ use ctxlog::config::{Config, SummarizerKind};
 use ctxlog::replay::Mode;
 use ctxlog::session::{Prepared, Produced};
 use ctxlog::{MemoryStore, Store, WireFormat};
-use ctxlog_cli::analysis::{analyze, Keep, Until};
-use ctxlog_cli::args::SummariesArg;
-use ctxlog_cli::diff::{compare, Side};
-use ctxlog_cli::rerun::{inputs, run};
 use ctxlog_tests::engine_fixtures::{config, Harness};
 use ctxlog_tests::postmortem::{Recorded, DEMO};
+use ctxlog_tools::analysis::{analyze, Keep, Until};
+use ctxlog_tools::args::SummariesArg;
+use ctxlog_tools::diff::{compare, Side};
+use ctxlog_tools::rerun::{inputs, run};
 use serde_json::Value;
 
 fn json(s: &str) -> Value {

@@ -347,3 +347,63 @@ fn a_session_without_calls_counts_all_its_messages() {
     assert_eq!((v[0]["messages"].as_u64(), v[0]["calls"].as_u64()), (Some(81), Some(0)));
     assert_eq!((v[0]["first_call"].clone(), v[0]["last_call"].clone()), (Value::Null, Value::Null));
 }
+
+/// Branches of branches, each after calls of its own (an undo, then another): every
+/// session's `Branched` lies between the calls its log copied from its parent and its own,
+/// where neither end of the log is read. Each is listed with its parent as predecessor and
+/// its own branches as successors, and none with the ancestors' copied `Branched` records.
+#[test]
+fn branches_after_calls_are_listed_with_their_parent_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ctxlog.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let ids: Vec<StreamId> =
+        (0..3).map(|i| format!("b4a7c400-0000-4000-8000-00000000000{i}").parse().unwrap()).collect();
+    let (mut root, _) = Session::create_with(
+        &store,
+        ids[0],
+        WireFormat::OpenAi,
+        Config { budget: 50_000, ..Config::default() },
+        Timestamp::from_millis(T0),
+        vec![msg("user", "Fix the login bug.")],
+    )
+    .unwrap();
+    let mut t = T0;
+    let turn = |s: &mut Session<&SqliteStore>, t: &mut u64| {
+        call(s, "gpt-4.1", *t);
+        s.append(vec![msg("assistant", "Done."), msg("user", &format!("Next, at {t}."))]).unwrap();
+        *t += 1_000;
+    };
+    for _ in 0..3 {
+        turn(&mut root, &mut t);
+    }
+    // Undo the last question twice over, each branch calling a few times before the next.
+    let (mut one, _) =
+        root.branch(ids[1], 5, Timestamp::from_millis(t), vec![msg("user", "Instead: the tests.")]).unwrap();
+    for _ in 0..3 {
+        turn(&mut one, &mut t);
+    }
+    let (mut two, _) = one.branch(ids[2], 9, Timestamp::from_millis(t), vec![msg("user", "No: the docs.")]).unwrap();
+    turn(&mut two, &mut t);
+    drop((root, one, two));
+    drop(store);
+    let f = Fixture { url: format!("sqlite:{}", path.display()), _dir: dir };
+    let list = listed(&f);
+    let edges = |id: StreamId| {
+        let mut e: Vec<(String, String)> = by_id(&list, &id.to_string())["lineage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| (l["relation"].as_str().unwrap().to_owned(), l["session"].as_str().unwrap().to_owned()))
+            .collect();
+        e.sort();
+        e
+    };
+    let s = |i: usize| ids[i].to_string();
+    assert_eq!(edges(ids[0]), vec![("successor".into(), s(1))]);
+    assert_eq!(edges(ids[1]), vec![("predecessor".into(), s(0)), ("successor".into(), s(2))]);
+    assert_eq!(edges(ids[2]), vec![("predecessor".into(), s(1))]);
+    // `replay` of the deepest branch tells the same lineage (its log holds all three `Branched`).
+    let replay = f.ok(&["replay", "--session", &s(2)]);
+    assert!(replay.contains(&s(1)) && !replay.contains(&s(0)), "{replay}");
+}

@@ -46,7 +46,7 @@ fn timeline(transcript: &str, session: &str, extra: &[&str]) -> String {
 #[test]
 fn demo_transcript_timeline() {
     // The demo's own budget, so the snapshot pins flushes, ladder edits and guards.
-    let budget = ctxlog_cli::DEMO_BUDGET.to_string();
+    let budget = ctxlog_tools::DEMO_BUDGET.to_string();
     let jsonl = timeline(&demo_transcript(), DEMO_SESSION, &["--budget", &budget]);
     for (i, line) in jsonl.lines().enumerate() {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -65,7 +65,7 @@ fn demo_transcript_timeline_is_the_same_through_the_demo_command() {
     assert_eq!(code, 0, "{err}");
     let (code, from_demo, err) = cli(&["replay", "--json", "--store", &a]);
     assert_eq!(code, 0, "{err}");
-    let budget = ctxlog_cli::DEMO_BUDGET.to_string();
+    let budget = ctxlog_tools::DEMO_BUDGET.to_string();
     let imported = timeline(&demo_transcript(), DEMO_SESSION, &["--budget", &budget, "--format", "anthropic"]);
     assert_eq!(from_demo, imported);
 }

@@ -192,7 +192,7 @@ fn the_cli_prints_the_logs_under_v() {
         let mut args = vec!["ctxlog", "import", transcript.to_str().unwrap(), "--store", &store, "--budget", "3000"];
         args.extend_from_slice(extra);
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        assert_eq!(ctxlog_cli::run(args, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+        assert_eq!(ctxlog_tools::run(args, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
         String::from_utf8(err).unwrap()
     };
     assert_eq!(run(&[]), "", "silent without -v");

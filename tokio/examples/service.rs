@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use ctxlog::{
-    parse_message, CacheTtl, Config, Message, Prepared, Produced, RequestOptions, StreamId, Usage, WireFormat,
+    parse_message, session::RunEnd, CacheTtl, Config, Extractive, Message, RequestOptions, StreamId, Usage, WireFormat,
 };
 use ctxlog_store_sqlite::SqliteStore;
 use ctxlog_tokio::{now, AsyncSession};
@@ -142,19 +142,17 @@ async fn converse(
     Ok(session.id())
 }
 
-/// Runs every summary job the engine has with the built-in summarizer (a model call would go
-/// here), until none is left or one is discarded. A job whose span changed while its text was
-/// written is discarded by `prepare`, with the reason.
+/// Runs every summary job the engine has with the built-in summarizer (a model, as a
+/// `Summarizer`, would go here), until none is left or one is discarded: one job at a time
+/// (`Session::run_summaries` with a limit of 1), each between two calls of the conversation.
 async fn summarize(session: AsyncSession<Store>, turn_lock: Arc<Mutex<()>>) -> Result<(), Error> {
-    while let Some(job) = session.summary_job().await {
-        let text = session.summarize(job.clone()).await?;
+    loop {
         let _between_calls = turn_lock.lock().await;
-        let prepared = session.prepare(job, text, Produced::extractive()).await?;
-        if let Prepared::Discarded(_) = prepared {
-            break;
+        let run = session.call(|s| s.run_summaries(&mut Extractive, 1)).await??;
+        if run.end != RunEnd::Limit {
+            return Ok(());
         }
     }
-    Ok(())
 }
 
 /// The user asks to see something compaction took out of the view: it comes back.

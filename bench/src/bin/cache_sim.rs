@@ -13,7 +13,7 @@ use ctxlog::cost::PrefixCache;
 use ctxlog::replay::CallRecord;
 use ctxlog::MemoryStore;
 use ctxlog_bench::views::ViewTracker;
-use ctxlog_cli::import::{import, ImportOptions};
+use ctxlog_tools::import::{import, ImportOptions};
 
 struct Priced {
     calls: usize,
@@ -79,7 +79,7 @@ fn main() {
         .skip_while(|a| a != "--budget")
         .nth(1)
         .and_then(|b| b.parse().ok())
-        .unwrap_or(ctxlog_cli::DEMO_BUDGET);
+        .unwrap_or(ctxlog_tools::DEMO_BUDGET);
     println!("demo session, budget {budget}, TTL 5 min, cache read 0.1×, cache write 1.25×");
     println!();
     println!("| gate | calls | prefix reused | flushes | edits | over budget | input tokens | cached share | cost (base-price tokens) | cost ÷ lower bound |");

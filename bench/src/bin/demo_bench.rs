@@ -12,8 +12,8 @@ use std::time::Instant;
 use ctxlog::config::Config;
 use ctxlog::replay::{replay, verify, Mode};
 use ctxlog::{MemoryStore, Store, StreamId};
-use ctxlog_cli::import::{import, ImportOptions};
-use ctxlog_cli::transcript::{read, FormatArg, Transcript};
+use ctxlog_tools::import::{import, ImportOptions};
+use ctxlog_tools::transcript::{read, FormatArg, Transcript};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -29,7 +29,7 @@ struct Run {
 
 fn once(t: &Transcript, store: &dyn Store) -> Run {
     let id = StreamId::random();
-    let config = Config { budget: ctxlog_cli::DEMO_BUDGET, ..Config::default() };
+    let config = Config { budget: ctxlog_tools::DEMO_BUDGET, ..Config::default() };
     let opts = ImportOptions {
         config,
         session: Some(id),

@@ -81,7 +81,7 @@ fn main() {
             other => panic!("unknown backend {other}"),
         };
         {
-            let store = ctxlog_cli::stores::open_store(&url, ctxlog_cli::stores::Access::Create).unwrap();
+            let store = ctxlog_tools::stores::open_store(&url, ctxlog_tools::stores::Access::Create).unwrap();
             let copy = Instant::now();
             for id in &ids {
                 ctxlog::transfer::copy_session(&mem, store.as_ref(), *id).unwrap();
@@ -92,22 +92,22 @@ fn main() {
         for _ in 0..runs {
             let t = Instant::now();
             let (mut out, mut err) = (Vec::new(), Vec::new());
-            let code = ctxlog_cli::run(["ctxlog", "sessions", "--json", "--store", &url], &mut out, &mut err);
+            let code = ctxlog_tools::run(["ctxlog", "sessions", "--json", "--store", &url], &mut out, &mut err);
             assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
             listing.push(t.elapsed().as_secs_f64());
             let listed: serde_json::Value = serde_json::from_slice(&out).unwrap();
             assert_eq!(listed.as_array().unwrap().len(), sessions);
 
             let t = Instant::now();
-            let store = ctxlog_cli::stores::open_store(&url, ctxlog_cli::stores::Access::ReadOnly).unwrap();
+            let store = ctxlog_tools::stores::open_store(&url, ctxlog_tools::stores::Access::ReadOnly).unwrap();
             let opened = t.elapsed().as_secs_f64();
-            let catalog = ctxlog_cli::catalog::Catalog::read(store.as_ref()).unwrap();
+            let catalog = ctxlog_tools::catalog::Catalog::read(store.as_ref()).unwrap();
             assert_eq!(catalog.entries.len(), sessions);
             reading.push(t.elapsed().as_secs_f64() - opened);
             // Before: one fold per session (the store opened as the command did).
             drop(store);
             let t = Instant::now();
-            let store = ctxlog_cli::stores::open_store(&url, ctxlog_cli::stores::Access::ReadOnly).unwrap();
+            let store = ctxlog_tools::stores::open_store(&url, ctxlog_tools::stores::Access::ReadOnly).unwrap();
             let mut total = 0;
             for id in store.streams().unwrap() {
                 total += Session::open(store.as_ref(), id).unwrap().state().calls();

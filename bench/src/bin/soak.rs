@@ -10,7 +10,7 @@
 //!   on the backend: `import` runs the same engine whatever store it writes to; each backend's
 //!   session is checked to end at the same version.
 //! - **per backend**: `ctxlog import` in a fresh process (this binary re-executes itself and
-//!   calls `ctxlog_cli::run`, the whole `ctxlog` program): its peak RSS (`VmHWM`) ÷ transcript
+//!   calls `ctxlog_tools::run`, the whole `ctxlog` program): its peak RSS (`VmHWM`) ÷ transcript
 //!   bytes, wall time, p50/p99 time per call (between consecutive timeline lines); then the
 //!   store's bytes on disk ÷ transcript bytes, and the heap a live session holds once opened
 //!   and planned (counted by a counting global allocator, the store's own caches excluded).
@@ -42,9 +42,9 @@ use ctxlog::replay::CallRecord;
 use ctxlog::{MemoryStore, Session, Store, StreamId, Timestamp};
 use ctxlog_bench::machine;
 use ctxlog_bench::views::{Diff, ViewTracker};
-use ctxlog_cli::args::{Cli, Command as CliCommand};
-use ctxlog_cli::import::{import, ImportOptions};
-use ctxlog_cli::transcript::check_file;
+use ctxlog_tools::args::{Cli, Command as CliCommand};
+use ctxlog_tools::import::{import, ImportOptions};
+use ctxlog_tools::transcript::check_file;
 
 #[global_allocator]
 static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
@@ -392,7 +392,7 @@ impl Write for ViewSink {
     }
 }
 
-fn import_args(path: &Path, flags: &[String]) -> ctxlog_cli::args::ImportArgs {
+fn import_args(path: &Path, flags: &[String]) -> ctxlog_tools::args::ImportArgs {
     let argv = ["ctxlog", "import"].into_iter().map(String::from).chain([path.display().to_string()]);
     match Cli::try_parse_from(argv.chain(flags.iter().cloned())) {
         Ok(Cli { command: CliCommand::Import(a), .. }) => a,
@@ -497,7 +497,7 @@ fn backend_run(
     let resident = if backend == "mem" {
         resident(mem, id, now, policy.version)
     } else {
-        let store = ctxlog_cli::stores::open_store(&url, ctxlog_cli::stores::Access::ReadWrite)
+        let store = ctxlog_tools::stores::open_store(&url, ctxlog_tools::stores::Access::ReadWrite)
             .unwrap_or_else(|e| fail("open store", e));
         resident(store.as_ref(), id, now, policy.version)
     };
@@ -550,7 +550,7 @@ fn child(args: &[String]) -> ! {
     let mut out = LineClock { ends: Vec::new() };
     let mut err = Vec::new();
     let start = Instant::now();
-    let code = ctxlog_cli::run(std::iter::once("ctxlog").chain(args.iter().map(String::as_str)), &mut out, &mut err);
+    let code = ctxlog_tools::run(std::iter::once("ctxlog").chain(args.iter().map(String::as_str)), &mut out, &mut err);
     let wall = start.elapsed();
     if code != 0 {
         let _ = std::io::stderr().write_all(&err);

@@ -26,8 +26,8 @@ use ctxlog::replay::CallRecord;
 use ctxlog::summary_call::SummaryCall;
 use ctxlog::{MemoryStore, Usage};
 use ctxlog_bench::views::ViewTracker;
-use ctxlog_cli::import::{import, ImportOptions};
-use ctxlog_cli::summarizer::{ModelSummaries, Reply, SummaryClient};
+use ctxlog_tools::import::{import, ImportOptions};
+use ctxlog_tools::summarizer::{ModelSummaries, Reply, SummaryClient};
 
 /// The simulated model: prices each request on the cache, answers a fixed summary.
 #[derive(Default)]
@@ -126,7 +126,7 @@ fn main() {
         .skip_while(|a| a != "--budget")
         .nth(1)
         .and_then(|b| b.parse().ok())
-        .unwrap_or(ctxlog_cli::DEMO_BUDGET);
+        .unwrap_or(ctxlog_tools::DEMO_BUDGET);
     println!(
         "demo session, budget {budget}; main line: TTL 5 min, read 0.1×, write 1.25×; summarizer calls: read 0.1×, \
          the rest 1.0×; costs in base-price input tokens"

@@ -14,10 +14,10 @@ use crate::store::{ExpectedVersion, Record, Store, StoreError, StreamId};
 use crate::time::Timestamp;
 use crate::view::ViewCache;
 
-use super::{hydrate, Appended, Session, SessionError, StaleCause};
+use crate::error::{SessionError, StaleCause};
+use crate::log::{hydrate, READ_CHUNK};
 
-/// Records read from the parent at a time.
-const READ_CHUNK: usize = 1024;
+use super::{Appended, Session};
 
 impl<S: Store + Clone> Session<S> {
     /// Creates session `child`, a branch of this one holding its first `at` messages, then

@@ -1,4 +1,4 @@
-//! The snapshot layout of a [`State`] (`session::SNAPSHOT_LAYOUT` 8): its fields in the order
+//! The snapshot layout of a [`State`] (`snapshot::SNAPSHOT_LAYOUT` 8): its fields in the order
 //! the fold had them before it was composed of sub-folds, so a snapshot's bytes do not depend on
 //! which sub-fold owns a field. A new field, or one moved in this list, is a new layout (bump
 //! `SNAPSHOT_LAYOUT`); the pinned digests in the tests below say when the bytes changed.

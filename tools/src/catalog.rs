@@ -11,7 +11,7 @@ use ctxlog::store::StoredRecord;
 use ctxlog::{Millis, Session, SessionError, Store, StreamId, Version};
 use serde_json::{json, Value};
 
-use crate::lineage::{link_of, Lineage, Link};
+use crate::lineage::{link_of, own_edges, Lineage, Link};
 
 /// Records first read from the start of a log (a proxy session's first call is its 5th record;
 /// doubled, up to [`READ_CHUNK`](ctxlog::session::READ_CHUNK), until the first call is found).
@@ -242,6 +242,7 @@ impl Catalog {
                 Err(e) => return Err(e),
             }
         }
+        find_branches(store, &mut c.entries)?;
         // Oldest first, like `ls -tr`: the latest session ends the listing.
         c.entries.sort_by_key(|e| (e.started_ms, e.id));
         Ok(c)
@@ -261,7 +262,7 @@ impl Catalog {
     /// the edges, not one per session).
     pub fn lineages(&self) -> Vec<Lineage> {
         let mut touching: std::collections::HashMap<StreamId, Vec<Link>> = std::collections::HashMap::new();
-        for l in self.links() {
+        for l in own_edges(self.links()) {
             touching.entry(l.from).or_default().push(l);
             touching.entry(l.to).or_default().push(l);
         }
@@ -306,13 +307,40 @@ pub fn is_log_damage(e: &SessionError) -> bool {
 pub fn lineage_of(store: &dyn Store, id: StreamId, own: &[Link]) -> Lineage {
     let mut links = own.to_vec();
     if let Ok(streams) = store.streams() {
-        for other in streams.into_iter().filter(|s| *s != id) {
-            if let Ok(e) = entry(store, other) {
-                links.extend(e.links.into_iter().filter(|l| l.to == id || l.from == id));
-            }
-        }
+        let mut entries: Vec<Entry> = streams.into_iter().filter_map(|s| entry(store, s).ok()).collect();
+        let _ = find_branches(store, &mut entries);
+        links.extend(entries.into_iter().flat_map(|e| e.links));
     }
     Lineage::of(id, links)
+}
+
+/// A branch's log starts with a copy of its parent's (its `SessionStarted` differs only by
+/// the id), so its `Branched` lies between the copied calls and its own, where the reads from
+/// the two ends do not look. Sessions sharing their creation time and first call with another
+/// are read whole for their `Branched` records, by kind byte: only branches, their roots and
+/// coincidences pay for it.
+fn find_branches(store: &dyn Store, entries: &mut [Entry]) -> Result<(), SessionError> {
+    let key = |e: &Entry| (e.started_ms, e.first_call_ms);
+    let mut seen: std::collections::HashMap<(Millis, Option<Millis>), usize> = std::collections::HashMap::new();
+    for e in entries.iter() {
+        *seen.entry(key(e)).or_default() += 1;
+    }
+    for e in entries.iter_mut() {
+        let own = |l: &Link| l.kind == crate::lineage::LinkKind::Branched && l.to == e.id;
+        if seen.get(&key(e)).copied().unwrap_or(0) < 2 || e.links.iter().any(own) {
+            continue;
+        }
+        let mut from = 1;
+        while from <= e.events {
+            let batch = store.read(e.id, from, ctxlog::session::READ_CHUNK)?;
+            let Some(last) = batch.last().map(|r| r.version) else { break };
+            for rec in batch.iter().filter(|r| kind_of(r) == kind::BRANCHED) {
+                e.links.extend(link_of(e.id, rec.version, &decode(e.id, rec)?));
+            }
+            from = last + 1;
+        }
+    }
+    Ok(())
 }
 
 /// `2026-12-01 21:41:24` (UTC), or `-`.

@@ -16,11 +16,11 @@ use ctxlog::config::Config;
 use ctxlog::event::{Deferral, Event, SummaryPrepared};
 use ctxlog::message::Message;
 use ctxlog::replay::{for_each_event, Mode};
-use ctxlog::session::{Prepared, Produced};
+use ctxlog::session::{Produced, WrittenBy};
 use ctxlog::summary::SummaryJob;
 use ctxlog::time::Millis;
 use ctxlog::wire::WireFormat;
-use ctxlog::{MemoryStore, Session, SessionError, Store, StreamId, Timestamp, Usage};
+use ctxlog::{MemoryStore, Session, SessionError, Store, StreamId, Summarizer, Timestamp, Usage};
 
 use crate::analysis::{analyze, Analysis, Keep, Until};
 use crate::args::{RerunArgs, SessionArgs, StoreArgs, SummariesArg};
@@ -163,34 +163,38 @@ pub fn run(inputs: &Inputs, config: Config, summaries: SummariesArg) -> Result<(
     Ok((store, notes))
 }
 
-/// Every job the engine asks for, as `ctxlog import` runs them.
+/// Every job the engine asks for, as `ctxlog import` runs them: a recorded summary where one
+/// fits, else (or when it is discarded) the built-in one.
 fn run_jobs<S: Store>(
     session: &mut Session<S>,
     recorded: &[Arc<SummaryPrepared>],
     mode: SummariesArg,
     notes: &mut Notes,
 ) -> Result<(), CliError> {
-    while let Some(job) = session.summary_job() {
-        let fit = match mode {
-            SummariesArg::Recorded => fitting(session.state(), &job, recorded),
-            SummariesArg::Remake => None,
-        };
-        if let Some(r) = fit {
-            let produced = Produced { requested: r.mode_requested, used: r.mode_used, refusal: r.refusal.clone() };
-            if let Prepared::Written(_) = session.prepare(&job, r.text.clone(), produced)? {
-                notes.summaries_reused += 1;
-                continue;
-            }
-        }
-        // The built-in summarizers (condensed, or extractive over the span read back from the log).
-        let text = session.summarize(&job)?;
-        match session.prepare(&job, text, Produced::extractive())? {
-            Prepared::Written(_) => notes.summaries_remade.push((job.from, job.to, job.is_condense())),
-            // Asking again would only repeat it; the next call asks anew.
-            Prepared::Discarded(_) => break,
+    let run = session.run_summaries(&mut Recorded { recorded, mode }, usize::MAX)?;
+    for step in run.steps {
+        match step.by {
+            WrittenBy::Host => notes.summaries_reused += 1,
+            _ => notes.summaries_remade.push((step.job.from, step.job.to, step.job.is_condense())),
         }
     }
     Ok(())
+}
+
+/// The recorded summaries as the rerun's summarizer.
+struct Recorded<'a> {
+    recorded: &'a [Arc<SummaryPrepared>],
+    mode: SummariesArg,
+}
+
+impl Summarizer for Recorded<'_> {
+    fn text<S: Store>(&mut self, session: &Session<S>, job: &SummaryJob) -> Option<(String, Produced)> {
+        let r = match self.mode {
+            SummariesArg::Recorded => fitting(session.state(), job, self.recorded)?,
+            SummariesArg::Remake => return None,
+        };
+        Some((r.text.clone(), Produced { requested: r.mode_requested, used: r.mode_used, refusal: r.refusal.clone() }))
+    }
 }
 
 fn text_of(list: &[Arc<SummaryPrepared>], i: u32) -> Option<&str> {

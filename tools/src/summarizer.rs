@@ -2,7 +2,7 @@
 //! fulfils the engine's jobs through `start_summary` / `finish_summary`.
 
 use ctxlog::event::SummaryFailure;
-use ctxlog::session::{SummaryFinished, SummaryOutcome};
+use ctxlog::session::SummaryOutcome;
 use ctxlog::summary_call::SummaryCall;
 use ctxlog::{Committed, RequestOptions, Session, Store, Usage};
 
@@ -49,24 +49,20 @@ impl ModelSummaries<'_> {
     /// mode, refusal and outcome, is recorded by the session.
     /// Returns what each attempt wrote, for the timeline.
     pub fn run<S: Store>(&self, session: &mut Session<S>, max_jobs: usize) -> Result<Vec<Committed>, CliError> {
-        let mut written = Vec::new();
-        for _ in 0..max_jobs {
-            // The job as this summarizer is asked for it (cut to its context); a job it refused
-            // with a 4xx waits until it changes.
-            let Some(job) = session.summary_job_for(&self.call)? else { break };
-            let attempt = session.start_summary(&job, &self.call)?;
-            let outcome = match self.client.summarize(attempt.request.body()) {
-                Ok(r) => SummaryOutcome::text(r.text).usage(r.usage).latency_ms(r.latency_ms),
-                Err(failure) => SummaryOutcome::failed(failure),
-            };
-            match session.finish_summary(attempt, outcome)? {
-                SummaryFinished::Prepared(c) => written.push(c),
-                SummaryFinished::Failed { committed, .. } => {
-                    written.push(committed);
-                    break;
-                }
-            }
+        let run = session.run_summaries(&mut &*self, max_jobs)?;
+        Ok(run.steps.into_iter().map(|s| s.committed).collect())
+    }
+}
+
+impl ctxlog::Summarizer for &ModelSummaries<'_> {
+    fn model_call(&self) -> Option<&SummaryCall> {
+        Some(&self.call)
+    }
+
+    fn complete(&mut self, request: &ctxlog::SummaryRequest) -> SummaryOutcome {
+        match self.client.summarize(request.body()) {
+            Ok(r) => SummaryOutcome::text(r.text).usage(r.usage).latency_ms(r.latency_ms),
+            Err(failure) => SummaryOutcome::failed(failure),
         }
-        Ok(written)
     }
 }

@@ -18,6 +18,9 @@ pub enum LinkKind {
     /// `to` is a branch of `from` (an undo, a retry, an edit, a re-run with the same opening):
     /// it starts with `from`'s history up to message `at`, compaction state included.
     Branched,
+    /// The client replaced `from`'s messages before `at` by its own summary; the conversation
+    /// went on in `to`, which starts with that summary and the messages the client kept.
+    ClientCompacted,
 }
 
 impl LinkKind {
@@ -26,6 +29,7 @@ impl LinkKind {
         match self {
             LinkKind::Diverged => "diverged",
             LinkKind::Branched => "branched",
+            LinkKind::ClientCompacted => "client_compacted",
         }
     }
 }
@@ -56,6 +60,13 @@ pub fn link_of(stream: StreamId, version: Version, ev: &Event) -> Option<Link> {
             at: *seq,
             recorded_in: (stream, version),
         }),
+        Event::GuardRaised(GuardRaised { kind: GuardKind::ClientCompacted { predecessor, seq }, .. }) => Some(Link {
+            from: predecessor.parse().ok()?,
+            to: stream,
+            kind: LinkKind::ClientCompacted,
+            at: *seq,
+            recorded_in: (stream, version),
+        }),
         // A branch's own `Branched` is its last one: the ones before it are its ancestors',
         // copied with the shared prefix (each linking an ancestor to this descendant).
         Event::Branched(b) => Some(Link {
@@ -69,6 +80,21 @@ pub fn link_of(stream: StreamId, version: Version, ev: &Event) -> Option<Link> {
     }
 }
 
+/// `links` without the copied ones: a branch's log holds its ancestors' `Branched` records
+/// too (copied with the shared prefix), and only its last is its own edge — the others are
+/// told by the ancestors' logs. Pass every edge found, not only those touching one session:
+/// the record that supersedes a copy may be about another pair.
+pub fn own_edges(links: impl IntoIterator<Item = Link>) -> Vec<Link> {
+    let links: Vec<Link> = links.into_iter().collect();
+    let copied = |l: &Link| {
+        l.kind == LinkKind::Branched
+            && links.iter().any(|k| {
+                k.kind == LinkKind::Branched && k.recorded_in.0 == l.recorded_in.0 && k.recorded_in.1 > l.recorded_in.1
+            })
+    };
+    links.iter().filter(|l| !copied(l)).copied().collect()
+}
+
 impl Link {
     /// The edge seen from session `me`: `continues in session X …` or `continued from session
     /// X …` (`None` when it does not touch `me`).
@@ -76,6 +102,9 @@ impl Link {
         let why = match self.kind {
             LinkKind::Diverged => format!("the client's history differed from message {} on", self.at),
             LinkKind::Branched => format!("a branch sharing its first {} messages", self.at),
+            LinkKind::ClientCompacted => {
+                format!("the client replaced the messages before {} by its own summary", self.at)
+            }
         };
         if self.from == me {
             Some(format!("continues in session {} ({why})", self.to))
@@ -87,7 +116,7 @@ impl Link {
     }
 
     /// As JSON, seen from `me`: `{"relation": "successor"|"predecessor", "session", "kind", "at"}`.
-    pub fn to_json(&self, me: StreamId) -> Value {
+    pub fn to_json(self, me: StreamId) -> Value {
         let (relation, other) = if self.from == me { ("successor", self.to) } else { ("predecessor", self.from) };
         json!({"relation": relation, "session": other.to_string(), "kind": self.kind.as_str(), "at": self.at})
     }
@@ -106,7 +135,7 @@ impl Lineage {
     /// The edges of `links` that touch `me`, sorted into both directions.
     pub fn of(me: StreamId, links: impl IntoIterator<Item = Link>) -> Lineage {
         let mut l = Lineage::default();
-        for link in links {
+        for link in own_edges(links) {
             let list = match (link.from == me, link.to == me) {
                 (true, false) => &mut l.successors,
                 (false, true) => &mut l.predecessors,

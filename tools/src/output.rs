@@ -280,11 +280,6 @@ pub fn print_timeline_with(
     Ok(())
 }
 
-/// Prints a whole timeline.
-pub fn print_timeline(out: &mut Out<'_>, records: &[CallRecord], json: bool) -> Result<(), CliError> {
-    print_calls(out, records, &[], json)
-}
-
 /// Prints a timeline with the guards a host raised between its calls, each under the row of the
 /// call it follows (in JSON, that call's line gets them as `guards_after`; one line per call
 /// stays one line per call). Guards raised before the first call follow the header.

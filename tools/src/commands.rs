@@ -16,7 +16,7 @@ use crate::catalog::{self, is_log_damage, Catalog, Entry};
 use crate::error::{output, CliError};
 use crate::lineage::Lineage;
 use crate::output::{print_timeline_with, Out};
-pub use crate::session_id::{parse_session, pick_session};
+pub use crate::session_id::pick_session;
 use crate::stores::{open_store, open_store_with, Access};
 use crate::table::{Align, Columns};
 

@@ -60,7 +60,7 @@ pub struct Analysis {
     pub violations: Vec<Violation>,
     /// Guards a host raised between calls (a `history_diverged`), in log order.
     pub host_guards: Vec<HostGuard>,
-    /// Edges to other sessions this log records (see [`crate::lineage`]).
+    /// Edges to other sessions this log records (`lineage.rs`, `link_of`).
     pub links: Vec<Link>,
     /// Summary attempts and refused requests after the last call (or after `--call N`).
     pub trailing: ctxlog::replay::Trailing,

@@ -1,32 +1,35 @@
-//! ctxlog command-line front end. [`run`] is the whole program, so tests drive it in-process.
+//! The `ctxlog` program as a library (the binary is the `ctxlog-cli` package). [`run`] is the
+//! whole program, argv in and exit code out, so tests and benchmarks drive it in-process; the
+//! modules are what its commands are built from (transcript import, store URLs, model
+//! summarizers, the postmortem fold), which the benchmarks and the fuzz targets use directly.
 
 pub mod analysis;
 pub mod args;
 pub mod catalog;
 pub mod chart;
-pub mod commands;
-pub mod demo_openai;
+mod commands;
+mod demo_openai;
 pub mod diff;
 pub mod error;
 pub mod import;
-pub mod lineage;
-pub mod logs;
-pub mod markup;
-pub mod model_client;
-pub mod output;
-pub mod proxy;
-pub mod report;
-pub mod request;
+mod lineage;
+mod logs;
+mod markup;
+mod model_client;
+mod output;
+mod proxy;
+mod report;
+mod request;
 pub mod rerun;
-pub mod rerun_notes;
-pub mod select;
-pub mod session_id;
+mod rerun_notes;
+mod select;
+mod session_id;
 pub mod stores;
 pub mod summarizer;
-pub mod table;
-pub mod tail;
+mod table;
+mod tail;
 pub mod transcript;
-pub mod why;
+mod why;
 
 use std::ffi::OsString;
 use std::io::Write;

@@ -3,7 +3,7 @@
 //!
 //! Memory stays bounded by the session's view, not by the transcript: lines are read one at a
 //! time, the session is the live one over the target, and its records reach the target in
-//! chunks of [`CHUNK_BYTES`] ([`Buffered`]). Atomicity comes from a completion marker: the
+//! chunks of [`CHUNK_BYTES`] (`Buffered`). Atomicity comes from a completion marker: the
 //! session is created as an import (`SessionStarted.import` announces the transcript's sha256
 //! and message count) and is complete only once `ImportCompleted` is written, last. Until then
 //! readers treat it as absent (`Session::open` refuses it, `copy` skips it, `verify` reports
@@ -17,7 +17,7 @@ use ctxlog::config::Config;
 use ctxlog::event::{Event, ImportSource};
 use ctxlog::message::{Message, Role};
 use ctxlog::replay::{CallRecord, Timeline};
-use ctxlog::session::{hydrate, new_session_id, Prepared, Produced, READ_CHUNK};
+use ctxlog::session::{hydrate, new_session_id, READ_CHUNK};
 use ctxlog::store::{check_expected, StoredRecord};
 use ctxlog::time::Millis;
 use ctxlog::view::{render_item_with, ViewCache};
@@ -207,12 +207,7 @@ fn summarize<S: Store>(
     if let Some(m) = model {
         return m.run(session, MODEL_JOBS_BETWEEN_CALLS);
     }
-    while let Some(job) = session.summary_job() {
-        let text = session.summarize(&job)?;
-        if let Prepared::Discarded(_) = session.prepare(&job, text, Produced::extractive())? {
-            break;
-        }
-    }
+    session.run_summaries(&mut ctxlog::Extractive, usize::MAX)?;
     Ok(Vec::new())
 }
 
