@@ -902,3 +902,24 @@ fn responses_values_round_trip_with_their_tags() {
         assert_eq!(&codec::decode(STREAM, i as u64 + 1, &back).unwrap(), ev);
     }
 }
+
+/// A client-side summary (issue 20): the guard `ClientCompacted` (variant 9 of `GuardKind`)
+/// is a new value inside the existing kind 8, its two fields after the tag; logs written
+/// before it decode unchanged (the other variants keep their tags).
+#[test]
+fn client_compacted_round_trips_as_variant_9() {
+    let predecessor = "5e551000-0000-4000-8000-00000000000a".to_owned();
+    let guard = Event::GuardRaised(GuardRaised {
+        call: None,
+        kind: GuardKind::ClientCompacted { predecessor: predecessor.clone(), seq: 14 },
+        detail: "d".into(),
+        knob: "k".into(),
+    });
+    let rec = codec::encode(&guard).unwrap();
+    let body = &rec.body()[2..];
+    assert_eq!(body[..3], [0, 9, 36], "call none, variant 9, the predecessor's length");
+    assert_eq!(&body[3..39], predecessor.as_bytes());
+    assert_eq!(body[39..], [14, 1, b'd', 1, b'k'], "seq, detail, knob");
+    assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), guard);
+    assert_eq!(GuardKind::ClientCompacted { predecessor, seq: 14 }.name(), "client_compacted");
+}
