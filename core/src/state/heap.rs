@@ -82,7 +82,8 @@ macro_rules! plain {
         }
     )*};
 }
-plain!(u8, u32, u64, bool, EditKind, super::ViewItem, super::Standing, super::tools::Pair);
+// The state's own plain types implement it beside their definitions.
+plain!(u8, u32, u64, bool, EditKind);
 
 impl HeapSize for Message {
     fn heap_bytes(&self) -> usize {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::findings::LedgerError;
+use super::heap::HeapSize;
 use crate::event::{SummaryPrepared, SummaryRetired};
 
 /// Where one summary stands.
@@ -181,7 +181,6 @@ impl Summaries {
 
     /// Heap bytes held (see [`crate::state::State::heap_bytes`]).
     pub fn heap_bytes(&self) -> usize {
-        use super::heap::HeapSize;
         self.prepared.heap_bytes() + self.standing.heap_bytes()
     }
 
@@ -211,4 +210,93 @@ impl Summaries {
             self.forget_text(summary as usize);
         }
     }
+}
+
+impl HeapSize for Standing {
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+/// A summary event that does not fit the summaries' ledger.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LedgerError {
+    /// A flush lists a summary that is not a condensed one waiting for it.
+    #[error("summary {summary} is not a condensed summary waiting for a flush to {flushed}")]
+    NotReady {
+        /// The summary.
+        summary: u32,
+        /// Where the flush goes.
+        flushed: u64,
+    },
+    /// A condensed summary lists other summaries than the current ones it covers.
+    #[error("it lists summaries {listed:?} but the current summaries within {from}..{to} are {covered:?}")]
+    Lists {
+        /// What it lists.
+        listed: Vec<u32>,
+        /// Its span's start.
+        from: u64,
+        /// Its span's end.
+        to: u64,
+        /// The current summaries within the span.
+        covered: Vec<u32>,
+    },
+    /// A condensed summary that does not start at the oldest current summary.
+    #[error("it starts at seq {from} but the oldest current summary starts at {oldest:?}")]
+    Start {
+        /// Its start.
+        from: u64,
+        /// The oldest current summary's start.
+        oldest: Option<u64>,
+    },
+    /// A condensed summary that does not end where the last summary it condenses ends.
+    #[error("it ends at seq {to} but the last summary it condenses ends at {last_end:?}")]
+    End {
+        /// Its end.
+        to: u64,
+        /// The end of the last summary it lists.
+        last_end: Option<u64>,
+    },
+    /// A condensed summary past the compacted prefix.
+    #[error("it ends at seq {to} beyond compacted_prefix_messages {compacted}")]
+    Beyond {
+        /// Its end.
+        to: u64,
+        /// `compacted_prefix_messages`.
+        compacted: u64,
+    },
+    /// A retirement of a summary that does not exist.
+    #[error("summary {summary} does not exist ({count} summaries)")]
+    Missing {
+        /// The summary.
+        summary: u32,
+        /// Summaries prepared.
+        count: usize,
+    },
+    /// A retirement of a summary not in the view.
+    #[error("summary {summary} is not in the view ({state:?})")]
+    NotShown {
+        /// The summary.
+        summary: u32,
+        /// Where it stands.
+        state: SummaryState,
+    },
+    /// A retirement of another summary than the oldest in the view.
+    #[error("summary {0} is not the oldest summary in the view")]
+    NotOldest(u32),
+    /// A retirement naming another span than its summary's.
+    #[error("summary {summary} covers {from}..{to}, not {named_from}..{named_to}")]
+    Span {
+        /// The summary.
+        summary: u32,
+        /// Its start.
+        from: u64,
+        /// Its end.
+        to: u64,
+        /// The start the retirement names.
+        named_from: u64,
+        /// The end the retirement names.
+        named_to: u64,
+    },
 }

@@ -43,6 +43,12 @@ pub struct Pair {
     name: u32,
 }
 
+impl super::heap::HeapSize for Pair {
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
 /// `Pair::answer` of a call without a result (and the first seq the index cannot hold).
 const UNANSWERED: u32 = u32::MAX;
 

@@ -50,6 +50,12 @@ pub struct ViewItem {
     pub tokens: u32,
 }
 
+impl HeapSize for ViewItem {
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
 /// How many hidden messages a view represents ([`super::State::coverage`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Coverage {
