@@ -125,8 +125,8 @@ mod tests {
     fn the_most_recent_conversation_wins_and_the_index_is_bounded() {
         let tails = Tails::default();
         let (old, new) = (StreamId::random(), StreamId::random());
-        tails.record(&T, old, &[1, 2, 5, 6]);
-        tails.record(&T, new, &[1, 3, 5, 6]);
+        tails.record(&T, old, &[1, 2, 7, 5, 6]);
+        tails.record(&T, new, &[1, 3, 8, 5, 6]);
         assert_eq!(tails.summarized(&T, &items(&[1, 100, 5, 6])).map(|f| f.0), Some(new));
         let long: Vec<u128> = (0..1000).collect();
         tails.record(&T, old, &long);

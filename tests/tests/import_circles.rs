@@ -340,3 +340,46 @@ fn the_reader_finds_a_planted_circle_and_ignores_tests_comments_and_the_root() {
     assert_eq!(g["a"], BTreeSet::from(["b::c".to_owned(), "d".to_owned()]));
     assert!(g["d"].is_empty() && g["b"].is_empty(), "{g:?}");
 }
+
+/// Core's layers as ARCHITECTURE.md lists them (`1. \`a\` \`b\`` … `· 3. \`c\``, in the
+/// invariant that names this file): module → layer.
+fn core_layers() -> BTreeMap<String, usize> {
+    let text = std::fs::read_to_string(workspace().join("ARCHITECTURE.md")).unwrap();
+    let start = text.find("core's modules come in layers").expect("the layers invariant is gone from ARCHITECTURE.md");
+    let block: String = text[start..].lines().skip(3).take_while(|l| l.starts_with("  ")).collect::<Vec<_>>().join(" ");
+    let mut layers = BTreeMap::new();
+    let mut layer = 0;
+    for word in block.split_whitespace() {
+        if let Some(n) = word.strip_suffix('.').and_then(|n| n.parse::<usize>().ok()) {
+            layer = n;
+        } else if let Some(m) = word.strip_prefix('`').and_then(|w| w.strip_suffix('`')) {
+            assert!(layers.insert(m.to_owned(), layer).is_none(), "{m} is listed twice");
+        }
+    }
+    assert!(layers.len() >= 20 && layers.values().max() >= Some(&10), "the layers were not read: {layers:?}");
+    layers
+}
+
+#[test]
+fn cores_files_import_only_earlier_layers() {
+    let layers = core_layers();
+    let g = graph(&workspace().join("core"));
+    let top = |m: &str| m.split("::").next().unwrap().to_owned();
+    let mut failures = Vec::new();
+    for m in g.keys().map(|m| top(m)).collect::<BTreeSet<_>>() {
+        if !layers.contains_key(&m) {
+            failures.push(format!("core's module `{m}` is in no layer of ARCHITECTURE.md"));
+        }
+    }
+    for (from, to) in g.iter().flat_map(|(f, ts)| ts.iter().map(move |t| (f, t))) {
+        let (a, b) = (top(from), top(to));
+        if let (Some(la), Some(lb)) = (layers.get(&a), layers.get(&b)) {
+            if a != b && lb >= la {
+                failures.push(format!(
+                    "{from} (layer {la}) imports {to} (layer {lb}): only earlier layers may be imported"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
