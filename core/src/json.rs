@@ -102,7 +102,7 @@ impl JsonWriter {
 }
 
 /// Writes `s` as a JSON string literal, escaping exactly as serde_json does.
-pub fn escape_into(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn escape_into(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     let bytes = s.as_bytes();

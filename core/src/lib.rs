@@ -43,6 +43,8 @@
 //! host fulfils. Backends live in their own crates (`ctxlog-store-sqlite`, `-fs`, `-sled`,
 //! `-postgres`); `ctxlog-tokio` runs a session's store IO off a tokio runtime's workers.
 //! Decisions are also emitted as `tracing` events (no message content above `trace`).
+// A `pub` item that no path outside the crate reaches is `pub(crate)`: the surface says what it is.
+#![warn(unreachable_pub)]
 
 // The public surface is curated (ARCHITECTURE.md "Public API", `docs/public-api.md` is the
 // semver list): the root re-exports what a host uses; the modules below hold the data types

@@ -14,7 +14,7 @@ use crate::tokens::text_tokens;
 /// What a summary says about the messages of its span, answered from the state's per-message
 /// facts (its tool index, tokens and media notes), so a summary renders without the bodies of
 /// the messages it hides.
-pub trait SpanFacts {
+pub(crate) trait SpanFacts {
     /// The messages of `[from, to)` that a flush to `to` hides and that carry tool output or
     /// media: the summary lists them as restorable references.
     fn elided(&self, from: u64, to: u64) -> Vec<u64>;
@@ -184,7 +184,7 @@ fn describe_stub(span: &impl SpanFacts, seq: u64) -> String {
 
 /// The user message that stands for a flushed span in the view; `listed` says whether tool
 /// outputs are listed in one line (view version 2) or one by one.
-pub fn summary_message(span: &impl SpanFacts, s: &SummaryPrepared, listed: bool) -> Message {
+pub(crate) fn summary_message(span: &impl SpanFacts, s: &SummaryPrepared, listed: bool) -> Message {
     let mut text = format!(
         "<ctxlog-summary seq=\"{}-{}\">\n{}\n</ctxlog-summary>",
         s.from,
@@ -257,7 +257,7 @@ pub struct Composition {
 
 /// The placeholder's text for the hidden messages `[from, to)` holding `c`, e.g.
 /// `[ctxlog: 41 tool calls removed (seq 2–83): read_file ×41 — restore with ctxlog restore --seq N, N in 2–83]`.
-pub fn placeholder_text(c: &Composition, from: u64, to: u64) -> String {
+pub(crate) fn placeholder_text(c: &Composition, from: u64, to: u64) -> String {
     let calls: u64 = c.calls.values().sum();
     let plural = |n: u64, one: &str, many: &str| format!("{} {}", thousands(n), if n == 1 { one } else { many });
     let what = match (calls, c.other) {
@@ -286,6 +286,6 @@ pub fn placeholder_text(c: &Composition, from: u64, to: u64) -> String {
 }
 
 /// The user message a placeholder is in the view.
-pub fn placeholder_message(c: &Composition, from: u64, to: u64) -> Message {
+pub(crate) fn placeholder_message(c: &Composition, from: u64, to: u64) -> Message {
     Message::text(Role::User, placeholder_text(c, from, to))
 }
