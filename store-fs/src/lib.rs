@@ -485,9 +485,16 @@ impl FsStore {
                         self.torn_tail(stream, &path, &torn)?;
                     }
                     if has_log && found == Found::Missing && log.damaged.is_none() {
-                        // A stream written before anchors: a writer anchors it where it ends now.
+                        // A stream written before anchors: a writer anchors it where it ends now,
+                        // on the hash of its last record; a last record that does not read back
+                        // (a bad record in a checksum-valid frame) is damage its reads report,
+                        // never an open error.
                         match self.writer.is_some() {
-                            true => self.write_anchor(stream, &mut log)?,
+                            true => match self.write_anchor(stream, &mut log) {
+                                // Left unanchored, as a reader leaves it: its reads say where.
+                                Err(StoreError::Corrupt { .. }) => self.unanchored.push(stream),
+                                other => other?,
+                            },
                             false => self.unanchored.push(stream),
                         }
                     }
