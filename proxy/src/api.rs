@@ -135,10 +135,8 @@ pub(crate) async fn call(
     let deadline = tokio::time::Instant::now() + proxy.cfg.session_wait;
     let slot = proxy.sessions.slot(base);
     let mut pending = Some((spans, opts));
-    // The first retry comes soon: a lease found taken is most often the previous call's, on
-    // another proxy, released as its commit lands (PostgreSQL: the unlock is one round trip
-    // behind its client's answer).
-    let mut backoff = std::time::Duration::from_micros(250);
+    // Past `lease_soon`'s quick tries the wait is on the runtime's timer (1 ms steps).
+    let mut backoff = std::time::Duration::from_millis(1);
     let (held, prepared, mut opts) = loop {
         let Ok(guard) = tokio::time::timeout_at(deadline, Arc::clone(&slot).lock_owned()).await else {
             proxy.metrics.busy.fetch_add(1, Relaxed);
@@ -162,7 +160,7 @@ pub(crate) async fn call(
             let mut guard = guard;
             let derived = name.is_none() && !held_chain;
             guard.name = name;
-            let lease = match store.try_lease(base) {
+            let lease = match lease_soon(&store, base, &tails.metrics) {
                 Ok(Some(lease)) => lease,
                 Ok(None) => return Step::LeaseTaken(span_list, o),
                 Err(e) => return Step::Failed(PrepareError::Unavailable(e.into())),
@@ -210,7 +208,6 @@ pub(crate) async fn call(
             }
             Ok(Step::LeaseTaken(sp, o)) => {
                 // Another proxy holds the session: wait for it, bounded, without a busy loop.
-                proxy.metrics.lease_waits.fetch_add(1, Relaxed);
                 pending = Some((sp, o));
                 if tokio::time::Instant::now() + backoff >= deadline {
                     proxy.metrics.busy.fetch_add(1, Relaxed);
@@ -418,6 +415,37 @@ fn with_usage(body: &ClientBody<'_>) -> String {
     let mut o = stream_options(body).unwrap_or_default();
     o.insert("include_usage".into(), true.into());
     serde_json::Value::Object(o).to_string()
+}
+
+/// Pauses between the quick tries of a session's lease taken by another process.
+const LEASE_TRIES: [std::time::Duration; 4] = [
+    std::time::Duration::from_micros(50),
+    std::time::Duration::from_micros(100),
+    std::time::Duration::from_micros(200),
+    std::time::Duration::from_micros(400),
+];
+
+/// The session's lease, tried again a few times within a millisecond when it is taken: the
+/// lease a call meets is most often its session's previous call's, on another proxy of a
+/// fleet, being released as that call's commit lands (on PostgreSQL the unlock is a round
+/// trip behind the answer its client already has). A wait on the runtime's timer would cost
+/// a millisecond at least. Counts a lease wait when the first try finds it taken.
+pub(crate) fn lease_soon(
+    store: &crate::sessions::Store,
+    base: ctxlog::StreamId,
+    metrics: &crate::Metrics,
+) -> Result<Option<ctxlog::Lease>, ctxlog::StoreError> {
+    if let Some(lease) = store.try_lease(base)? {
+        return Ok(Some(lease));
+    }
+    metrics.lease_waits.fetch_add(1, Relaxed);
+    for pause in LEASE_TRIES {
+        std::thread::sleep(pause);
+        if let Some(lease) = store.try_lease(base)? {
+            return Ok(Some(lease));
+        }
+    }
+    Ok(None)
 }
 
 /// One prepare attempt's result, carried out of the blocking task.
