@@ -528,11 +528,17 @@ impl Call {
             }
             held.release_lease();
             told(Ok(()));
-            if summaries_here && matches!(proxy.cfg.summaries, crate::summaries::Summaries::Extractive) {
-                crate::summaries::extractive_logged(&mut held);
-                return None;
+            // Run here when nothing waits for this thread (or there is nothing to summarize):
+            // a task of their own would cost a JSON answer a hand-off before it leaves.
+            let here = summaries_here || held.session().is_none_or(|s| s.summary_job().is_none());
+            match proxy.cfg.summaries {
+                crate::summaries::Summaries::Off => None,
+                crate::summaries::Summaries::Extractive if here => {
+                    crate::summaries::extractive_logged(&mut held);
+                    None
+                }
+                _ => Some(held),
             }
-            Some(held)
         })
         .await;
         match done {

@@ -508,6 +508,11 @@ impl Slot {
 
     /// The session of the lineage's last call in memory, if any (none after a shrink or a
     /// reset).
+    pub fn session(&self) -> Option<&Sess> {
+        self.branches.get(&self.current?)?.session.as_ref()
+    }
+
+    /// [`Slot::session`], to change it.
     pub fn session_mut(&mut self) -> Option<&mut Sess> {
         let current = self.current?;
         self.branches.get_mut(&current)?.session.as_mut()
