@@ -349,6 +349,19 @@ pub enum EditKind {
         /// Characters of preview.
         preview_chars: u32,
     },
+    /// Every tool result of the message replaced by the session's placeholder text (Anthropic's
+    /// tool result clearing); images in it go too. Record kind 32.
+    Cleared,
+    /// An assistant message trimmed: its thinking and redacted-thinking blocks dropped whole
+    /// (never modified), and/or the inputs of its tool calls cleared to `{}` (ids and names
+    /// kept, so every pair stays valid). A later trim of the same message carries both flags
+    /// it shows. Record kind 32.
+    Trimmed {
+        /// Thinking blocks dropped.
+        thinking: bool,
+        /// Tool call inputs cleared.
+        inputs: bool,
+    },
 }
 
 impl EditKind {
@@ -358,7 +371,14 @@ impl EditKind {
             EditKind::Removed => "removed",
             EditKind::Truncated { .. } => "truncated",
             EditKind::Stubbed { .. } => "stubbed",
+            EditKind::Cleared => "cleared",
+            EditKind::Trimmed { .. } => "trimmed",
         }
+    }
+
+    /// Can record kind 5 (the first three kinds) hold it?
+    pub fn in_first_layout(self) -> bool {
+        matches!(self, EditKind::Removed | EditKind::Truncated { .. } | EditKind::Stubbed { .. })
     }
 }
 

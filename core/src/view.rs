@@ -19,7 +19,7 @@ use crate::store::{hex, BlobId};
 use crate::wire::{write_in, Media, RenderOpts, WireFormat};
 
 pub use crate::numbers::thousands;
-pub use crate::render::{edited_message, media_note, stubbable, STUB_MIN_CHARS, STUB_PREVIEW_CHARS};
+pub use crate::render::{edited_message, edited_message_as, media_note, stubbable, STUB_MIN_CHARS, STUB_PREVIEW_CHARS};
 
 /// Messages in `[from, to)` that a flush hides and that carry tool output or media: the
 /// summary lists them as restorable references.
