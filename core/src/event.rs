@@ -749,6 +749,15 @@ pub enum GuardKind {
         /// The predecessor's first message the client kept.
         seq: u64,
     },
+    /// The client sends its own `context_management` (Anthropic's context editing): the host
+    /// passed it upstream as it was (`applied` false), or applied it itself as the call's knobs
+    /// and left it out of the forwarded request (`applied` true; each call's edits are its
+    /// `Edited` events). Written by a host (the proxy) the first time; it stays latched. Added
+    /// as variant 10.
+    ClientContextManagement {
+        /// ctxlog applied the edits (else the provider did).
+        applied: bool,
+    },
 }
 
 impl GuardKind {
@@ -765,6 +774,8 @@ impl GuardKind {
             GuardKind::HistoryDiverged { .. } => "history_diverged".into(),
             GuardKind::ProviderHeldHistory => "provider_held_history".into(),
             GuardKind::ClientCompacted { .. } => "client_compacted".into(),
+            GuardKind::ClientContextManagement { applied: false } => "client_context_management:passed".into(),
+            GuardKind::ClientContextManagement { applied: true } => "client_context_management:applied".into(),
         }
     }
 }

@@ -35,21 +35,32 @@ fn blocks(reply: &Reply, thinking: Option<&str>, seq: u64) -> (Vec<Value>, &'sta
     }
 }
 
-/// The non-streaming body.
-pub fn message(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, seq: u64) -> Bytes {
+/// The non-streaming body; `cm` the `context_management` of a request that asked for context
+/// editing (its `applied_edits`).
+pub fn message(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, seq: u64, cm: Option<&Value>) -> Bytes {
     let (content, stop) = blocks(reply, thinking, seq);
-    let v = json!({
+    let mut v = json!({
         "id": format!("msg_fake_{seq}"), "type": "message", "role": "assistant", "model": model,
         "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage(t),
     });
+    if let Some(cm) = cm {
+        v["context_management"] = cm.clone();
+    }
     Bytes::from(v.to_string())
 }
 
 /// The SSE events, one chunk each, in the order the real API sends them: `message_start`, a
 /// `ping`, then per content block `content_block_start`, its deltas (`thinking_delta` and a
 /// `signature_delta`, `text_delta`, `input_json_delta`), `content_block_stop`; then
-/// `message_delta` (stop reason, output tokens) and `message_stop`.
-pub fn stream(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, seq: u64) -> Vec<Bytes> {
+/// `message_delta` (stop reason, output tokens, the applied context edits) and `message_stop`.
+pub fn stream(
+    model: &str,
+    reply: &Reply,
+    thinking: Option<&str>,
+    t: &Tokens,
+    seq: u64,
+    cm: Option<&Value>,
+) -> Vec<Bytes> {
     let mut start_usage = usage(t);
     start_usage["output_tokens"] = json!(1);
     let mut out = vec![sse::named(
@@ -107,10 +118,11 @@ pub fn stream(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, se
         }
         out.push(sse::named("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
     }
-    out.push(sse::named(
-        "message_delta",
-        &json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": t.output}}),
-    ));
+    let mut delta = json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": t.output}});
+    if let Some(cm) = cm {
+        delta["context_management"] = cm.clone();
+    }
+    out.push(sse::named("message_delta", &delta));
     out.push(sse::named("message_stop", &json!({"type": "message_stop"})));
     out
 }

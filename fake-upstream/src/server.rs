@@ -326,7 +326,9 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     let checked = {
         let strict = lock(&shared.strict);
         match api {
-            Api::Anthropic => strict.anthropic(&parsed, prompt),
+            Api::Anthropic => strict
+                .anthropic(&parsed, prompt)
+                .and_then(|()| strict.anthropic_context_management(&parsed, request.header("anthropic-beta"))),
             Api::OpenAi | Api::Responses => strict.openai(&parsed, prompt),
         }
     };
@@ -350,9 +352,15 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
         )
     });
     let tokens = cache_tokens(&shared, &request, &parsed, &body, &reply, api, thinking.as_deref());
+    // Context editing asked for: what the API would have cleared, reported with the answer.
+    let applied = (api == Api::Anthropic).then(|| crate::context_editing::applied(&parsed, prompt)).flatten();
     let mut chunks = match (api, streaming) {
-        (Api::Anthropic, false) => vec![anthropic::message(&model, &reply, thinking.as_deref(), &tokens, seq)],
-        (Api::Anthropic, true) => anthropic::stream(&model, &reply, thinking.as_deref(), &tokens, seq),
+        (Api::Anthropic, false) => {
+            vec![anthropic::message(&model, &reply, thinking.as_deref(), &tokens, seq, applied.as_ref())]
+        }
+        (Api::Anthropic, true) => {
+            anthropic::stream(&model, &reply, thinking.as_deref(), &tokens, seq, applied.as_ref())
+        }
         (Api::OpenAi | Api::Responses, false) => vec![openai::completion(&model, &reply, &tokens, seq)],
         (Api::OpenAi | Api::Responses, true) => {
             let usage =

@@ -37,6 +37,9 @@ pub enum Rule {
     /// Responses: `encrypted_content` of `reasoning` and `compaction` items is what the fake
     /// issued (a compaction item must carry one).
     EncryptedContent,
+    /// Anthropic: `context_management` needs the beta `context-management-2025-06-27` and the
+    /// documented edits (`crate::context_editing::check`).
+    ContextManagement,
 }
 
 /// A request the real API would refuse: status and error fields in its shape.
@@ -242,6 +245,14 @@ impl Strictness {
             return Err(reject(format!("prompt is too long: {prompt_tokens} tokens > {limit} maximum")));
         }
         Ok(())
+    }
+
+    /// Checks an Anthropic request's `context_management` against its `anthropic-beta` header.
+    pub fn anthropic_context_management(&self, body: &Value, betas: Option<&str>) -> Result<(), Rejection> {
+        if !self.on(Rule::ContextManagement) {
+            return Ok(());
+        }
+        crate::context_editing::check(body, betas)
     }
 
     /// Checks an OpenAI Chat Completions request.

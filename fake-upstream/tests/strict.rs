@@ -418,3 +418,55 @@ fn responses_replies_events_and_stored_responses() {
     assert!(events.iter().enumerate().all(|(i, e)| e["sequence_number"] == i as u64));
     assert!(events.last().unwrap()["response"]["usage"]["output_tokens"].is_u64());
 }
+
+#[test]
+fn context_management_needs_its_beta_and_the_documented_edits() {
+    use ctxlog_fake_upstream::context_editing::{applied, check, BETA};
+    use ctxlog_fake_upstream::strict::Strictness;
+    let body = |cm: Value, thinking: bool| {
+        let mut b = anthropic(json!([{"role": "user", "content": "hi"}]));
+        b["context_management"] = cm;
+        if thinking {
+            b["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+        }
+        b
+    };
+    let ok = body(json!({"edits": [{"type": "clear_tool_uses_20250919"}]}), false);
+    assert_eq!(check(&ok, Some(BETA)), Ok(()));
+    assert_eq!(check(&ok, Some(&format!("other-2025-01-01, {BETA}"))), Ok(()));
+    // Without the beta the field is unknown to the API.
+    for betas in [None, Some("other-2025-01-01")] {
+        let r = check(&ok, betas).unwrap_err();
+        assert_eq!((r.status, r.message.as_str()), (400, "context_management: Extra inputs are not permitted"));
+    }
+    for (cm, thinking, says) in [
+        (json!({}), false, "context_management.edits: Field required"),
+        (json!({"edits": [{"type": "clear_all"}]}), false, "does not match any of the expected tags"),
+        (json!({"edits": [{"type": "clear_thinking_20251015"}]}), false, "requires thinking to be enabled"),
+        (
+            json!({"edits": [{"type": "clear_tool_uses_20250919"}, {"type": "clear_thinking_20251015"}]}),
+            true,
+            "must be listed first",
+        ),
+        (
+            json!({"edits": [{"type": "clear_tool_uses_20250919", "keep": {"type": "input_tokens", "value": 3}}]}),
+            false,
+            "keep.type",
+        ),
+        (json!({"edits": [{"type": "clear_tool_uses_20250919", "exclude_tools": "memory"}]}), false, "exclude_tools"),
+        (json!({"edits": [{"type": "clear_thinking_20251015", "keep": "some"}]}), true, "keep.type"),
+    ] {
+        let r = check(&body(cm.clone(), thinking), Some(BETA)).unwrap_err();
+        assert!(r.message.contains(says), "{cm}: {}", r.message);
+    }
+    let both = json!({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}, {"type": "clear_tool_uses_20250919", "clear_tool_inputs": ["grep"]}]});
+    assert_eq!(check(&body(both, true), Some(BETA)), Ok(()));
+    // Relaxed by name only.
+    let mut s = Strictness::default();
+    assert!(s.anthropic_context_management(&ok, None).is_err());
+    s.relaxed.insert(Rule::ContextManagement);
+    assert!(s.anthropic_context_management(&ok, None).is_ok());
+    // Below the trigger nothing is cleared, and the answer says so.
+    assert_eq!(applied(&ok, 10), Some(json!({"applied_edits": []})));
+    assert_eq!(applied(&anthropic(json!([])), 10), None);
+}

@@ -996,3 +996,20 @@ fn cleared_and_trimmed_edits_are_kind_32_and_the_first_three_stay_kind_5() {
     let err = decode_err(body, 4);
     assert!(err.detail.contains("kind 5") && err.detail.contains("cleared"), "{err}");
 }
+
+#[test]
+fn client_context_management_round_trips_as_variant_10() {
+    for applied in [false, true] {
+        let guard = Event::GuardRaised(GuardRaised {
+            call: None,
+            kind: GuardKind::ClientContextManagement { applied },
+            detail: "d".into(),
+            knob: "k".into(),
+        });
+        let rec = codec::encode(&guard).unwrap();
+        assert_eq!(rec.body()[1], codec::kind::GUARD_RAISED);
+        assert_eq!(rec.body()[2..], [0, 10, u8::from(applied), 1, b'd', 1, b'k'], "call none, variant 10, applied");
+        assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), guard);
+    }
+    assert_eq!(GuardKind::ClientContextManagement { applied: true }.name(), "client_context_management:applied");
+}

@@ -667,6 +667,11 @@ pub struct ProxyArgs {
     /// onto the view, the proxy's own when it set none), `client` (only the client's) or `off`.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub cache_breakpoints: ctxlog_proxy::CacheBreakpoints,
+    /// A client's own Anthropic `context_management` (context editing): `pass` it upstream as
+    /// it came (default), or `apply` it in ctxlog as the call's knobs and leave it out (for
+    /// upstreams that lack it, e.g. llama.cpp); the answer then reports `applied_edits`.
+    #[arg(long, value_name = "MODE", default_value = "pass")]
+    pub provider_context_management: ctxlog_proxy::ProviderContextManagement,
     /// Context windows by model prefix over the built-in table, as a JSON object
     /// (`{"my-finetune": 32768}`); used as the budget unless `--budget` is given.
     #[arg(long, value_name = "FILE")]

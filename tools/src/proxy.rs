@@ -33,6 +33,7 @@ pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), 
     cfg.body_timeout = Duration::from_secs(a.body_timeout.max(1));
     cfg.drain_timeout = Duration::from_secs(a.drain_timeout);
     cfg.cache_breakpoints = a.cache_breakpoints;
+    cfg.provider_context_management = a.provider_context_management;
     cfg.models = models;
     // `-v` installs its subscriber on this thread only; the proxy's work (and the engine's, in
     // `spawn_blocking`) runs on the runtime's threads, which would log nothing without it.
