@@ -3,7 +3,9 @@
 //! (`clear_tool_uses_20250919`: `trigger` in `input_tokens` or `tool_uses`, `keep` in
 //! `tool_uses`, `clear_at_least` in `input_tokens`, `exclude_tools` names, `clear_tool_inputs` a
 //! boolean or names; `clear_thinking_20251015`: `keep` in `thinking_turns` or `"all"`, only with
-//! thinking enabled and first in `edits`), and the answer reports what the fake would have
+//! thinking enabled and first in `edits`; `compact_20260112` with its own beta
+//! `compact-2026-01-12`: `trigger` of at least 50,000 input tokens, `pause_after_compaction`,
+//! `instructions`), and the answer reports what the fake would have
 //! cleared in `context_management.applied_edits` (top level of the JSON, on `message_delta` in a
 //! stream), tokens counted as the fake counts them (bytes / 4).
 
@@ -13,6 +15,11 @@ use crate::strict::Rejection;
 
 /// The beta flag context editing needs.
 pub const BETA: &str = "context-management-2025-06-27";
+/// The beta flag server-side compaction (`compact_20260112`) needs.
+pub const COMPACT_BETA: &str = "compact-2026-01-12";
+/// The least `trigger` compaction accepts, and its default.
+pub const COMPACT_MIN_TRIGGER: u64 = 50_000;
+const COMPACT_DEFAULT_TRIGGER: u64 = 150_000;
 
 fn reject(message: String) -> Rejection {
     Rejection { status: 400, message, param: None, code: None }
@@ -34,13 +41,21 @@ fn counted(v: Option<&Value>, field: &str, types: &[&str]) -> Result<Option<(Str
 /// `anthropic-beta` value) and the documented shape.
 pub fn check(body: &Value, betas: Option<&str>) -> Result<(), Rejection> {
     let Some(cm) = body.get("context_management") else { return Ok(()) };
-    let beta_on = betas.is_some_and(|b| b.split(',').any(|f| f.trim() == BETA));
-    if !beta_on {
+    let has = |flag: &str| betas.is_some_and(|b| b.split(',').any(|f| f.trim() == flag));
+    if !has(BETA) && !has(COMPACT_BETA) {
         return Err(reject("context_management: Extra inputs are not permitted".into()));
     }
     let Some(edits) = cm.get("edits").and_then(Value::as_array) else {
         return Err(reject("context_management.edits: Field required".into()));
     };
+    // Each strategy is its own beta.
+    for (i, e) in edits.iter().enumerate() {
+        let t = e.get("type").and_then(Value::as_str).unwrap_or_default();
+        let needs = if t == "compact_20260112" { COMPACT_BETA } else { BETA };
+        if !has(needs) && (t == "compact_20260112" || t.starts_with("clear_")) {
+            return Err(reject(format!("context_management.edits.{i}: {t} requires the beta header {needs}")));
+        }
+    }
     let thinking_on =
         body.pointer("/thinking/type").and_then(Value::as_str).is_some_and(|t| t == "enabled" || t == "adaptive");
     for (i, e) in edits.iter().enumerate() {
@@ -84,16 +99,59 @@ pub fn check(body: &Value, betas: Option<&str>) -> Result<(), Rejection> {
                     }
                 }
             }
+            Some("compact_20260112") => {
+                if let Some((_, n)) = counted(e.get("trigger"), &format!("{at}.trigger"), &["input_tokens"])? {
+                    if n < COMPACT_MIN_TRIGGER {
+                        return Err(reject(format!(
+                            "{at}.trigger.value: must be at least {COMPACT_MIN_TRIGGER} tokens"
+                        )));
+                    }
+                }
+                if e.get("pause_after_compaction").is_some_and(|p| !p.is_boolean()) {
+                    return Err(reject(format!("{at}.pause_after_compaction: Input should be a valid boolean")));
+                }
+                if e.get("instructions").is_some_and(|p| !p.is_string() && !p.is_null()) {
+                    return Err(reject(format!("{at}.instructions: Input should be a valid string")));
+                }
+            }
             other => {
                 return Err(reject(format!(
                     "{at}.type: Input tag '{}' found using 'type' does not match any of the expected tags: \
-                     'clear_tool_uses_20250919', 'clear_thinking_20251015'",
+                     'clear_tool_uses_20250919', 'clear_thinking_20251015', 'compact_20260112'",
                     other.unwrap_or("")
                 )))
             }
         }
     }
     Ok(())
+}
+
+/// Server-side compaction asked for and due (`prompt` over its trigger): the compaction block
+/// that opens the answer (its summary names the messages it covers), and whether the answer
+/// pauses after it (`pause_after_compaction`).
+pub fn compaction(body: &Value, prompt: u64) -> Option<(Value, bool)> {
+    let edits = body.pointer("/context_management/edits")?.as_array()?;
+    let e = edits.iter().find(|e| e.get("type").and_then(Value::as_str) == Some("compact_20260112"))?;
+    let trigger = e.pointer("/trigger/value").and_then(Value::as_u64).unwrap_or(COMPACT_DEFAULT_TRIGGER);
+    if prompt <= trigger {
+        return None;
+    }
+    let n = body.get("messages").and_then(Value::as_array).map_or(0, Vec::len);
+    let summary = format!("Summary of the {n} messages so far: the work goes on as planned.");
+    let pause = e.get("pause_after_compaction").and_then(Value::as_bool) == Some(true);
+    Some((json!({"type": "compaction", "content": summary}), pause))
+}
+
+/// The prompt the API reads of a history holding a compaction block: it drops every message
+/// block before the latest one, so only the system prompt, the tools and what follows count.
+pub fn after_compaction(body: &Value) -> Option<Value> {
+    let messages = body.get("messages")?.as_array()?;
+    let at = messages
+        .iter()
+        .rposition(|m| blocks(m).iter().any(|b| b.get("type").and_then(Value::as_str) == Some("compaction")))?;
+    let mut b = body.clone();
+    b["messages"] = Value::Array(messages.get(at..)?.to_vec());
+    Some(b)
 }
 
 fn tokens_of(v: &Value) -> u64 {

@@ -470,3 +470,32 @@ fn context_management_needs_its_beta_and_the_documented_edits() {
     assert_eq!(applied(&ok, 10), Some(json!({"applied_edits": []})));
     assert_eq!(applied(&anthropic(json!([])), 10), None);
 }
+
+#[test]
+fn server_side_compaction_needs_its_own_beta_and_a_trigger_of_at_least_50k() {
+    use ctxlog_fake_upstream::context_editing::{after_compaction, check, compaction, BETA, COMPACT_BETA};
+    let with = |cm: Value| {
+        let mut b = anthropic(json!([{"role": "user", "content": "hi"}]));
+        b["context_management"] = cm;
+        b
+    };
+    let compact = with(json!({"edits": [{"type": "compact_20260112"}]}));
+    assert_eq!(check(&compact, Some(COMPACT_BETA)), Ok(()));
+    assert!(check(&compact, Some(BETA)).unwrap_err().message.contains("requires the beta header compact-2026-01-12"));
+    let clear = with(json!({"edits": [{"type": "clear_tool_uses_20250919"}]}));
+    assert!(check(&clear, Some(COMPACT_BETA)).unwrap_err().message.contains(BETA));
+    let low =
+        with(json!({"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 49_999}}]}));
+    assert!(check(&low, Some(COMPACT_BETA)).unwrap_err().message.contains("at least 50000"));
+    // Due over the trigger (150,000 by default); pausing answers with the compaction alone.
+    assert!(compaction(&compact, 150_000).is_none());
+    let (block, pause) = compaction(&compact, 150_001).unwrap();
+    assert_eq!((block["type"].as_str(), pause), (Some("compaction"), false));
+    // What precedes the latest compaction block is not read.
+    let history = anthropic(json!([
+        {"role": "user", "content": "old"},
+        {"role": "assistant", "content": [{"type": "compaction", "content": "summary"}]},
+        {"role": "user", "content": "new"}
+    ]));
+    assert_eq!(after_compaction(&history).unwrap()["messages"].as_array().unwrap().len(), 2);
+}

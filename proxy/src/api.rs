@@ -75,6 +75,18 @@ pub(crate) async fn call(
     let mut opts = RequestOptions::new();
     for (k, v) in &body.fields {
         if applying && *k == "context_management" {
+            // Only what ctxlog leaves to the provider goes on (server-side compaction).
+            let kept = client
+                .as_ref()
+                .as_ref()
+                .and_then(|c| c.applied.as_ref())
+                .and_then(crate::context_management::forwarded_field);
+            if let Some(kept) = kept {
+                opts = match opts.field(k, &kept) {
+                    Ok(o) => o,
+                    Err(e) => return bad(&e.field, &e.message),
+                };
+            }
             continue;
         }
         opts = match opts.field(k, v.get()) {

@@ -54,6 +54,9 @@ pub(crate) struct ClientEdits {
     pub thinking: bool,
     /// What ctxlog could not take as asked (a `tool_uses` trigger), for the header.
     pub notes: Vec<String>,
+    /// Edits ctxlog does not apply but forwards (`compact_20260112`: the provider's
+    /// summary, whose compaction block the client keeps), as they came.
+    pub forwarded: Vec<Value>,
 }
 
 /// A malformed `context_management`: the field path and what is wrong (a 400, as the API's).
@@ -148,15 +151,23 @@ pub(crate) fn read(json: &str, thinking_on: bool) -> Result<ClientEdits, Invalid
                     None => Some(1),
                 });
             }
+            // Server-side compaction is the provider's own summary: it stays in the request.
+            Some("compact_20260112") => out.forwarded.push(e.clone()),
             _ => {
                 return bad(
                     format!("{at}.type"),
-                    "Input should be 'clear_tool_uses_20250919' or 'clear_thinking_20251015'",
+                    "Input should be 'clear_tool_uses_20250919', 'clear_thinking_20251015' or 'compact_20260112'",
                 )
             }
         }
     }
     Ok(out)
+}
+
+/// The `context_management` forwarded when ctxlog applies the rest: the edits it leaves to the
+/// provider, or nothing.
+pub(crate) fn forwarded_field(edits: &ClientEdits) -> Option<String> {
+    (!edits.forwarded.is_empty()).then(|| json!({"edits": edits.forwarded}).to_string())
 }
 
 /// The edit types a `context_management` names, for the log (`clear_tool_uses_20250919, …`).

@@ -262,3 +262,85 @@ async fn a_malformed_context_management_to_apply_is_a_400_and_nothing_is_sent_or
     assert!(store.streams().unwrap().iter().all(|s| events(store.as_ref(), *s).is_empty()));
     p.shutdown().await;
 }
+
+/// Anthropic's server-side compaction (`compact_20260112`, item 3 of issue 23): the answer opens
+/// with a `compaction` block; the client keeps that answer and drops everything before it (as
+/// the API does on later requests). That is a continuation of the same session, not a
+/// divergence: one stream, no `HistoryDiverged`, the compaction message logged pinned, and
+/// every later request forwarded from it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_that_starts_at_an_anthropic_compaction_continues_one_session() {
+    let up = FakeUpstream::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.summaries = Summaries::Off).await;
+    let cm = json!({"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50_000}}]});
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let send = |messages: Vec<Value>| {
+        let body =
+            json!({"model": "claude-sonnet-4-6", "max_tokens": 256, "context_management": cm, "messages": messages});
+        let req = Request::post(format!("http://{}/v1/messages", p.addr()))
+            .header("x-api-key", KEY)
+            .header("anthropic-version", "2023-06-01")
+            .header("anthropic-beta", "compact-2026-01-12")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
+            .unwrap();
+        let client = client.clone();
+        async move {
+            let resp = client.request(req).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let stream: StreamId = resp.headers()["x-ctxlog-stream"].to_str().unwrap().parse().unwrap();
+            let v: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+            (stream, v)
+        }
+    };
+    let mut messages = vec![json!({"role": "user", "content": "TASK-23b: read every module and report."})];
+    let mut streams = std::collections::BTreeSet::new();
+    let mut compacted_at = None;
+    for i in 0..80 {
+        let (stream, answer) = send(messages.clone()).await;
+        streams.insert(stream);
+        let content = answer["content"].as_array().unwrap().clone();
+        messages.push(json!({"role": "assistant", "content": content}));
+        if content.first().is_some_and(|b| b["type"] == "compaction") {
+            // Keep the compaction's answer, drop what precedes it.
+            messages.drain(..messages.len() - 1);
+            compacted_at = Some(i);
+        }
+        let output: String = (0..400).map(|w| format!("m{i}w{w}")).collect::<Vec<_>>().join(" ");
+        messages.push(json!({"role": "user", "content": format!("Module {i}: {output}")}));
+        if compacted_at.is_some_and(|c| i >= c + 3) {
+            break;
+        }
+    }
+    let compacted_at = compacted_at.expect("the fake never compacted");
+    assert_eq!(streams.len(), 1, "the session changed at the compaction: {streams:?}");
+    let stream = *streams.first().unwrap();
+    let evs = events(store.as_ref(), stream);
+    assert!(!evs
+        .iter()
+        .any(|e| matches!(e, Event::GuardRaised(g) if matches!(g.kind, GuardKind::HistoryDiverged { .. }))));
+    let logged: Vec<&ctxlog::Message> =
+        evs.iter().filter_map(|e| if let Event::MessageAppended(m) = e { Some(&m.message) } else { None }).collect();
+    let held = logged.iter().filter(|m| m.provider_compaction()).count();
+    assert_eq!(held, 1, "the compaction message is logged once");
+    assert!(logged.iter().any(|m| m.provider_compaction() && m.is_pinned()));
+    // Every request after it carries the compaction block as the fake issued it (ctxlog's view
+    // still holds what precedes it, which the provider drops: the view is the log's), and the
+    // provider read only from it on: the fake's count of those prompts stays under its trigger.
+    let sent = forwarded(&up);
+    let issued = &sent[compacted_at + 1..];
+    assert!(issued.len() >= 3);
+    for (body, _) in issued {
+        let blocks = blocks(body);
+        let c: Vec<&Value> = blocks.iter().filter(|b| b["type"] == "compaction").collect();
+        assert_eq!(c.len(), 1, "the compaction block left the view or came twice");
+    }
+    for x in up.requests().iter().skip(compacted_at + 1) {
+        let v: Value = serde_json::from_slice(&x.response.chunks.concat()).unwrap();
+        assert!(v["usage"]["input_tokens"].as_u64().unwrap() < 50_000, "the fake read what precedes the compaction");
+        assert_ne!(v["content"][0]["type"], "compaction", "compacted again");
+    }
+    assert!(ctxlog::replay::verify(&*store, stream).unwrap().problems.is_empty());
+    p.shutdown().await;
+}
