@@ -11,7 +11,7 @@
 
 use serde_json::{json, Value};
 
-use crate::strict::Rejection;
+use crate::strict::{Rejection, Rule, Strictness};
 
 /// The beta flag context editing needs.
 pub const BETA: &str = "context-management-2025-06-27";
@@ -35,6 +35,15 @@ fn counted(v: Option<&Value>, field: &str, types: &[&str]) -> Result<Option<(Str
         return Err(reject(format!("{field}.value: Input should be a valid integer")));
     };
     Ok(Some((t.to_owned(), n)))
+}
+
+/// [`check`], unless `strict` relaxed [`Rule::ContextManagement`].
+pub fn checked(strict: &Strictness, body: &Value, betas: Option<&str>) -> Result<(), Rejection> {
+    if strict.on(Rule::ContextManagement) {
+        check(body, betas)
+    } else {
+        Ok(())
+    }
 }
 
 /// Checks the request's `context_management` against the beta header (`betas`, the

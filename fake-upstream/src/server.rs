@@ -335,7 +335,7 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
         match api {
             Api::Anthropic => strict
                 .anthropic(&parsed, prompt)
-                .and_then(|()| strict.anthropic_context_management(&parsed, request.header("anthropic-beta"))),
+                .and_then(|()| crate::context_editing::checked(&strict, &parsed, request.header("anthropic-beta"))),
             Api::OpenAi | Api::Responses => strict.openai(&parsed, prompt),
         }
     };

@@ -80,7 +80,7 @@ pub const MAX_IMAGES: usize = 100;
 pub const MAX_BREAKPOINTS: usize = 4;
 
 impl Strictness {
-    fn on(&self, r: Rule) -> bool {
+    pub(crate) fn on(&self, r: Rule) -> bool {
         !self.relaxed.contains(&r)
     }
 
@@ -245,14 +245,6 @@ impl Strictness {
             return Err(reject(format!("prompt is too long: {prompt_tokens} tokens > {limit} maximum")));
         }
         Ok(())
-    }
-
-    /// Checks an Anthropic request's `context_management` against its `anthropic-beta` header.
-    pub fn anthropic_context_management(&self, body: &Value, betas: Option<&str>) -> Result<(), Rejection> {
-        if !self.on(Rule::ContextManagement) {
-            return Ok(());
-        }
-        crate::context_editing::check(body, betas)
     }
 
     /// Checks an OpenAI Chat Completions request.

@@ -421,7 +421,7 @@ fn responses_replies_events_and_stored_responses() {
 
 #[test]
 fn context_management_needs_its_beta_and_the_documented_edits() {
-    use ctxlog_fake_upstream::context_editing::{applied, check, BETA};
+    use ctxlog_fake_upstream::context_editing::{applied, check, checked, BETA};
     use ctxlog_fake_upstream::strict::Strictness;
     let body = |cm: Value, thinking: bool| {
         let mut b = anthropic(json!([{"role": "user", "content": "hi"}]));
@@ -463,9 +463,9 @@ fn context_management_needs_its_beta_and_the_documented_edits() {
     assert_eq!(check(&body(both, true), Some(BETA)), Ok(()));
     // Relaxed by name only.
     let mut s = Strictness::default();
-    assert!(s.anthropic_context_management(&ok, None).is_err());
+    assert!(checked(&s, &ok, None).is_err());
     s.relaxed.insert(Rule::ContextManagement);
-    assert!(s.anthropic_context_management(&ok, None).is_ok());
+    assert!(checked(&s, &ok, None).is_ok());
     // Below the trigger nothing is cleared, and the answer says so.
     assert_eq!(applied(&ok, 10), Some(json!({"applied_edits": []})));
     assert_eq!(applied(&anthropic(json!([])), 10), None);

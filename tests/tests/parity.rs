@@ -345,3 +345,59 @@ fn thinking_sessions_pass_the_strict_fake_through_the_ladder_and_both_summary_mo
         assert!(levels.contains(&level), "no run reached level {level}: {levels:?}");
     }
 }
+
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = ctxlog_tools::run(std::iter::once("ctxlog").chain(args.iter().copied()), &mut out, &mut err);
+    (code, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+}
+
+#[test]
+fn import_takes_the_parity_flags_and_replay_and_why_show_what_they_did() {
+    // The same knobs from the command line; the log says what each call cleared and trimmed.
+    let dir = tempfile::tempdir().unwrap();
+    let transcript = dir.path().join("t.jsonl");
+    let mut lines = vec![
+        json!({"role": "system", "content": "You are a careful coding agent. ".repeat(30)}).to_string(),
+        json!({"role": "user", "content": "Port every module of the ledger crate."}).to_string(),
+    ];
+    for i in 0..30 {
+        lines.extend(turn(i, 0).iter().map(Value::to_string));
+    }
+    std::fs::write(&transcript, lines.join("\n") + "\n").unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let (code, _, err) = cli(&[
+        "import",
+        transcript.to_str().unwrap(),
+        "--store",
+        &store,
+        "--budget",
+        "12000",
+        "--summarizer",
+        "none",
+        "--keep-tool-uses",
+        "3",
+        "--exclude-tools",
+        "memory",
+        "--clear-tool-inputs",
+        "--tool-placeholder",
+        PLACEHOLDER,
+        "--keep-thinking-turns",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(&["replay", "--store", &store, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let kinds: BTreeSet<String> = out
+        .lines()
+        .flat_map(|l| serde_json::from_str::<Value>(l).unwrap()["edits"].as_array().cloned().unwrap_or_default())
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(kinds.contains("cleared") && kinds.contains("trimmed"), "{kinds:?}");
+    // The oldest result (seq 3, read_file) was cleared: `why` says so, with the rule.
+    let (code, out, err) = cli(&["why", "--seq", "3", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("cleared") && out.contains("clear_tool_uses"), "{out}");
+    let (code, _, err) = cli(&["verify", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+}
