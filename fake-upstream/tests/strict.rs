@@ -184,6 +184,17 @@ fn thinking_is_signed_and_checked() {
     let up = FakeUpstream::start().unwrap();
     let mut body = anthropic(json!([{"role": "user", "content": "think [[tool:f]]"}]));
     body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    // The budget's documented bounds: at least 1,024, below max_tokens (64 here).
+    let r = post(&up, ANT, &body);
+    assert_eq!(
+        (r.status, r.anthropic_error().as_str()),
+        (400, "`max_tokens` must be greater than `thinking.budget_tokens`")
+    );
+    body["max_tokens"] = json!(4096);
+    body["thinking"] = json!({"type": "enabled", "budget_tokens": 1023});
+    let r = post(&up, ANT, &body);
+    assert!(r.anthropic_error().contains("greater than or equal to 1024"));
+    body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
     let answer = post(&up, ANT, &body).json();
     let content = answer["content"].as_array().unwrap().clone();
     let kinds: Vec<&str> = content.iter().map(|b| b["type"].as_str().unwrap()).collect();

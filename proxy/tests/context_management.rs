@@ -73,7 +73,7 @@ fn history(steps: usize) -> Vec<Value> {
 
 fn request(steps: usize, cm: &Value, stream: bool) -> Value {
     json!({
-        "model": "claude-sonnet-4-5", "max_tokens": 256, "stream": stream,
+        "model": "claude-sonnet-4-5", "max_tokens": 2048, "stream": stream,
         "thinking": {"type": "enabled", "budget_tokens": 1024},
         "context_management": cm,
         "messages": history(steps),
