@@ -385,7 +385,7 @@ impl EditKind {
 /// Why an edit was made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EditReason {
-    /// Ladder level (1–8).
+    /// Ladder level (1–9); 0 for a knob's edit outside the ladder (`keep_thinking_turns`).
     pub level: u8,
     /// The rule that chose this message.
     pub rule: String,
