@@ -401,3 +401,87 @@ fn import_takes_the_parity_flags_and_replay_and_why_show_what_they_did() {
     let (code, _, err) = cli(&["verify", "--store", &store]);
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn no_summary_placed_before_a_provider_compaction_holds_what_follows_it() {
+    // The provider drops everything before a compaction block: a summary sitting before it
+    // (a flush puts a summary where its first message was) must cover nothing after it, nor
+    // may a condensed summary merge summaries from both sides.
+    let store = std::sync::Arc::new(MemoryStore::new());
+    let config = Config { budget: 9_000, summary_share: 0.1, ..Config::default() };
+    let mut s = Session::create(
+        std::sync::Arc::clone(&store),
+        StreamId::random(),
+        WireFormat::Anthropic,
+        config,
+        Timestamp::from_millis(T0),
+    )
+    .unwrap();
+    let opts = RequestOptions::new().model("claude-sonnet-4-6").max_tokens(512);
+    let strict = Strictness { context_tokens: Some(10_000_000), ..Strictness::default() };
+    s.append(vec![msg(json!({"role": "user", "content": "Port the ledger."}))]).unwrap();
+    let mut now = T0;
+    let mut compaction_seq = None;
+    let mut checked = 0;
+    for i in 0..120 {
+        let mut batch: Vec<Value> = turn(i, 5)
+            .into_iter()
+            .map(|mut m| {
+                // Plain assistant turns (no thinking) so the compaction message is an ordinary one.
+                if m["role"] == "assistant" {
+                    m["content"].as_array_mut().unwrap().retain(|b| b["type"] != "thinking");
+                }
+                m
+            })
+            .collect();
+        if i == 30 {
+            batch.insert(
+                0,
+                json!({"role": "assistant", "content": [
+                    {"type": "compaction", "content": "Summary of the first 30 modules."},
+                    {"type": "text", "text": "Continuing."}
+                ]}),
+            );
+            batch.insert(1, json!({"role": "user", "content": "Go on."}));
+        }
+        let before = s.state().message_count();
+        let ms: Vec<_> = batch.into_iter().map(msg).collect();
+        if i == 30 {
+            compaction_seq = Some(before);
+        }
+        s.append(ms).unwrap();
+        now += 20_000;
+        let plan = s.plan(Timestamp::from_millis(now)).unwrap();
+        let body: Value = serde_json::from_slice(s.request(&plan, &opts).unwrap().body()).unwrap();
+        strict.anthropic(&body, 1).unwrap_or_else(|r| panic!("call {i}: {}", r.message));
+        s.commit(plan, Timestamp::from_millis(now), None).unwrap();
+        while let Some(job) = s.summary_job() {
+            let text = s.summarize(&job).unwrap();
+            if let Prepared::Discarded(_) = s.prepare(&job, text, Produced::extractive()).unwrap() {
+                break;
+            }
+        }
+        let Some(c) = compaction_seq else { continue };
+        let st = s.state();
+        let view = st.view();
+        let at = view
+            .iter()
+            .position(|it| it.item == ctxlog::state::Item::Message(c))
+            .expect("the compaction left the view");
+        for it in &view[..at] {
+            if let ctxlog::state::Item::Summary(k) = it.item {
+                let sum = &st.summaries()[k as usize];
+                assert!(
+                    sum.to <= c + 1,
+                    "call {i}: summary {k} ({}..{}) before the compaction at {c} covers what follows it",
+                    sum.from,
+                    sum.to
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 0, "no summary ever sat before the compaction: the test proves nothing");
+    let after = s.state().summaries().iter().filter(|x| x.to > compaction_seq.unwrap() + 1).count();
+    assert!(after > 0, "nothing after the compaction was ever summarized");
+}
