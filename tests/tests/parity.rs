@@ -485,3 +485,38 @@ fn no_summary_placed_before_a_provider_compaction_holds_what_follows_it() {
     let after = s.state().summaries().iter().filter(|x| x.to > compaction_seq.unwrap() + 1).count();
     assert!(after > 0, "nothing after the compaction was ever summarized");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 16, ..proptest::prelude::ProptestConfig::default() })]
+
+    /// Random budgets and parity knobs on thinking tool loops: every request passes the strict
+    /// fake (checked in `drive`), and the log verifies.
+    #[test]
+    fn random_parity_knobs_never_send_what_the_api_refuses(
+        budget in 6_000u64..30_000,
+        placeholder in proptest::prelude::any::<bool>(),
+        inputs in proptest::prelude::any::<bool>(),
+        thinking in proptest::option::of(0u32..3),
+        exclude in proptest::option::of(0usize..4),
+        keep in 0u32..4,
+        cache_aware in proptest::prelude::any::<bool>(),
+        summaries in proptest::prelude::any::<bool>(),
+        turns in 20usize..70,
+        human_every in 0usize..8,
+    ) {
+        let config = Config {
+            budget,
+            cache_aware,
+            protected_tool_results: keep,
+            tool_placeholder: placeholder.then(|| PLACEHOLDER.to_owned()),
+            clear_tool_inputs: inputs,
+            keep_thinking_turns: thinking,
+            exclude_tools: exclude.map(|i| vec![TOOLS[i].to_owned()]).unwrap_or_default(),
+            summarizer: if summaries { SummarizerKind::Extractive } else { SummarizerKind::None },
+            ..Config::default()
+        };
+        let run = drive(config, turns, human_every, &CallKnobs::default());
+        let report = ctxlog::replay::verify(run.session.store(), run.session.id()).unwrap();
+        proptest::prop_assert!(report.problems.is_empty(), "{:?}", report.problems);
+    }
+}
