@@ -94,13 +94,13 @@ impl Placement {
 
 /// Byte ranges of one message's JSON to cut: its content blocks' (and tool results' inner
 /// blocks') `cache_control` members, each with its separating comma. Sorted, disjoint.
-pub type Cuts = Box<[(u32, u32)]>;
+pub(crate) type Cuts = Box<[(u32, u32)]>;
 
 const NEEDLE: &[u8] = b"\"cache_control\"";
 
 /// The cuts of a message's JSON, when it has a `cache_control` on a content block (`None`
 /// otherwise, and for JSON that does not scan: such bytes are left as they are).
-pub fn cuts(json: &[u8]) -> Option<Cuts> {
+pub(crate) fn cuts(json: &[u8]) -> Option<Cuts> {
     memchr::memmem::find(json, NEEDLE)?;
     scan(json, Ctx::Message)
 }
@@ -124,7 +124,7 @@ fn scan(json: &[u8], ctx: Ctx) -> Option<Cuts> {
 }
 
 /// Appends `bytes` without the ranges in `cuts`.
-pub fn apply_cuts(out: &mut Vec<u8>, bytes: &[u8], cuts: &[(u32, u32)]) {
+pub(crate) fn apply_cuts(out: &mut Vec<u8>, bytes: &[u8], cuts: &[(u32, u32)]) {
     let mut at = 0usize;
     for &(a, b) in cuts {
         let (a, b) = (a as usize, b as usize);
@@ -135,7 +135,7 @@ pub fn apply_cuts(out: &mut Vec<u8>, bytes: &[u8], cuts: &[(u32, u32)]) {
 }
 
 /// Removes every `cache_control` from a message's blocks (and from tool results' inner blocks).
-pub fn strip(m: &mut Message) {
+pub(crate) fn strip(m: &mut Message) {
     if let Some(Content::Blocks(blocks)) = &mut m.content {
         strip_blocks(blocks);
     }

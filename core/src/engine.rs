@@ -72,7 +72,7 @@ pub fn decide(state: &State, now: Millis) -> Result<Decision, Violation> {
 }
 
 /// Decides a call at time `now` with a client's per-request knobs over the session's.
-pub fn decide_with(state: &State, now: Millis, knobs: &CallKnobs) -> Result<Decision, Violation> {
+pub(crate) fn decide_with(state: &State, now: Millis, knobs: &CallKnobs) -> Result<Decision, Violation> {
     let config = state.info().map(|i| i.config.with_call(knobs)).unwrap_or_default();
     let call = state.calls();
     let metered_before = state.metered_tokens(state.view_tokens());

@@ -3,7 +3,7 @@
 
 /// Appends JSON to a byte buffer. Commas between members are tracked per nesting level.
 #[derive(Default)]
-pub struct JsonWriter {
+pub(crate) struct JsonWriter {
     out: Vec<u8>,
     // One flag per open container: has it received a member yet?
     first: Vec<bool>,
@@ -11,12 +11,12 @@ pub struct JsonWriter {
 
 impl JsonWriter {
     /// An empty writer.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The bytes written so far.
-    pub fn into_bytes(self) -> Vec<u8> {
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
         self.out
     }
 
@@ -31,33 +31,33 @@ impl JsonWriter {
     }
 
     /// `{`
-    pub fn begin_object(&mut self) {
+    pub(crate) fn begin_object(&mut self) {
         self.sep();
         self.out.push(b'{');
         self.first.push(true);
     }
 
     /// `}`
-    pub fn end_object(&mut self) {
+    pub(crate) fn end_object(&mut self) {
         self.first.pop();
         self.out.push(b'}');
     }
 
     /// `[`
-    pub fn begin_array(&mut self) {
+    pub(crate) fn begin_array(&mut self) {
         self.sep();
         self.out.push(b'[');
         self.first.push(true);
     }
 
     /// `]`
-    pub fn end_array(&mut self) {
+    pub(crate) fn end_array(&mut self) {
         self.first.pop();
         self.out.push(b']');
     }
 
     /// An object key; the next value call writes its value.
-    pub fn key(&mut self, k: &str) {
+    pub(crate) fn key(&mut self, k: &str) {
         self.sep();
         escape_into(&mut self.out, k);
         self.out.push(b':');
@@ -68,34 +68,34 @@ impl JsonWriter {
     }
 
     /// A string value.
-    pub fn string(&mut self, s: &str) {
+    pub(crate) fn string(&mut self, s: &str) {
         self.sep();
         escape_into(&mut self.out, s);
     }
 
     /// Already-valid JSON text, spliced verbatim.
-    pub fn raw(&mut self, json: &str) {
+    pub(crate) fn raw(&mut self, json: &str) {
         self.sep();
         self.out.extend_from_slice(json.as_bytes());
     }
 
     /// A boolean.
-    pub fn bool(&mut self, b: bool) {
+    pub(crate) fn bool(&mut self, b: bool) {
         self.raw(if b { "true" } else { "false" });
     }
 
     /// An unsigned integer.
-    pub fn u64(&mut self, n: u64) {
+    pub(crate) fn u64(&mut self, n: u64) {
         self.raw(&n.to_string());
     }
 
     /// `null`
-    pub fn null(&mut self) {
+    pub(crate) fn null(&mut self) {
         self.raw("null");
     }
 
     /// `"key": "value"`
-    pub fn field_str(&mut self, k: &str, v: &str) {
+    pub(crate) fn field_str(&mut self, k: &str, v: &str) {
         self.key(k);
         self.string(v);
     }

@@ -48,29 +48,26 @@
 
 // The public surface is curated (ARCHITECTURE.md "Public API", `docs/public-api.md` is the
 // semver list): the root re-exports what a host uses; the modules below hold the data types
-// a host reads (events, state, timeline). `#[doc(hidden)]` modules are the engine's parts that
-// the workspace's CLI, tests and benchmarks reach into; they are not part of the semver promise.
-// Private modules are reachable only through the root's re-exports.
-#[doc(hidden)]
-pub mod breakpoints;
+// a host reads (events, state, timeline). Every other module is private, reachable only through
+// the root's re-exports and `internal`: the engine parts the workspace's own tools, proxy,
+// benchmarks and tests share, each named there on purpose, outside the semver promise.
+mod breakpoints;
 pub mod codec;
 pub mod config;
 pub mod cost;
-#[doc(hidden)]
-pub mod engine;
+mod engine;
 mod error;
 pub mod event;
+#[doc(hidden)]
+pub mod internal;
 mod json;
 mod log;
-#[doc(hidden)]
-pub mod media;
+mod media;
 pub mod message;
 mod numbers;
 pub mod overflow;
-#[doc(hidden)]
-pub mod placeholder;
-#[doc(hidden)]
-pub mod policy;
+mod placeholder;
+mod policy;
 mod problem;
 mod render;
 pub mod replay;
@@ -85,15 +82,12 @@ pub mod summary_echo;
 pub mod summary_fit;
 mod summary_prompt;
 pub mod time;
-#[doc(hidden)]
-pub mod tokens;
+mod tokens;
 mod trace;
 pub mod transfer;
 pub mod usage;
-#[doc(hidden)]
-pub mod view;
-#[doc(hidden)]
-pub mod wire;
+mod view;
+mod wire;
 
 pub use codec::DecodeError;
 pub use config::{CallKnobs, Config, ConfigError};

@@ -9,13 +9,6 @@
 use crate::message::Message;
 use crate::state::State;
 
-pub use crate::render::{Composition, NAMED_TOOLS};
-
-/// The composition of `[from, to)`, read from the state's tool index (no message bodies).
-pub fn composition(state: &State, from: u64, to: u64) -> Composition {
-    state.composition(from, to)
-}
-
 /// The placeholder's text for the hidden messages `[from, to)`, e.g.
 /// `[ctxlog: 41 tool calls removed (seq 2–83): read_file ×41 — restore with ctxlog restore --seq N, N in 2–83]`.
 pub fn text(state: &State, from: u64, to: u64) -> String {

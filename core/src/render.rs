@@ -201,14 +201,14 @@ fn trim(out: &mut Message, thinking: bool, inputs: bool) {
 }
 
 /// Would stubbing change this message (is its text long enough)?
-pub fn stubbable(m: &Message) -> bool {
+pub(crate) fn stubbable(m: &Message) -> bool {
     m.plain_text().chars().count() > STUB_MIN_CHARS
 }
 
 /// How a summary lists the base64 media blocks of `m` (`image image/png 800x600 (1,234 bytes,
 /// sha256:…)`), or `None` if it has none. Computed at append and kept by the state, so a summary
 /// renders without the bodies of the messages it hides.
-pub fn media_note(m: &Message) -> Option<String> {
+pub(crate) fn media_note(m: &Message) -> Option<String> {
     let parts: Vec<String> = m
         .blocks()
         .iter()
@@ -297,11 +297,11 @@ pub(crate) fn summary_message(span: &impl SpanFacts, s: &SummaryPrepared, listed
 }
 
 /// Tool names listed by name in a placeholder; the rest are counted.
-pub const NAMED_TOOLS: usize = 6;
+pub(crate) const NAMED_TOOLS: usize = 6;
 
 /// What a run of hidden messages `[from, to)` held (read from the state's tool index).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Composition {
+pub(crate) struct Composition {
     /// Tool calls made by the run's messages, by tool name.
     pub calls: BTreeMap<String, u64>,
     /// Messages of the run that make no call and carry no result (text of either side).

@@ -13,7 +13,7 @@ pub const MESSAGE_OVERHEAD: u32 = 4;
 /// Framing cost of one structured block or tool call.
 pub const BLOCK_OVERHEAD: u32 = 2;
 /// Default flat cost of an image or document block.
-pub const DEFAULT_IMAGE_TOKENS: u32 = 1_600;
+pub(crate) const DEFAULT_IMAGE_TOKENS: u32 = 1_600;
 
 /// Estimates tokens of messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,16 +19,17 @@ use crate::store::{hex, BlobId};
 use crate::wire::{write_in, Media, RenderOpts, WireFormat};
 
 pub use crate::numbers::thousands;
-pub use crate::render::{edited_message, edited_message_as, media_note, stubbable, STUB_MIN_CHARS, STUB_PREVIEW_CHARS};
+pub(crate) use crate::render::stubbable;
+pub use crate::render::{edited_message, edited_message_as, STUB_MIN_CHARS, STUB_PREVIEW_CHARS};
 
 /// Messages in `[from, to)` that a flush hides and that carry tool output or media: the
 /// summary lists them as restorable references.
-pub fn flush_stubs(state: &State, from: u64, to: u64) -> Vec<u64> {
+pub(crate) fn flush_stubs(state: &State, from: u64, to: u64) -> Vec<u64> {
     state.elided(from, to)
 }
 
 /// The user message that stands for a flushed span in the view.
-pub fn summary_message(state: &State, s: &SummaryPrepared) -> Message {
+pub(crate) fn summary_message(state: &State, s: &SummaryPrepared) -> Message {
     state.summary_message(s)
 }
 

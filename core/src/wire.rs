@@ -2,7 +2,7 @@
 //! format, and writing it back (to a view, or losslessly for export). OpenAI Responses items
 //! have their own reader and writer in [`responses`].
 
-pub mod responses;
+pub(crate) mod responses;
 
 use std::collections::BTreeMap;
 
@@ -299,7 +299,7 @@ pub fn usage_of(usage: &RawJson) -> Result<Option<Usage>, crate::usage::UsageErr
 /// Provider-reported prompt tokens of a `usage` object: its [`Usage::prompt_total`], so
 /// Anthropic's cache reads and writes count (its `input_tokens` excludes them) and OpenAI's
 /// cached tokens are not counted twice.
-pub fn usage_input_tokens(usage: &RawJson) -> Result<Option<u64>, crate::usage::UsageError> {
+pub(crate) fn usage_input_tokens(usage: &RawJson) -> Result<Option<u64>, crate::usage::UsageError> {
     Ok(usage_of(usage)?.map(|u| u.prompt_total()))
 }
 
@@ -382,7 +382,7 @@ pub struct RenderOpts<'a> {
 
 /// Writes a message as JSON. Blobs that cannot be resolved stay references and are pushed to
 /// `missing`.
-pub fn write_message(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
+pub(crate) fn write_message(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
     w.begin_object();
     w.field_str("role", m.role.as_str());
     if let Some(c) = &m.content {
@@ -442,7 +442,7 @@ pub(crate) fn write_extra(w: &mut JsonWriter, extra: &Extra) {
 }
 
 /// Writes a message's `content` value alone (a string or an array of blocks).
-pub fn write_content_value(w: &mut JsonWriter, c: &Content, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
+pub(crate) fn write_content_value(w: &mut JsonWriter, c: &Content, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
     write_content(w, c, opts, missing);
 }
 
@@ -588,7 +588,13 @@ pub(crate) fn resolve<'m>(data: &'m MediaData, opts: RenderOpts<'_>, missing: &m
 }
 
 /// Writes a message as JSON in `format` ([`write_message`], or a Responses item).
-pub fn write_in(format: WireFormat, w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
+pub(crate) fn write_in(
+    format: WireFormat,
+    w: &mut JsonWriter,
+    m: &Message,
+    opts: RenderOpts<'_>,
+    missing: &mut Vec<BlobId>,
+) {
     match format {
         WireFormat::OpenAiResponses => responses::write_item(w, m, opts, missing),
         WireFormat::Anthropic | WireFormat::OpenAi => write_message(w, m, opts, missing),

@@ -21,7 +21,7 @@ use std::path::Path;
 use ctxlog::config::SummarizerKind;
 use ctxlog::message::Role;
 use ctxlog::replay::{replay, verify, Mode};
-use ctxlog::wire::{parse_message, to_json, Media, RenderOpts};
+use ctxlog::internal::wire::{parse_message, to_json, Media, RenderOpts};
 use ctxlog::{Config, MemoryStore, Session, Store, StreamId};
 use ctxlog_tools::error::CliError;
 use ctxlog_tools::import::{import, ImportOptions};

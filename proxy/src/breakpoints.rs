@@ -8,7 +8,7 @@
 //! a request does not mark. What was placed is recorded with the call (`ctxlog request` rebuilds
 //! it) and told in `x-ctxlog-breakpoints`.
 
-use ctxlog::breakpoints::{Mark, Origin, Placement};
+use ctxlog::internal::breakpoints::{Mark, Origin, Placement};
 use ctxlog::{CacheTtl, Plan, RequestOptions, Session, SessionError, WireFormat};
 use serde_json::Value;
 

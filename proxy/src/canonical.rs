@@ -10,8 +10,8 @@
 //! history, a session reopened from the store): the known prefix of a request is recognized
 //! by the xxh3 digests of its raw bytes first.
 
+use ctxlog::internal::wire::{Media, RenderOpts};
 use ctxlog::message::{BlobRef, Block, Content, ImageUrl, MediaData, MediaSource, Message};
-use ctxlog::wire::{Media, RenderOpts};
 use ctxlog::BlobId;
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::Xxh3;
@@ -26,7 +26,7 @@ const ANNOTATIONS: [&str; 1] = ["cache_control"];
 /// keeps (SHA-256 of the decoded bytes).
 pub(crate) fn digest(m: &Message) -> u128 {
     let m = as_logged(m);
-    let (json, _) = ctxlog::wire::to_json(&m, RenderOpts { meta: true, media: Media::Refs });
+    let (json, _) = ctxlog::internal::wire::to_json(&m, RenderOpts { meta: true, media: Media::Refs });
     let mut h = Xxh3::new();
     match serde_json::from_str::<Value>(&json) {
         Ok(mut v) => {
@@ -141,8 +141,8 @@ fn externalize(b: &mut Block) {
 
 fn as_blob(data: &mut MediaData) {
     let MediaData::Inline(b64) = data else { return };
-    let Ok(bytes) = ctxlog::wire::decode_base64(b64) else { return };
-    let dims = ctxlog::media::dimensions(&bytes);
+    let Ok(bytes) = ctxlog::internal::wire::decode_base64(b64) else { return };
+    let dims = ctxlog::internal::media::dimensions(&bytes);
     *data = MediaData::Blob(BlobRef {
         id: BlobId::of(&bytes),
         bytes: bytes.len() as u64,

@@ -130,7 +130,7 @@ pub(crate) fn align(
     // The client's first item carrying a compaction, and the logged one it is.
     let Some((j, client)) = items.iter().enumerate().find_map(|(j, it)| {
         payload(it.raw)?;
-        let m = std::str::from_utf8(it.raw).ok().and_then(|t| ctxlog::wire::parse_in(t, format).ok())?;
+        let m = std::str::from_utf8(it.raw).ok().and_then(|t| ctxlog::internal::wire::parse_in(t, format).ok())?;
         Some((j, m))
     }) else {
         return Ok(None);
@@ -153,7 +153,7 @@ pub(crate) fn align(
             .map_err(PrepareError::from)?
             .iter()
             .map(|m| {
-                let (json, _) = ctxlog::wire::to_json_in(format, m, refs());
+                let (json, _) = ctxlog::internal::wire::to_json_in(format, m, refs());
                 let d = digest(json.as_bytes());
                 (json.into_bytes(), d)
             })
@@ -162,8 +162,8 @@ pub(crate) fn align(
     Ok(Some(Skipped { at: j, items: stand_ins }))
 }
 
-fn refs() -> ctxlog::wire::RenderOpts<'static> {
-    ctxlog::wire::RenderOpts { meta: false, media: ctxlog::wire::Media::Refs }
+fn refs() -> ctxlog::internal::wire::RenderOpts<'static> {
+    ctxlog::internal::wire::RenderOpts { meta: false, media: ctxlog::internal::wire::Media::Refs }
 }
 
 fn same(client: &Message, logged: &Message) -> bool {

@@ -213,8 +213,9 @@ pub(crate) fn applied(s: &Sess, plan: &Plan) -> Applied {
         let Some(entry) = st.entry(e.seq) else { continue };
         let Some(body) = st.original(e.seq).or_else(|| st.shown(e.seq)) else { continue };
         let before = u64::from(est.message(body));
-        let after =
-            |kind| u64::from(est.message(&ctxlog::view::edited_message_as(body, kind, config.placeholder_text())));
+        let after = |kind| {
+            u64::from(est.message(&ctxlog::internal::view::edited_message_as(body, kind, config.placeholder_text())))
+        };
         match e.kind {
             EditKind::Removed if entry.is_tool_result() => {
                 a.tool_uses += body.result_ids().count() as u64;

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ctxlog::breakpoints::{Origin, Placement};
+use ctxlog::internal::breakpoints::{Origin, Placement};
 use ctxlog::{RequestOptions, WireFormat};
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 

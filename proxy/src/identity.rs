@@ -119,7 +119,8 @@ pub(crate) fn session_of(headers: &HeaderMap, format: WireFormat, body: &ClientB
     let forms: Vec<[u8; 16]> = leading
         .iter()
         .map(|l| {
-            ctxlog::wire::parse_in(l, format).map_or_else(|_| digest(l.as_bytes()), |m| crate::canonical::digest(&m))
+            ctxlog::internal::wire::parse_in(l, format)
+                .map_or_else(|_| digest(l.as_bytes()), |m| crate::canonical::digest(&m))
         })
         .map(u128::to_le_bytes)
         .collect();

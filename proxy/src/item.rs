@@ -78,12 +78,12 @@ pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Me
     items
         .iter()
         .map(|it| {
-            let m =
-                ctxlog::wire::parse_in(it.text()?, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
-            ctxlog::wire::check_format(&m, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
+            let m = ctxlog::internal::wire::parse_in(it.text()?, format)
+                .map_err(|e| invalid(&it.field(), &e.field, e.message))?;
+            ctxlog::internal::wire::check_format(&m, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
             // ctxlog's tag for `instructions` is not an item a client may send.
             if it.index.is_some()
-                && ctxlog::wire::responses::is_instructions(&m)
+                && ctxlog::internal::wire::responses::is_instructions(&m)
                 && format == WireFormat::OpenAiResponses
             {
                 return Err(invalid(&it.field(), "type", "unknown item type \"instructions\"".into()));

@@ -153,10 +153,11 @@ pub(crate) fn prepare_provider_held(
     caught_up |= s.state().version() > before;
     let mut messages = Vec::with_capacity(earlier.len() + items.len());
     for (i, raw) in earlier.iter().enumerate() {
-        let m = ctxlog::wire::parse_in(raw, WireFormat::OpenAiResponses).map_err(|e| PrepareError::Invalid {
-            field: format!("previous_response_id (its output[{i}]).{}", e.field),
-            message: e.message,
-        })?;
+        let m =
+            ctxlog::internal::wire::parse_in(raw, WireFormat::OpenAiResponses).map_err(|e| PrepareError::Invalid {
+                field: format!("previous_response_id (its output[{i}]).{}", e.field),
+                message: e.message,
+            })?;
         messages.push(m);
     }
     messages.extend(crate::item::parse_all(items, WireFormat::OpenAiResponses)?);

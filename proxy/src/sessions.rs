@@ -439,7 +439,8 @@ fn append_new(b: &mut Branch, items: &[Item<'_>], format: WireFormat) -> Result<
 
 /// The canonical digest of a client's item (what names the branch it starts).
 fn canonical_of(item: &Item<'_>, format: WireFormat) -> Result<u128, PrepareError> {
-    let m = ctxlog::wire::parse_in(item.text()?, format).map_err(|e| invalid(&item.field(), &e.field, e.message))?;
+    let m = ctxlog::internal::wire::parse_in(item.text()?, format)
+        .map_err(|e| invalid(&item.field(), &e.field, e.message))?;
     Ok(crate::canonical::digest(&m))
 }
 
@@ -494,7 +495,11 @@ impl Slot {
         };
         let parsed: Option<Vec<Message>> = raw
             .iter()
-            .map(|a| ctxlog::wire::parse_in(a, format).ok().filter(|m| ctxlog::wire::check_format(m, format).is_ok()))
+            .map(|a| {
+                ctxlog::internal::wire::parse_in(a, format)
+                    .ok()
+                    .filter(|m| ctxlog::internal::wire::check_format(m, format).is_ok())
+            })
             .collect();
         match parsed {
             Some(messages) if !messages.is_empty() => s.commit_answers(plan, opts, at, usage, messages).map(|_| ()),

@@ -164,7 +164,7 @@ async fn a_moving_breakpoint_is_mapped_onto_the_view_on_every_compacting_call() 
         // Compacted: the view is not the client's whole history (its system and messages).
         compacting += usize::from(s.view_messages < history.len() as u64 + 1);
         let placement = s.request.as_ref().and_then(|r| r.placement.clone()).unwrap();
-        assert_eq!(placement.origin, ctxlog::breakpoints::Origin::Client);
+        assert_eq!(placement.origin, ctxlog::internal::breakpoints::Origin::Client);
         history.push(json!({"role": "assistant", "content": a.json()["content"].clone()}));
     }
     p.shutdown().await;

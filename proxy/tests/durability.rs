@@ -391,9 +391,9 @@ async fn every_call_records_its_answer() {
                 let json: Value = serde_json::from_str(answer[answer.find("\r\n\r\n").unwrap() + 4..].trim()).unwrap();
                 let evs = events(&*store, id.unwrap());
                 let Some(ctxlog::Event::AnswerReceived(a)) = evs.last() else { panic!("{path}: no answer recorded") };
-                let recorded = ctxlog::wire::to_json(
+                let recorded = ctxlog::internal::wire::to_json(
                     &a.message,
-                    ctxlog::wire::RenderOpts { meta: false, media: ctxlog::wire::Media::Refs },
+                    ctxlog::internal::wire::RenderOpts { meta: false, media: ctxlog::internal::wire::Media::Refs },
                 )
                 .0;
                 let recorded: Value = serde_json::from_str(&recorded).unwrap();

@@ -122,7 +122,7 @@ pub fn holds_turn<S: Store>(session: &Session<S>, from: u64, turn: &[Message]) -
 
 #[allow(dead_code)]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    use ctxlog::wire::parse_message;
+    use ctxlog::internal::wire::parse_message;
     let Some(url) = std::env::args().nth(1) else {
         eprintln!("usage: serve_call postgres://USER@HOST/DB");
         return Ok(());

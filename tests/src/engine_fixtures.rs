@@ -33,7 +33,7 @@ pub fn config(budget: u64, trigger: f64, target: f64) -> Config {
 
 /// Parses one wire message (panics on invalid JSON: a broken fixture).
 pub fn msg(v: Value) -> Message {
-    ctxlog::wire::parse_message(&v.to_string()).unwrap()
+    ctxlog::internal::wire::parse_message(&v.to_string()).unwrap()
 }
 
 /// A 1×1 PNG (its dimensions are read at append, so it costs a few tokens).

@@ -7,9 +7,9 @@
 //! set v6.
 
 use ctxlog::config::Config;
+use ctxlog::internal::wire::responses::parse_item;
 use ctxlog::request::RequestOptions;
 use ctxlog::session::Produced;
-use ctxlog::wire::responses::parse_item;
 use ctxlog::{Message, Session, Store, StreamId, Timestamp, Usage, WireFormat};
 use serde_json::{json, Value};
 

@@ -15,11 +15,11 @@ use ctxlog::event::{
     EditKind, EditReason, Edited, Event, FlushReason, Flushed, MessageAppended, RequestServed, Restored,
     SessionStarted, SummaryMode, SummaryPrepared,
 };
+use ctxlog::internal::wire::{self, WireFormat};
 use ctxlog::message::Message;
 use ctxlog::state::{Invariant, State, Violation};
 use ctxlog::store::Version;
 use ctxlog::time::Millis;
-use ctxlog::wire::{self, WireFormat};
 use uuid::Uuid;
 
 /// The session id every scenario uses.
@@ -325,7 +325,7 @@ pub fn png(width: u32, height: u32) -> Vec<u8> {
 
 /// Standard base64.
 pub fn b64(bytes: &[u8]) -> String {
-    ctxlog::wire::encode_base64(bytes)
+    ctxlog::internal::wire::encode_base64(bytes)
 }
 
 /// A rich Anthropic transcript, one message per line: string and block content, text with

@@ -214,7 +214,7 @@ fn turn(i: u64) -> [String; 3] {
 /// One call of turn `i` through the engine: append the turn, plan, commit, prepare if asked.
 pub fn engine_call(session: &mut Session<&dyn Store>, i: u64) {
     let now = 1_000 + (i + 1) * 45_000;
-    let messages = turn(i).iter().map(|j| ctxlog::wire::parse_message(j).unwrap()).collect();
+    let messages = turn(i).iter().map(|j| ctxlog::internal::wire::parse_message(j).unwrap()).collect();
     session.append(messages).unwrap();
     let plan = session.plan(Timestamp::from_millis(now)).unwrap();
     session.commit(plan, Timestamp::from_millis(now), None).unwrap();

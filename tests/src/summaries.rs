@@ -32,7 +32,7 @@ pub fn options() -> RequestOptions {
 
 /// Parses a message.
 pub fn msg(v: serde_json::Value) -> Message {
-    ctxlog::wire::parse_message(&v.to_string()).unwrap()
+    ctxlog::internal::wire::parse_message(&v.to_string()).unwrap()
 }
 
 /// About `bytes` of source code, different for each `seed`.

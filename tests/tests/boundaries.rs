@@ -51,7 +51,7 @@ fn floor_session(budget: u64, trigger: f64, target: f64) -> Harness {
 fn a_floor_exactly_at_the_target_still_lets_the_ladder_run() {
     // Given the unremovable floor of a session (system, first and last human message),
     let probe = floor_session(1_000_000, 0.5, 0.25);
-    let floor = ctxlog::policy::guards::unremovable_floor(probe.session.state(), &probe.session.config());
+    let floor = ctxlog::internal::policy::guards::unremovable_floor(probe.session.state(), &probe.session.config());
     let view = probe.session.state().view_tokens();
     for (target, infeasible) in [(floor, false), (floor - 1, true)] {
         // and a budget whose target is exactly the floor (or one token under it), with the view
@@ -137,7 +137,7 @@ fn a_floor_exactly_at_the_budget_does_not_trip_the_breaker() {
     let floor_at = |budget| {
         let cfg = with_budget(budget);
         let st = breaker_armed(&cfg, 0);
-        ctxlog::policy::ladder::floor(&st, &cfg, st.view_tokens())
+        ctxlog::internal::policy::ladder::floor(&st, &cfg, st.view_tokens())
     };
     let mut budget = 1_000_000;
     for _ in 0..10 {
@@ -152,7 +152,7 @@ fn a_floor_exactly_at_the_budget_does_not_trip_the_breaker() {
         assert!(st.breaker_count() >= cfg.breaker_passes);
         assert!(st.view_tokens() > budget, "view {} within {budget}", st.view_tokens());
         // when the next call is decided (cold cache),
-        let d = ctxlog::engine::decide(&st, scenario::T0 + 3_600_000).unwrap();
+        let d = ctxlog::internal::engine::decide(&st, scenario::T0 + 3_600_000).unwrap();
         // then only a floor *over* the budget freezes the view; a floor that fits is compacted to.
         let tripped =
             d.events.iter().any(|e| matches!(e, Event::GuardRaised(g) if g.kind == GuardKind::BreakerTripped));
@@ -184,7 +184,7 @@ fn one_tool_group_of(calls: usize, budget: u64) -> Harness {
 
 #[test]
 fn a_tool_group_of_exactly_the_largest_size_is_removed_as_one() {
-    use ctxlog::policy::ladder::MAX_GROUP;
+    use ctxlog::internal::policy::ladder::MAX_GROUP;
     for (calls, removable) in [(MAX_GROUP - 1, true), (MAX_GROUP, false)] {
         // Given a call message and its results, `calls + 1` messages in all (the largest group
         // the ladder moves is MAX_GROUP messages), as the oldest removable content of a view

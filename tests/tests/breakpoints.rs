@@ -7,9 +7,9 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use ctxlog::breakpoints::{Mark, Origin, Placement};
 use ctxlog::config::Config;
 use ctxlog::event::SummaryMode;
+use ctxlog::internal::breakpoints::{Mark, Origin, Placement};
 use ctxlog::session::{Prepared, Produced};
 use ctxlog::SummaryCall;
 use ctxlog::{

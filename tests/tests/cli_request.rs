@@ -30,7 +30,7 @@ fn opts() -> RequestOptions {
 }
 
 fn msg(v: Value) -> ctxlog::Message {
-    ctxlog::wire::parse_message(&v.to_string()).unwrap()
+    ctxlog::internal::wire::parse_message(&v.to_string()).unwrap()
 }
 
 /// Each call's served body: with the client's fields, and bare.

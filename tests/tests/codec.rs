@@ -184,11 +184,11 @@ fn build_every_kind() -> Vec<Event> {
                 tools: ToolsRecord::Blob { id: ctxlog::BlobId::of(b"[]"), bytes: 2 },
                 breakpoints: None,
                 // Kind 30: the breakpoints a proxy placed by position.
-                placement: Some(ctxlog::breakpoints::Placement {
-                    origin: ctxlog::breakpoints::Origin::Client,
+                placement: Some(ctxlog::internal::breakpoints::Placement {
+                    origin: ctxlog::internal::breakpoints::Origin::Client,
                     marks: vec![
-                        ctxlog::breakpoints::Mark::System(ctxlog::CacheTtl::FiveMinutes),
-                        ctxlog::breakpoints::Mark::Message { seq: 4, block: Some(1), ttl: ctxlog::CacheTtl::OneHour },
+                        ctxlog::internal::breakpoints::Mark::System(ctxlog::CacheTtl::FiveMinutes),
+                        ctxlog::internal::breakpoints::Mark::Message { seq: 4, block: Some(1), ttl: ctxlog::CacheTtl::OneHour },
                     ],
                 }),
             }),
@@ -844,7 +844,7 @@ fn a_crafted_deeply_nested_record_is_a_decode_error_not_a_stack_overflow() {
     assert_eq!(e.version, 7);
     assert!(e.detail.contains("nested"), "{e}");
     // Nesting the wire parser accepts decodes fine.
-    let ok = nested_message_record(ctxlog::wire::MAX_CONTENT_NESTING);
+    let ok = nested_message_record(ctxlog::internal::wire::MAX_CONTENT_NESTING);
     assert!(codec::decode(STREAM, 1, &ok).is_ok());
     // The depth counter is per decode: a failed decode does not poison the next one.
     let again = codec::decode(STREAM, 1, &ok);
@@ -856,7 +856,7 @@ fn a_crafted_deeply_nested_record_is_a_decode_error_not_a_stack_overflow() {
 /// inside existing kinds 18 and 8; a Responses item is an ordinary message (kinds 2 and 23).
 #[test]
 fn responses_values_round_trip_with_their_tags() {
-    use ctxlog::wire::responses::parse_item;
+    use ctxlog::internal::wire::responses::parse_item;
     let started = |format| {
         Event::SessionStarted(ctxlog::event::SessionStarted {
             session: STREAM.0,

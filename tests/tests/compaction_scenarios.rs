@@ -10,10 +10,10 @@ use std::collections::BTreeSet;
 
 use ctxlog::config::Config;
 use ctxlog::event::{EditKind, Event, GuardKind};
-use ctxlog::policy::ladder;
+use ctxlog::internal::policy::ladder;
+use ctxlog::internal::tokens::Estimator;
+use ctxlog::internal::view::{edited_message, item_message, STUB_PREVIEW_CHARS};
 use ctxlog::state::Item;
-use ctxlog::tokens::Estimator;
-use ctxlog::view::{edited_message, item_message, STUB_PREVIEW_CHARS};
 use ctxlog::WireFormat;
 use ctxlog_tests::engine_fixtures::{config, timeline_jsonl, Harness};
 
@@ -212,7 +212,7 @@ fn breaker_tripped_by_a_floor_over_the_budget_still_compacts_new_content() {
         // the placeholder of its removed reply: a few dozen tokens): the view stays within the
         // floor of the moment plus one pass and one turn.
         let st = h.session.state();
-        let floor_now = ctxlog::policy::ladder::floor(st, &breaker_config(), st.view_tokens()).max(floor);
+        let floor_now = ctxlog::internal::policy::ladder::floor(st, &breaker_config(), st.view_tokens()).max(floor);
         assert!(floor_now < floor + 60 * 60, "call {}: the floor grew to {floor_now}", c.call);
         assert!(c.view_tokens <= floor_now + 20_000 + turn, "call {}: view grew to {}", c.call, c.view_tokens);
         if c.edits().is_empty() {
@@ -432,7 +432,7 @@ fn unit_consistency_estimates_sum_exactly_before_and_after_edits() {
                 .iter()
                 .filter_map(|it| match it.item {
                     Item::Placeholder { from, to } => {
-                        let m = ctxlog::placeholder::message(st, from, to);
+                        let m = ctxlog::internal::placeholder::message(st, from, to);
                         assert_eq!(u64::from(est_message(st, &m)), u64::from(it.tokens));
                         Some(u64::from(it.tokens))
                     }
@@ -537,7 +537,7 @@ fn stub_by_cost_keeps_the_image_and_leaves_short_messages_alone() {
         assert_ne!(blocks[1]["type"], "text", "{format:?}: the image was dropped: {rendered}");
         // "look" + image is short: untouched, byte for byte as appended.
         let look = st.view_position(4).unwrap();
-        let original = ctxlog::view::render_item(st, Item::Message(4));
+        let original = ctxlog::internal::view::render_item(st, Item::Message(4));
         assert_eq!(c.view[look], original);
         assert!(st.entry(4).unwrap().edit.is_none());
         // First and last human are never stubbed.

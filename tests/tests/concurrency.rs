@@ -49,7 +49,7 @@ const _: () = {
 };
 
 fn msg(v: serde_json::Value) -> Message {
-    ctxlog::wire::parse_message(&v.to_string()).unwrap()
+    ctxlog::internal::wire::parse_message(&v.to_string()).unwrap()
 }
 
 /// One short agent session: a few calls with tool output and an image, summaries between calls.
@@ -60,7 +60,7 @@ fn converse<S: Store>(store: S, thread: usize, n: usize) -> StreamId {
     s.append(vec![msg(json!({"role": "user", "content": [
         {"type": "text", "text": format!("thread {thread} session {n}: port the parser")},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-            "data": ctxlog::wire::encode_base64(&ctxlog_workload::encode_png(8, 8, &(0..8).flat_map(|_| std::iter::once(0).chain([thread as u8; 24])).collect::<Vec<u8>>()))}}
+            "data": ctxlog::internal::wire::encode_base64(&ctxlog_workload::encode_png(8, 8, &(0..8).flat_map(|_| std::iter::once(0).chain([thread as u8; 24])).collect::<Vec<u8>>()))}}
     ]}))])
     .unwrap();
     let mut at = T0;

@@ -54,7 +54,7 @@ fn engine_session(store: &dyn Store) -> ctxlog::Session<&dyn Store> {
 /// One engine step: a tool call, its result and a user turn, then a committed call and a
 /// prepared summary if the engine asks for one. Returns `(call, version)` once durable.
 fn engine_step(session: &mut ctxlog::Session<&dyn Store>) -> (u64, u64) {
-    use ctxlog::wire::parse_message;
+    use ctxlog::internal::wire::parse_message;
     let v = session.state().version();
     let now = session.state().last_request_at().unwrap_or(0) + 30_000;
     let call = format!(

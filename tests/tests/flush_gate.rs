@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use ctxlog::config::{Config, SummarizerKind};
 use ctxlog::event::{Event, FlushReason, Flushed};
+use ctxlog::internal::view::render_item;
 use ctxlog::state::Item;
-use ctxlog::view::render_item;
 use ctxlog::{Store, Timestamp, WireFormat};
 use ctxlog_tests::engine_fixtures::{rendered_pair_problems, Harness, T0};
 

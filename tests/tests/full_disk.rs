@@ -85,7 +85,7 @@ fn child_writes_until_the_disk_is_full() {
     for i in 0.. {
         let big = format!(r#"{{"role":"user","content":"{}"}}"#, format!("line {i} of a long log. ").repeat(800));
         let step = (|| -> Result<(), ctxlog::SessionError> {
-            session.append(vec![ctxlog::wire::parse_message(&big).unwrap()])?;
+            session.append(vec![ctxlog::internal::wire::parse_message(&big).unwrap()])?;
             let now = 1_000 + (i + 1) * 45_000;
             let plan = session.plan(Timestamp::from_millis(now))?;
             session.commit(plan, Timestamp::from_millis(now), None)?;

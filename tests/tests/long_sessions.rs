@@ -17,11 +17,11 @@ use std::path::Path;
 
 use ctxlog::config::{Config, SummarizerKind};
 use ctxlog::event::{EditKind, Event, GuardKind};
+use ctxlog::internal::policy::ladder;
+use ctxlog::internal::wire::parse_timestamp_ms;
 use ctxlog::message::Role;
-use ctxlog::policy::ladder;
 use ctxlog::session::{Prepared, Produced};
 use ctxlog::state::Item;
-use ctxlog::wire::parse_timestamp_ms;
 use ctxlog::{Message, WireFormat};
 use ctxlog_tests::engine_fixtures::{config, Harness};
 use ctxlog_tests::scenario::cli;

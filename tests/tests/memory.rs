@@ -247,7 +247,7 @@ fn a_second_edit_of_an_edited_message_reads_its_original_back() {
     assert_eq!(replayed.state, fold(&log));
     let shown = replayed.state.shown(3).unwrap();
     let Event::MessageAppended(original) = &given[4] else { panic!() };
-    let expected = ctxlog::view::edited_message(&original.message, EditKind::Truncated { keep_chars: 5 });
+    let expected = ctxlog::internal::view::edited_message(&original.message, EditKind::Truncated { keep_chars: 5 });
     assert_eq!(**shown, expected);
 }
 

@@ -10,8 +10,8 @@ mod serve_call;
 
 use std::time::Duration;
 
+use ctxlog::internal::wire::parse_message;
 use ctxlog::store::{ExpectedVersion, Record, Snapshot, Store, StoreError, StreamId};
-use ctxlog::wire::parse_message;
 use ctxlog::{Config, Session, SessionError, Timestamp, WireFormat};
 use ctxlog_store_postgres::test_support::{Cluster, TestDatabase, PASSWORD_ROLE};
 use ctxlog_store_postgres::{PgError, PgOptions, PgStore, SCHEMA_VERSION};

@@ -33,9 +33,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use ctxlog::event::Event;
+use ctxlog::internal::wire::parse_message;
 use ctxlog::message::{Content, Role};
 use ctxlog::store::{StoreError, StreamId};
-use ctxlog::wire::parse_message;
 use ctxlog::{Config, Session, Timestamp, WireFormat};
 use ctxlog_store_postgres::test_support::{self, Cluster, ClusterError, ClusterOptions};
 use ctxlog_store_postgres::{PgOptions, PgStore};

@@ -100,7 +100,7 @@ impl Run {
         let est = self.h.session.config().estimator();
         let mut sum = 0u64;
         for it in served.view() {
-            let fresh = est.message(&ctxlog::view::item_message(served, it.item).unwrap());
+            let fresh = est.message(&ctxlog::internal::view::item_message(served, it.item).unwrap());
             assert_eq!(it.tokens, fresh, "call {}: item {:?}", c.call, it.item);
             sum += u64::from(fresh);
         }
@@ -246,7 +246,7 @@ proptest! {
         config in knobs(),
         openai in any::<bool>(),
         ops in prop::collection::vec(op(), 1..45),
-        first_chars in prop_oneof![1 => 30usize..ctxlog::view::STUB_MIN_CHARS, 4 => ctxlog::view::STUB_MIN_CHARS..2_000],
+        first_chars in prop_oneof![1 => 30usize..ctxlog::internal::view::STUB_MIN_CHARS, 4 => ctxlog::internal::view::STUB_MIN_CHARS..2_000],
         first_image in prop::bool::weighted(0.2),
     ) {
         let format = if openai { WireFormat::OpenAi } else { WireFormat::Anthropic };

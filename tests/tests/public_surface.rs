@@ -7,8 +7,10 @@
 //! it): growth of the semver surface shows in the diff of a reviewed commit.
 //!
 //! Read line by line: items at the file's top level (`pub fn`, `struct`, `enum`, `trait`,
-//! `type`, `const`, `static`, `mod`, `use`), `pub fn` inside an inherent `impl` block, `pub`
-//! fields inside a `pub struct`, variants of a `pub enum`, the methods of a `pub trait`.
+//! `type`, `const`, `static`, `mod`, `use`, a `use` spread over lines read whole), `pub fn`
+//! inside an inherent `impl` block, `pub` fields inside a `pub struct`, variants of a `pub enum`,
+//! the methods of a `pub trait`, and the `pub use` lines of inline `pub mod name { … }` blocks
+//! (core's `internal`, which names each engine part the workspace shares).
 //! `#[cfg(test)]` modules and comments are skipped. It reads the source as rustfmt leaves it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, missing_docs)]
@@ -74,11 +76,31 @@ enum Block {
 fn surface(module: &str, text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut block: Option<Block> = None;
+    // Inline `pub mod name { … }` blocks (core's `internal`): their indent and name.
+    let mut inline: Vec<(usize, String)> = Vec::new();
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         let t = line.trim_start();
         let indent = line.len() - t.len();
         if t.starts_with("//") || t.is_empty() {
+            continue;
+        }
+        let path = || inline.iter().fold(module.to_owned(), |p, (_, n)| format!("{p}::{n}"));
+        if let Some(name) = t.strip_prefix("pub mod ").and_then(|r| r.strip_suffix(" {")) {
+            out.push(format!("{}: mod {name}", path()));
+            inline.push((indent, name.to_owned()));
+            continue;
+        }
+        if let Some(&(open, _)) = inline.last() {
+            if t == "}" && indent == open {
+                inline.pop();
+            } else if let Some(rest) = t.strip_prefix("pub use ") {
+                out.push(format!("{}: use {}", path(), whole_use(rest, &mut lines)));
+            }
+            continue;
+        }
+        if indent == 0 && t.starts_with("pub use ") && !t.ends_with(';') {
+            out.push(format!("{module}: use {}", whole_use(&t["pub use ".len()..], &mut lines)));
             continue;
         }
         if indent == 0 && t.starts_with("#[cfg(test)]") && lines.peek().is_some_and(|n| n.contains("mod ")) {
@@ -144,6 +166,16 @@ fn surface(module: &str, text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// A `use` that rustfmt spread over lines, read to its `;`, without whitespace.
+fn whole_use<'a>(first: &str, lines: &mut impl Iterator<Item = &'a str>) -> String {
+    let mut text = first.to_owned();
+    while !text.trim_end().ends_with(';') {
+        let Some(next) = lines.next() else { break };
+        text.push_str(next);
+    }
+    text.trim_end().trim_end_matches(';').split_whitespace().collect()
 }
 
 /// `<S: Store + Clone> Session<S>` → `Session<S>`: past the balanced leading generics.
@@ -227,6 +259,18 @@ pub trait Summarizer {
 pub(crate) fn hidden() {}
 pub const LIMIT: usize = 3;
 pub use inner::{A, B};
+pub use long::{
+    C, D,
+};
+
+pub mod shared {
+    pub use crate::a::{E, F};
+    pub mod deeper {
+        pub use crate::b::{
+            G,
+        };
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -247,6 +291,11 @@ mod tests {
             "m: method Summarizer::text",
             "m: const LIMIT",
             "m: use inner::{A,B}",
+            "m: use long::{C,D,}",
+            "m: mod shared",
+            "m::shared: use crate::a::{E,F}",
+            "m::shared: mod deeper",
+            "m::shared::deeper: use crate::b::{G,}",
         ]
     );
 }

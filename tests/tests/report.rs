@@ -8,8 +8,8 @@
 use std::collections::BTreeSet;
 
 use ctxlog::cost::{PrefixCache, TTL_MS};
+use ctxlog::internal::view::thousands;
 use ctxlog::replay::CallRecord;
-use ctxlog::view::thousands;
 use ctxlog_tests::postmortem::{Recorded, DEMO};
 use roxmltree::{Document, Node};
 

@@ -20,11 +20,11 @@ use std::collections::BTreeSet;
 
 use ctxlog::config::Config;
 use ctxlog::event::Event;
+use ctxlog::internal::wire::{self, Media, RenderOpts, WireFormat};
 use ctxlog::message::{Block, Content, MediaData, MediaSource, Message, Role};
 use ctxlog::replay;
 use ctxlog::request::{CacheTtl, Request, RequestOptions};
 use ctxlog::session::{Prepared, Produced};
-use ctxlog::wire::{self, Media, RenderOpts, WireFormat};
 use ctxlog::{MemoryStore, Session, StreamId, Timestamp};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -328,7 +328,7 @@ fn externalize(m: &mut Message) {
     fn data(d: &mut MediaData) {
         let MediaData::Inline(b64) = d else { return };
         let bytes = wire::decode_base64(b64).unwrap();
-        let dims = ctxlog::media::dimensions(&bytes);
+        let dims = ctxlog::internal::media::dimensions(&bytes);
         *d = MediaData::Blob(ctxlog::message::BlobRef {
             id: ctxlog::BlobId::of(&bytes),
             bytes: bytes.len() as u64,

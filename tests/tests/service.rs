@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 const T0: u64 = 1_767_225_600_000;
 
 fn msg(v: Value) -> Message {
-    ctxlog::wire::parse_message(&v.to_string()).unwrap()
+    ctxlog::internal::wire::parse_message(&v.to_string()).unwrap()
 }
 
 /// About `bytes` of source code, different for each `seed`.

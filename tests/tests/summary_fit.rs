@@ -7,10 +7,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use ctxlog::event::{Event, SummaryFailure, SummaryMode};
+use ctxlog::internal::tokens::text_tokens;
 use ctxlog::session::{SummaryFinished, SummaryOutcome};
 use ctxlog::summary_call::SummaryCall;
 use ctxlog::summary_fit;
-use ctxlog::tokens::text_tokens;
 use ctxlog::{MemoryStore, Session, StreamId, SummaryJob};
 use ctxlog_tests::provider::{Api, FakeProvider};
 use ctxlog_tests::summaries::{call, start, turn, T0};

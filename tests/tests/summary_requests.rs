@@ -137,7 +137,7 @@ fn the_standalone_request_is_byte_identical_to_a_reference_built_independently()
     let req = s.summary_request(&job, &SummaryCall::default().model("claude-haiku-4-5")).unwrap();
     assert_eq!((req.mode_requested, req.mode_used), (SummaryMode::Standalone, SummaryMode::Standalone));
     // The reference: the rules of the README, applied by hand.
-    let blob = ctxlog::BlobId::of(&ctxlog::wire::decode_base64(png).unwrap());
+    let blob = ctxlog::BlobId::of(&ctxlog::internal::wire::decode_base64(png).unwrap());
     let compact_args = serde_json::from_str::<Value>(&args).unwrap().to_string();
     let cut: String = compact_args.chars().take(500).collect();
     let mut parts = vec![

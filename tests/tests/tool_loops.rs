@@ -354,12 +354,12 @@ fn the_same_hidden_set_renders_the_same_placeholder_bytes() {
     let st = run.session.state();
     let placeholders: Vec<_> = st.view().iter().filter(|it| matches!(it.item, Item::Placeholder { .. })).collect();
     assert!(!placeholders.is_empty(), "no placeholder in the view");
-    let a = ctxlog::view::digest_of(st);
-    let b = ctxlog::view::digest_of(&st.clone());
+    let a = ctxlog::internal::view::digest_of(st);
+    let b = ctxlog::internal::view::digest_of(&st.clone());
     assert_eq!(a, b);
     // Its text is documented (docs/log-format.md, "Placeholders").
     let Item::Placeholder { from, to } = placeholders[0].item else { unreachable!() };
-    let text = ctxlog::placeholder::text(st, from, to);
+    let text = ctxlog::internal::placeholder::text(st, from, to);
     assert!(text.starts_with("[ctxlog: "), "{text}");
     assert!(text.contains(&format!("(seq {from}–{})", to - 1)), "{text}");
     assert!(text.ends_with(&format!("— restore with ctxlog restore --seq N, N in {from}–{}]", to - 1)), "{text}");

@@ -42,7 +42,7 @@ fn logged(level: Level, f: impl FnOnce()) -> String {
 }
 
 fn msg(v: serde_json::Value) -> Message {
-    ctxlog::wire::parse_message(&v.to_string()).unwrap()
+    ctxlog::internal::wire::parse_message(&v.to_string()).unwrap()
 }
 
 /// A session that flushes, edits, raises guards, prepares and discards summaries, restores,

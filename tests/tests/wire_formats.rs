@@ -6,11 +6,11 @@
 
 use std::sync::Mutex;
 
+use ctxlog::internal::tokens::{Estimator, BLOCK_OVERHEAD, MESSAGE_OVERHEAD};
+use ctxlog::internal::wire::{self, check_format, detect, parse_message, to_json, Media, RenderOpts, WireFormat};
 use ctxlog::message::{Block, Content, ImageUrl, MediaData, MediaSource, Message};
 use ctxlog::replay;
 use ctxlog::store::{BlobId, ExpectedVersion, Record, Snapshot, StoreError, StoredRecord, StreamId, Version};
-use ctxlog::tokens::{Estimator, BLOCK_OVERHEAD, MESSAGE_OVERHEAD};
-use ctxlog::wire::{self, check_format, detect, parse_message, to_json, Media, RenderOpts, WireFormat};
 use ctxlog::{Config, MemoryStore, Session, SessionError, Store, Timestamp};
 use ctxlog_tests::scenario::{b64, cli, png, rich_anthropic, rich_openai, T0};
 use serde_json::Value;
@@ -333,7 +333,7 @@ fn an_image_is_externalized_to_a_blob_written_before_its_event() {
     let r = blob_ref(s.state().original(0).unwrap());
     assert_eq!((r.id.clone(), r.bytes, r.width, r.height), (blob, bytes.len() as u64, Some(800), Some(600)));
     // Cost by size, ceil(800*600/750) = 640, not by payload length.
-    let text = ctxlog::tokens::text_tokens("look");
+    let text = ctxlog::internal::tokens::text_tokens("look");
     assert_eq!(entry.tokens, MESSAGE_OVERHEAD + BLOCK_OVERHEAD + text + BLOCK_OVERHEAD + 640);
     // The stored event holds no base64 payload.
     let rec = &store.read(id, 2, 1).unwrap()[0];

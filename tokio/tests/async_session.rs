@@ -13,7 +13,7 @@ use ctxlog_store_sqlite::SqliteStore;
 use ctxlog_tokio::{now, AsyncSession, Error};
 
 fn user(text: &str) -> ctxlog::Message {
-    ctxlog::wire::parse_message(&serde_json::json!({"role": "user", "content": text}).to_string()).unwrap()
+    ctxlog::parse_message(&serde_json::json!({"role": "user", "content": text}).to_string()).unwrap()
 }
 
 #[test]
@@ -56,9 +56,7 @@ async fn many_sessions_run_at_once_on_one_store() {
                 let (plan, request) = s.plan_request(now(), &RequestOptions::new().model("m")).await.unwrap();
                 assert!(request.body().starts_with(br#"{"model":"m","messages":["#));
                 s.commit(plan, now(), Some(Usage::prompt(10 * (turn + 1)))).await.unwrap();
-                s.append(vec![ctxlog::wire::parse_message(r#"{"role":"assistant","content":"ok"}"#).unwrap()])
-                    .await
-                    .unwrap();
+                s.append(vec![ctxlog::parse_message(r#"{"role":"assistant","content":"ok"}"#).unwrap()]).await.unwrap();
             }
             s.snapshot().await.unwrap();
             s.id()

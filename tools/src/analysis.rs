@@ -9,12 +9,12 @@ use std::sync::Arc;
 use ctxlog::codec;
 use ctxlog::cost::{PrefixCache, Totals};
 use ctxlog::event::{EditReason, Event, FlushReason, SummaryMode};
+use ctxlog::internal::view::ViewCache;
 use ctxlog::message::{Block, MediaKind, Message};
 use ctxlog::replay::{CallRecord, GuardRecord, Mode, Timeline};
 use ctxlog::session::READ_CHUNK;
 use ctxlog::state::{Item, State, Violation};
 use ctxlog::time::Millis;
-use ctxlog::view::ViewCache;
 use ctxlog::{Session, SessionError, Store, StreamId, Version};
 
 use crate::args::SessionArgs;

@@ -9,7 +9,7 @@
 //! call, exact colours the browser check can look for — with no dependency at all. Every mark
 //! is computed from [`Analysis::calls`], and the tests read the numbers back from the geometry.
 
-use ctxlog::view::thousands;
+use ctxlog::internal::view::thousands;
 
 use crate::analysis::{Analysis, Call};
 use crate::markup::{a, num, Doc};

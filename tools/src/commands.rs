@@ -3,10 +3,10 @@
 use std::io::Write;
 
 use ctxlog::event::Event;
+use ctxlog::internal::wire::{Media, RenderOpts};
 use ctxlog::replay::{self, Mode};
 use ctxlog::state::State;
 use ctxlog::transfer::copy_session;
-use ctxlog::wire::{Media, RenderOpts};
 use ctxlog::{Session, Store, StreamId};
 use serde_json::json;
 
@@ -204,7 +204,7 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let st = &analysis.state;
     if args.view {
         for it in st.view() {
-            out.raw(&ctxlog::view::render_item(st, it.item))?;
+            out.raw(&ctxlog::internal::view::render_item(st, it.item))?;
         }
         return Ok(());
     }
@@ -433,7 +433,7 @@ fn export_messages(
     // Each message in its session's format (a Responses session's lines are items).
     let mut format = ctxlog::WireFormat::Anthropic;
     let mut line = |m: &ctxlog::Message, format: ctxlog::WireFormat| {
-        let (mut json, miss) = ctxlog::wire::to_json_in(format, m, opts);
+        let (mut json, miss) = ctxlog::internal::wire::to_json_in(format, m, opts);
         missing.extend(miss);
         json.push('\n');
         write(json.as_bytes())

@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 
 use ctxlog::config::Config;
+use ctxlog::internal::view::thousands;
 use ctxlog::replay::{Mode, TimelineEdit};
-use ctxlog::view::thousands;
 use serde_json::{json, Value};
 
 use crate::analysis::{analyze, Analysis, Call, Keep, Until};

@@ -78,7 +78,7 @@ impl CliError {
     }
 
     /// A message that does not parse, at `file:line`.
-    pub fn wire(file: &Path, line: usize, e: &ctxlog::wire::WireError) -> CliError {
+    pub fn wire(file: &Path, line: usize, e: &ctxlog::internal::wire::WireError) -> CliError {
         CliError::input_field(file, line, e.field.clone(), e.to_string())
     }
 

@@ -15,13 +15,13 @@ use std::sync::{Mutex, MutexGuard};
 
 use ctxlog::config::Config;
 use ctxlog::event::{Event, ImportSource};
+use ctxlog::internal::view::{render_item_with, ViewCache};
+use ctxlog::internal::wire::{parse_timestamp_ms, BlobSource, Media, RenderOpts};
 use ctxlog::message::{Message, Role};
 use ctxlog::replay::{CallRecord, Timeline};
 use ctxlog::session::{hydrate, new_session_id, READ_CHUNK};
 use ctxlog::store::{check_expected, StoredRecord};
 use ctxlog::time::Millis;
-use ctxlog::view::{render_item_with, ViewCache};
-use ctxlog::wire::{parse_timestamp_ms, BlobSource, Media, RenderOpts};
 use ctxlog::{
     BlobId, ExpectedVersion, Record, Session, SessionError, Snapshot, State, Store, StoreError, StreamId, Timestamp,
     Version,
@@ -138,7 +138,7 @@ pub fn import_in_chunks(
                 if !pending.is_empty() {
                     blobs += session.append(std::mem::take(&mut pending))?.blobs.len() as u64;
                 }
-                let reported = m.meta.usage.as_ref().and_then(|u| ctxlog::wire::usage_of(u).ok().flatten());
+                let reported = m.meta.usage.as_ref().and_then(|u| ctxlog::internal::wire::usage_of(u).ok().flatten());
                 let plan = session.plan(Timestamp::from_millis(clock))?;
                 if let Some(w) = opts.views.as_deref_mut() {
                     let messages: Vec<Vec<u8>> = if opts.inline_media {

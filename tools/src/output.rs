@@ -2,8 +2,8 @@
 
 use std::io::Write;
 
+use ctxlog::internal::view::thousands;
 use ctxlog::replay::CallRecord;
-use ctxlog::view::thousands;
 
 use crate::analysis::HostGuard;
 use crate::error::{output, CliError};

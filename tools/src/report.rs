@@ -3,8 +3,8 @@
 //! Nothing in it is fetched: no script, no stylesheet, no font, no image from elsewhere.
 
 use ctxlog::config::{Config, SummarizerKind};
+use ctxlog::internal::view::thousands;
 use ctxlog::replay::Mode;
-use ctxlog::view::thousands;
 
 use crate::analysis::{analyze, open_session, Analysis, Call, Keep, Run, Until};
 use crate::args::ReportArgs;

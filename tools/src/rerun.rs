@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use ctxlog::config::Config;
 use ctxlog::event::{Deferral, Event, SummaryPrepared};
+use ctxlog::internal::wire::WireFormat;
 use ctxlog::message::Message;
 use ctxlog::replay::{for_each_event, Mode};
 use ctxlog::session::{Produced, WrittenBy};
 use ctxlog::summary::SummaryJob;
 use ctxlog::time::Millis;
-use ctxlog::wire::WireFormat;
 use ctxlog::{MemoryStore, Session, SessionError, Store, StreamId, Summarizer, Timestamp, Usage};
 
 use crate::analysis::{analyze, Analysis, Keep, Until};

@@ -10,10 +10,10 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
+use ctxlog::internal::wire::{self, WireFormat};
 use ctxlog::message::{Message, RawJson, Role};
 use ctxlog::state::tools::ToolKey;
 use ctxlog::store::hex;
-use ctxlog::wire::{self, WireFormat};
 use sha2::{Digest, Sha256};
 
 use crate::error::CliError;

@@ -3,10 +3,10 @@
 //! whether the latest view still carries it.
 
 use ctxlog::event::FlushReason;
+use ctxlog::internal::view::thousands;
 use ctxlog::replay::Mode;
 use ctxlog::state::Item;
 use ctxlog::time::Millis;
-use ctxlog::view::thousands;
 use serde_json::{json, Value};
 
 use crate::analysis::{analyze, open_session, Analysis, Decision, Keep, SummaryHistory, Until, What};

@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use ctxlog::config::{Config, SummarizerKind};
-use ctxlog::wire::parse_message;
+use ctxlog::internal::wire::parse_message;
 use ctxlog::{MemoryStore, Message, Session, StreamId, Timestamp, WireFormat};
 
 fn triple(i: usize) -> [Message; 3] {
@@ -104,7 +104,7 @@ fn full_render(n: usize, reps: usize) -> f64 {
         (0..reps)
             .map(|_| {
                 let t = Instant::now();
-                let d = ctxlog::view::digest_of(s.state());
+                let d = ctxlog::internal::view::digest_of(s.state());
                 let us = t.elapsed().as_secs_f64() * 1e6;
                 std::hint::black_box(d);
                 us

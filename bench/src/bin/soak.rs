@@ -361,8 +361,8 @@ fn summary_tokens(known: &mut HashMap<Vec<u8>, u64>, m: &[u8]) -> u64 {
     key.extend_from_slice(&(m.len() as u64).to_le_bytes());
     *known.entry(key).or_insert_with(|| {
         let text = std::str::from_utf8(m).unwrap_or_else(|e| fail("summary", e));
-        let message = ctxlog::wire::parse_message(text).unwrap_or_else(|e| fail("summary", e));
-        u64::from(ctxlog::tokens::Estimator::default().message(&message))
+        let message = ctxlog::internal::wire::parse_message(text).unwrap_or_else(|e| fail("summary", e));
+        u64::from(ctxlog::internal::tokens::Estimator::default().message(&message))
     })
 }
 
@@ -724,8 +724,8 @@ mod tests {
         // A view that lost the first user message and holds a summary instead.
         feed(&mut probe, &[system, summary, answer]);
         assert!(probe.notes.iter().all(|n| !n.first_user));
-        let m = ctxlog::wire::parse_message(summary).unwrap();
-        let tokens = u64::from(ctxlog::tokens::Estimator::default().message(&m));
+        let m = ctxlog::internal::wire::parse_message(summary).unwrap();
+        let tokens = u64::from(ctxlog::internal::tokens::Estimator::default().message(&m));
         assert!(tokens > 10);
         assert_eq!(probe.notes.iter().map(|n| n.summary_tokens).sum::<u64>(), tokens);
     }

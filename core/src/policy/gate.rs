@@ -14,7 +14,7 @@ use crate::time::Millis;
 
 /// A flush the gate allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FlushDecision {
+pub(crate) struct FlushDecision {
     /// Why.
     pub reason: FlushReason,
     /// Time since the last served call (`None` if never served).
@@ -22,22 +22,22 @@ pub struct FlushDecision {
 }
 
 /// Age of the prompt cache at `now`; `None` if no call was served yet.
-pub fn cache_age(state: &State, now: Millis) -> Option<u64> {
+pub(crate) fn cache_age(state: &State, now: Millis) -> Option<u64> {
     state.last_request_at().map(|last| now.saturating_sub(last))
 }
 
 /// Is the cache cold at `now`? Never served counts as cold: there is nothing to lose.
-pub fn is_cold(state: &State, config: &Config, now: Millis) -> bool {
+pub(crate) fn is_cold(state: &State, config: &Config, now: Millis) -> bool {
     cache_age(state, now).is_none_or(|age| age >= config.flush_ttl_ms)
 }
 
 /// Cache-aware and warm at `now`: a rewrite of the view would throw away a cached prefix.
-pub fn holds_prefix(state: &State, config: &Config, now: Millis) -> bool {
+pub(crate) fn holds_prefix(state: &State, config: &Config, now: Millis) -> bool {
     config.cache_aware && !is_cold(state, config, now)
 }
 
 /// The gate's decision for a view whose meter reads `metered` tokens.
-pub fn decide(state: &State, config: &Config, now: Millis, metered: u64) -> Option<FlushDecision> {
+pub(crate) fn decide(state: &State, config: &Config, now: Millis, metered: u64) -> Option<FlushDecision> {
     if !state.flush_pending() {
         return None;
     }

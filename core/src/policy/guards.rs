@@ -8,7 +8,7 @@ use crate::view::thousands;
 
 /// Seqs of the last `n` tool-result messages in the view (protected from truncation and
 /// removal). `n = 0` protects none.
-pub fn protected_tool_results(state: &State, n: u32) -> Vec<u64> {
+pub(crate) fn protected_tool_results(state: &State, n: u32) -> Vec<u64> {
     let mut out: Vec<u64> = state
         .view()
         .iter()
@@ -25,7 +25,7 @@ pub fn protected_tool_results(state: &State, n: u32) -> Vec<u64> {
 
 /// Seqs of the messages in the view that call or answer a tool of `exclude_tools`: the ladder
 /// never truncates, clears or removes them (nor, through the pairs, their partners' groups).
-pub fn excluded_tool_messages(state: &State, config: &Config) -> Vec<u64> {
+pub(crate) fn excluded_tool_messages(state: &State, config: &Config) -> Vec<u64> {
     if config.exclude_tools.is_empty() {
         return Vec::new();
     }
@@ -42,7 +42,7 @@ pub fn excluded_tool_messages(state: &State, config: &Config) -> Vec<u64> {
 
 /// Is `seq` one of the messages no ladder level may touch: system, pinned, first or last human,
 /// or restored a short while ago ([`crate::state::RESTORE_HOLD_CALLS`])?
-pub fn always_protected(state: &State, seq: u64) -> bool {
+pub(crate) fn always_protected(state: &State, seq: u64) -> bool {
     state.entry(seq).is_some_and(|e| e.is_system() || e.is_pinned())
         || Some(seq) == state.first_human()
         || Some(seq) == state.last_human()
@@ -66,14 +66,14 @@ pub fn unremovable_floor(state: &State, config: &Config) -> u64 {
 }
 
 /// A `GuardRaised` event, unless the same condition is already latched.
-pub fn raise(state: &State, call: u64, kind: GuardKind, detail: String, knob: &str) -> Option<Event> {
+pub(crate) fn raise(state: &State, call: u64, kind: GuardKind, detail: String, knob: &str) -> Option<Event> {
     (!state.raised().contains(&kind))
         .then(|| Event::GuardRaised(GuardRaised { call: Some(call), kind, detail, knob: knob.into() }))
 }
 
 /// The floor alone exceeds the target while the view fits the budget: escalating would delete
 /// conversation every call chasing a number that cannot come down.
-pub fn target_unreachable(floor: u64, config: &Config) -> String {
+pub(crate) fn target_unreachable(floor: u64, config: &Config) -> String {
     format!(
         "the unremovable floor (system, pinned, first/last human, summaries, protected tool results) is {} tokens \
          against a target of {}; not escalating while the view fits the budget of {}. \

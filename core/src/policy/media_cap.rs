@@ -13,12 +13,12 @@ use crate::view::item_message;
 use crate::wire::WireFormat;
 
 /// The most images Anthropic takes in one request (the limit of its 200k-context models).
-pub const ANTHROPIC_MAX_IMAGES: usize = 100;
+pub(crate) const ANTHROPIC_MAX_IMAGES: usize = 100;
 /// The largest tool group moved as one (as the ladder's).
 const MAX_GROUP: usize = 64;
 
 /// The image limit of a wire format's provider; `None` when it documents none this applies.
-pub fn max_images(format: WireFormat) -> Option<usize> {
+pub(crate) fn max_images(format: WireFormat) -> Option<usize> {
     match format {
         WireFormat::Anthropic => Some(ANTHROPIC_MAX_IMAGES),
         WireFormat::OpenAi | WireFormat::OpenAiResponses => None,
@@ -42,7 +42,7 @@ fn block_images(b: &Block) -> usize {
 }
 
 /// Images in a message as it is sent.
-pub fn images(m: &Message) -> usize {
+pub(crate) fn images(m: &Message) -> usize {
     content_images(m.content.as_ref())
 }
 
@@ -63,7 +63,7 @@ fn view_images(state: &State) -> Vec<(u64, usize)> {
 }
 
 /// Is the view over its provider's image limit?
-pub fn over(state: &State) -> bool {
+pub(crate) fn over(state: &State) -> bool {
     let Some(max) = state.info().and_then(|i| max_images(i.format)) else { return false };
     view_images(state).iter().map(|(_, n)| n).sum::<usize>() > max
 }
@@ -92,7 +92,7 @@ fn group(state: &State, seq: u64) -> Option<Vec<u64>> {
 /// The removals that bring the view of `state` within its provider's image limit, oldest
 /// first, each checked against the fold in order (one that would break an invariant is
 /// skipped, with its group).
-pub fn cap(state: &State, level: u8) -> Vec<Edited> {
+pub(crate) fn cap(state: &State, level: u8) -> Vec<Edited> {
     let Some(max) = state.info().and_then(|i| max_images(i.format)) else { return Vec::new() };
     let counts = view_images(state);
     let mut total: usize = counts.iter().map(|(_, n)| n).sum();

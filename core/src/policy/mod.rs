@@ -2,8 +2,8 @@
 //! [`ladder`], the [`guards`] that decide whether to go on (never what the view contains), then
 //! [`thinking`]'s drops (`keep_thinking_turns`).
 
-pub mod gate;
-pub mod guards;
-pub mod ladder;
-pub mod media_cap;
-pub mod thinking;
+pub(crate) mod gate;
+pub(crate) mod guards;
+pub(crate) mod ladder;
+pub(crate) mod media_cap;
+pub(crate) mod thinking;

@@ -70,7 +70,7 @@ fn candidates(state: &State, config: &Config) -> Vec<u64> {
 }
 
 /// The trims this call makes for the knob, each carrying the inputs trim it already shows.
-pub fn drops(state: &State, config: &Config) -> Vec<Edited> {
+pub(crate) fn drops(state: &State, config: &Config) -> Vec<Edited> {
     let Some(keep) = config.keep_thinking_turns else { return Vec::new() };
     candidates(state, config)
         .into_iter()

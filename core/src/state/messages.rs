@@ -576,7 +576,7 @@ impl super::State {
         self.messages.span_pairs_ok(from, to)
     }
 
-    /// What the hidden run `[from, to)` held ([`crate::placeholder::composition`]).
+    /// What the hidden run `[from, to)` held (what [`crate::placeholder::text`] names).
     pub(crate) fn composition(&self, from: u64, to: u64) -> Composition {
         self.messages.composition(from, to)
     }

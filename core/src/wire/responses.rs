@@ -24,7 +24,7 @@ use crate::message::{Block, Content, ImageUrl, Message, Meta, RawJson, Role, Too
 use crate::store::BlobId;
 
 /// ctxlog's tag of the message that holds a request's `instructions`.
-pub const INSTRUCTIONS: &str = "instructions";
+pub(crate) const INSTRUCTIONS: &str = "instructions";
 
 /// Parses one `input` item (or an exported line, ctxlog's own fields included).
 pub fn parse_item(json: &str) -> Result<Message, WireError> {
@@ -110,7 +110,7 @@ fn opaque(raw: &RawValue, kind: &str) -> Message {
 }
 
 /// The `type` of an item kept verbatim (`reasoning`, `compaction`, …), if `m` is one.
-pub fn opaque_kind(m: &Message) -> Option<String> {
+pub(crate) fn opaque_kind(m: &Message) -> Option<String> {
     let (_, tag) = m.extra.iter().find(|(k, _)| k == "type")?;
     let kind: String = serde_json::from_str(tag.as_str()).ok()?;
     let verbatim = matches!(m.blocks(), [Block::Other(_)]) && m.tool_calls.is_none() && m.tool_call_id.is_none();
@@ -165,7 +165,7 @@ fn parse_part(raw: &RawValue, path: &str, role: Role) -> Result<Block, WireError
 }
 
 /// Checks that a message can be written as a Responses item.
-pub fn check(m: &Message) -> Result<(), WireError> {
+pub(crate) fn check(m: &Message) -> Result<(), WireError> {
     let modelled = |b: &Block| matches!(b, Block::Text { .. } | Block::ImageUrl { .. } | Block::Other(_));
     if let Some(i) = m.blocks().iter().position(|b| !modelled(b)) {
         return Err(err(&format!("content[{i}]"), "anthropic blocks are not valid in the responses format"));
@@ -182,7 +182,7 @@ pub fn check(m: &Message) -> Result<(), WireError> {
 }
 
 /// Writes `m` as a Responses item.
-pub fn write_item(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
+pub(crate) fn write_item(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
     if let (Some(_), Some(Content::Blocks(blocks))) = (opaque_kind(m), &m.content) {
         if let [Block::Other(raw)] = blocks.as_slice() {
             w.raw(raw.as_str());
@@ -239,7 +239,13 @@ pub fn write_item(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing
 }
 
 /// Writes a content value (a string, or parts) of a message in `role`.
-pub fn write_content(w: &mut JsonWriter, c: &Content, role: Role, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
+pub(crate) fn write_content(
+    w: &mut JsonWriter,
+    c: &Content,
+    role: Role,
+    opts: RenderOpts<'_>,
+    missing: &mut Vec<BlobId>,
+) {
     match c {
         Content::Null => w.string(""),
         Content::Text(t) => w.string(t),
@@ -285,7 +291,7 @@ fn write_part(w: &mut JsonWriter, b: &Block, role: Role, opts: RenderOpts<'_>, m
 }
 
 /// Writes the `instructions` value of a request from its message.
-pub fn write_instructions(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
+pub(crate) fn write_instructions(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
     match &m.content {
         Some(c) => write_content(w, c, Role::System, opts, missing),
         None => w.string(""),
