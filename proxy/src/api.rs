@@ -39,15 +39,20 @@ pub(crate) async fn call(
     let responses = format == WireFormat::OpenAiResponses;
     let keys = if responses { Keys::RESPONSES } else { Keys::MESSAGES };
     // The client's own bytes: what a provider-held call forwards.
-    let original = bytes.clone();
-    let bytes = match ClientBody::parse_as(&bytes, keys).map(|b| crate::responses::with_items(&b)) {
-        Ok(Some(rewritten)) => Bytes::from(rewritten),
-        Ok(None) => bytes,
-        Err(e) => return bad(&e.field, &e.message),
-    };
-    let body = match ClientBody::parse_as(&bytes, keys) {
+    let original = bytes;
+    let parsed = match ClientBody::parse_as(&original, keys) {
         Ok(b) => b,
         Err(e) => return bad(&e.field, &e.message),
+    };
+    // Scanned once: only a Responses body with a string `input` is rewritten and read again.
+    let rewritten = crate::responses::with_items(&parsed).map(Bytes::from);
+    let bytes = rewritten.clone().unwrap_or_else(|| original.clone());
+    let body = match &rewritten {
+        None => parsed,
+        Some(r) => match ClientBody::parse_as(r, keys) {
+            Ok(b) => b,
+            Err(e) => return bad(&e.field, &e.message),
+        },
     };
     if format == WireFormat::OpenAi && body.system.is_some() {
         return bad("system", "not a field of OpenAI chat requests (send a system message)");
@@ -166,7 +171,8 @@ pub(crate) async fn call(
     let deadline = tokio::time::Instant::now() + proxy.cfg.session_wait;
     let slot = proxy.sessions.slot(base);
     let mut pending = Some((spans, opts));
-    let mut backoff = std::time::Duration::from_millis(2);
+    // Past `lease_soon`'s quick tries the wait is on the runtime's timer (1 ms steps).
+    let mut backoff = std::time::Duration::from_millis(1);
     let (held, prepared, mut opts) = loop {
         let Ok(guard) = tokio::time::timeout_at(deadline, Arc::clone(&slot).lock_owned()).await else {
             proxy.metrics.busy.fetch_add(1, Relaxed);
@@ -187,11 +193,11 @@ pub(crate) async fn call(
         let name = name.clone();
         let tails = Arc::clone(&proxy);
         let client = Arc::clone(&client);
-        let step = tokio::task::spawn_blocking(move || {
+        let step = crate::blocking::run(move || {
             let mut guard = guard;
             let derived = name.is_none() && !held_chain;
             guard.name = name;
-            let lease = match store.try_lease(base) {
+            let lease = match lease_soon(&store, base, &tails.metrics) {
                 Ok(Some(lease)) => lease,
                 Ok(None) => return Step::LeaseTaken(span_list, o),
                 Err(e) => return Step::Failed(PrepareError::Unavailable(e.into())),
@@ -240,7 +246,6 @@ pub(crate) async fn call(
             }
             Ok(Step::LeaseTaken(sp, o)) => {
                 // Another proxy holds the session: wait for it, bounded, without a busy loop.
-                proxy.metrics.lease_waits.fetch_add(1, Relaxed);
                 pending = Some((sp, o));
                 if tokio::time::Instant::now() + backoff >= deadline {
                     proxy.metrics.busy.fetch_add(1, Relaxed);
@@ -397,10 +402,12 @@ pub(crate) async fn call(
         }
         tokio::spawn(async move {
             let outcome = rx.await.unwrap_or(Outcome::Failed(Incomplete::Dropped));
-            call.settle(outcome, |r| {
+            let tell = |r| {
                 let _ = committed_tx.send(r);
-            })
-            .await;
+            };
+            if let Some(later) = call.settle(outcome, tell, true).await {
+                later.run().await;
+            }
         });
         proxy.metrics.added(before + after.elapsed());
         return reply(up_parts.status, headers, tee.boxed());
@@ -426,15 +433,17 @@ pub(crate) async fn call(
         }
     };
     let outcome = json_outcome(format, &body);
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
-        call.settle(outcome, |r| {
-            let _ = tx.send(r);
-        })
-        .await;
-    });
+    // Committed in this task: the answer goes out as soon as the commit is durable, with no
+    // hand-off to another task; the summary jobs follow in a task of their own.
+    let (tx, mut rx) = oneshot::channel();
+    let tell = |r| {
+        let _ = tx.send(r);
+    };
+    if let Some(later) = call.settle(outcome, tell, false).await {
+        tokio::spawn(later.run());
+    }
     proxy.metrics.added(before + after.elapsed());
-    match rx.await {
+    match rx.try_recv() {
         Ok(Ok(())) => {
             headers.remove(http::header::CONTENT_LENGTH);
             let body = match &answer_cm {
@@ -471,6 +480,37 @@ fn with_usage(body: &ClientBody<'_>) -> String {
     serde_json::Value::Object(o).to_string()
 }
 
+/// Pauses between the quick tries of a session's lease taken by another process.
+const LEASE_TRIES: [std::time::Duration; 4] = [
+    std::time::Duration::from_micros(50),
+    std::time::Duration::from_micros(100),
+    std::time::Duration::from_micros(200),
+    std::time::Duration::from_micros(400),
+];
+
+/// The session's lease, tried again a few times within a millisecond when it is taken: the
+/// lease a call meets is most often its session's previous call's, on another proxy of a
+/// fleet, being released as that call's commit lands (on PostgreSQL the unlock is a round
+/// trip behind the answer its client already has). A wait on the runtime's timer would cost
+/// a millisecond at least. Counts a lease wait when the first try finds it taken.
+pub(crate) fn lease_soon(
+    store: &crate::sessions::Store,
+    base: ctxlog::StreamId,
+    metrics: &crate::Metrics,
+) -> Result<Option<ctxlog::Lease>, ctxlog::StoreError> {
+    if let Some(lease) = store.try_lease(base)? {
+        return Ok(Some(lease));
+    }
+    metrics.lease_waits.fetch_add(1, Relaxed);
+    for pause in LEASE_TRIES {
+        std::thread::sleep(pause);
+        if let Some(lease) = store.try_lease(base)? {
+            return Ok(Some(lease));
+        }
+    }
+    Ok(None)
+}
+
 /// One prepare attempt's result, carried out of the blocking task.
 enum Step {
     Ready(Held, Box<crate::sessions::Prepared>),
@@ -493,68 +533,101 @@ struct Call {
 }
 
 impl Call {
-    /// Commits the call when its answer completed (else drops the plan), tells `told` whether
-    /// the log has it — the client's final event or status waits for that — then runs the
-    /// session's summary jobs before releasing the slot and the lease.
-    async fn settle(self, outcome: Outcome, told: impl FnOnce(Result<(), NotRecorded>)) {
-        let Call { proxy, held, plan, opts, format, chain, tenant, _ticket } = self;
+    /// Commits the call when its answer completed (else drops the plan), releases the store's
+    /// lease, tells `told` whether the log has it — the client's final event or status waits
+    /// for that — and returns the session's summary jobs, to run before the slot is released.
+    /// The commit and the telling run as one piece of blocking work ([`crate::blocking`]):
+    /// the client hears from the thread that made the commit durable. With `summaries_here`,
+    /// extractive summaries run there too, right after the telling.
+    async fn settle(
+        self,
+        outcome: Outcome,
+        told: impl FnOnce(Result<(), NotRecorded>) + Send + 'static,
+        summaries_here: bool,
+    ) -> Option<Later> {
+        let Call { proxy, held, plan, opts, format, chain, tenant, _ticket: ticket } = self;
         let (usage, answer) = match outcome {
             Outcome::Complete(usage, answer) => (usage, answer),
             Outcome::Failed(why) => {
                 proxy.metrics.aborted.fetch_add(1, Relaxed);
                 tracing::warn!(%why, "call aborted: only its appended messages stay in the log");
                 told(Err(why.into()));
-                return;
+                return None;
             }
         };
-        if let Some(u) = &usage {
-            proxy.metrics.usage(u);
-        }
-        // A Responses answer may be continued by `previous_response_id`: its chain is kept.
-        let response = match format {
-            WireFormat::OpenAiResponses => answer.as_deref().and_then(crate::answer::answer_parts),
-            _ => None,
-        };
-        let compactions = answer.as_deref().map(|a| crate::compaction::in_answer(format, a)).unwrap_or_default();
-        let base = held.lease_key();
-        let mut held = held;
-        let logged = held.session_mut().map_or(0, |s| s.state().message_count());
         let at = ctxlog_now();
-        let done = tokio::task::spawn_blocking(move || {
+        let p = Arc::clone(&proxy);
+        let done = crate::blocking::run(move || {
+            let proxy = p;
             let mut held = held;
-            let r = held.commit(plan, &opts, at, usage, answer.as_deref());
-            (held, r)
-        })
-        .await;
-        match done {
-            Ok((held, Ok(()))) => {
-                proxy.metrics.committed.fetch_add(1, Relaxed);
-                if let Some((id, output)) = response {
-                    proxy.chains.remember(id, chain, output);
-                }
-                for payload in &compactions {
-                    proxy.aliases.remember(&tenant, payload, base, logged);
-                }
-                if let Some((stream, digests)) = held.current_digests() {
-                    proxy.tails.record(&tenant, stream, digests);
-                }
-                told(Ok(()));
-                // The session's summary jobs run before its next call plans.
-                crate::summaries::after_commit(&proxy.cfg.summaries, &proxy.store, held).await;
+            if let Some(u) = &usage {
+                proxy.metrics.usage(u);
             }
-            Ok((mut held, Err(e))) => {
+            // A Responses answer may be continued by `previous_response_id`: its chain is kept.
+            let response = match format {
+                WireFormat::OpenAiResponses => answer.as_deref().and_then(crate::answer::answer_parts),
+                _ => None,
+            };
+            let compactions = answer.as_deref().map(|a| crate::compaction::in_answer(format, a)).unwrap_or_default();
+            let base = held.lease_key();
+            let logged = held.session_mut().map_or(0, |s| s.state().message_count());
+            if let Err(e) = held.commit(plan, &opts, at, usage, answer.as_deref()) {
                 proxy.metrics.failed_commits.fetch_add(1, Relaxed);
                 tracing::error!(error = %e, "commit failed: the client gets an error instead of the answer's end");
                 // The write may or may not have landed: the next call reopens from the store.
                 held.reset();
                 told(Err(NotRecorded::Commit(e.to_string())));
+                return None;
             }
-            Err(_) => {
+            proxy.metrics.committed.fetch_add(1, Relaxed);
+            if let Some((id, output)) = response {
+                proxy.chains.remember(id, chain, output);
+            }
+            for payload in &compactions {
+                proxy.aliases.remember(&tenant, payload, base, logged);
+            }
+            if let Some((stream, digests)) = held.current_digests() {
+                proxy.tails.record(&tenant, stream, digests);
+            }
+            held.release_lease();
+            told(Ok(()));
+            // Run here when nothing waits for this thread (or there is nothing to summarize):
+            // a task of their own would cost a JSON answer a hand-off before it leaves.
+            let here = summaries_here || held.session().is_none_or(|s| s.summary_job().is_none());
+            match proxy.cfg.summaries {
+                crate::summaries::Summaries::Off => None,
+                crate::summaries::Summaries::Extractive if here => {
+                    crate::summaries::extractive_logged(&mut held);
+                    None
+                }
+                _ => Some(held),
+            }
+        })
+        .await;
+        match done {
+            Ok(held) => held.map(|held| Later { proxy, held, _ticket: ticket }),
+            // `told` went with the work: the client hears that the commit task ended.
+            Err(crate::blocking::Panicked) => {
                 proxy.metrics.failed_commits.fetch_add(1, Relaxed);
                 tracing::error!("commit task failed");
-                told(Err(NotRecorded::CommitTask));
+                None
             }
         }
+    }
+}
+
+/// A committed call's summary jobs, holding the session's slot (not its lease) until done.
+struct Later {
+    proxy: Arc<Proxy>,
+    held: Held,
+    /// Shutdown waits for the summaries too.
+    _ticket: Ticket,
+}
+
+impl Later {
+    async fn run(self) {
+        let Later { proxy, held, _ticket } = self;
+        crate::summaries::after_commit(&proxy.cfg.summaries, &proxy.store, held).await;
     }
 }
 

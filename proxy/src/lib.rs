@@ -16,6 +16,7 @@
 
 mod answer;
 mod api;
+mod blocking;
 mod body;
 mod breakpoints;
 mod canonical;

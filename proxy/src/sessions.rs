@@ -538,6 +538,11 @@ impl Slot {
 
     /// The session of the lineage's last call in memory, if any (none after a shrink or a
     /// reset).
+    pub fn session(&self) -> Option<&Sess> {
+        self.branches.get(&self.current?)?.session.as_ref()
+    }
+
+    /// [`Slot::session`], to change it.
     pub fn session_mut(&mut self) -> Option<&mut Sess> {
         let current = self.current?;
         self.branches.get_mut(&current)?.session.as_mut()
@@ -601,16 +606,26 @@ impl Slot {
 }
 
 /// A session's slot held for one call (plan → upstream → commit → summaries), with the store's
-/// lease on its stream: one call in flight per session in this process (the slot) and across
-/// every process sharing the store (the lease). Dropping it releases both.
+/// lease on its stream from before the catch-up to the commit: one call in flight per session
+/// in this process (the slot) and across every process sharing the store (the lease).
+/// Dropping it releases both.
 pub(crate) struct Held {
     guard: tokio::sync::OwnedMutexGuard<Slot>,
-    _lease: ctxlog::Lease,
+    lease: Option<ctxlog::Lease>,
 }
 
 impl Held {
     pub fn new(guard: tokio::sync::OwnedMutexGuard<Slot>, lease: ctxlog::Lease) -> Self {
-        Held { guard, _lease: lease }
+        Held { guard, lease: Some(lease) }
+    }
+
+    /// Lets other processes have the session once the call is committed, before its client
+    /// hears so and before the summary jobs: the session's next call, wherever it is routed,
+    /// then finds the lease free. The slot stays held (this process's next call still waits
+    /// for the summaries); a summary written after another proxy's call is refused by the
+    /// store's version check (`Conflict`) and prepared again later, never logged twice.
+    pub fn release_lease(&mut self) {
+        self.lease = None;
     }
 
     /// The slot's mutex, to take it again after releasing it.

@@ -61,20 +61,13 @@ pub(crate) async fn after_commit(summaries: &Summaries, store: &Store, guard: Gu
     match summaries {
         Summaries::Off => drop(guard),
         Summaries::Extractive => {
-            let done = tokio::task::spawn_blocking(move || {
+            let done = crate::blocking::run(move || {
                 let mut guard = guard;
-                let started = std::time::Instant::now();
-                let r = extractive(&mut guard);
-                (r, started.elapsed())
+                extractive_logged(&mut guard);
             })
             .await;
-            match done {
-                Ok((Ok(written), took)) if written > 0 => {
-                    tracing::debug!(written, took_us = took.as_micros() as u64, "extractive summaries prepared")
-                }
-                Ok((Ok(_), _)) => {}
-                Ok((Err(e), _)) => tracing::error!(error = %e, "summaries failed"),
-                Err(_) => tracing::error!("summary task failed"),
+            if done.is_err() {
+                tracing::error!("summary task failed");
             }
         }
         Summaries::Model { client, call } => {
@@ -83,6 +76,25 @@ pub(crate) async fn after_commit(summaries: &Summaries, store: &Store, guard: Gu
             let store = Arc::clone(store);
             tokio::spawn(async move { model(client, call, store, guard).await });
         }
+    }
+}
+
+/// [`extractive`] on the calling thread (the blocking pool's: the commit's task runs it right
+/// after telling the client), its outcome logged.
+pub(crate) fn extractive_logged(slot: &mut Slot) {
+    let started = std::time::Instant::now();
+    match extractive(slot) {
+        Ok(written) if written > 0 => {
+            tracing::debug!(written, took_us = started.elapsed().as_micros() as u64, "extractive summaries prepared")
+        }
+        Ok(_) => {}
+        // The lease is released before the summaries: another proxy's call came first. Its
+        // commit is in the log; the summaries are prepared again after a later call.
+        Err(ctxlog::SessionError::Store(ctxlog::StoreError::Conflict { .. })) => {
+            tracing::debug!("summaries not written: another writer's call came first");
+            // What this process holds is behind the log: the next call catches up.
+        }
+        Err(e) => tracing::error!(error = %e, "summaries failed"),
     }
 }
 

@@ -57,8 +57,6 @@ pub(crate) enum NotRecorded {
     /// The commit failed (the store's or the engine's error).
     #[error("{0}")]
     Commit(String),
-    #[error("the commit task failed")]
-    CommitTask,
     #[error("the commit task ended")]
     CommitGone,
 }

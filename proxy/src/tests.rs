@@ -347,3 +347,70 @@ async fn a_responses_answer_whose_commit_fails_reaches_the_client_as_an_error() 
     proxy.shutdown().await;
     fake.shutdown();
 }
+
+/// A memory store whose lease is taken by "another process" for its first `taken` tries.
+struct Busy {
+    inner: ctxlog::MemoryStore,
+    taken: std::sync::atomic::AtomicUsize,
+}
+
+impl Store for Busy {
+    fn append(
+        &self,
+        stream: StreamId,
+        expected: ctxlog::store::ExpectedVersion,
+        records: &[ctxlog::store::Record],
+    ) -> Result<u64, ctxlog::StoreError> {
+        self.inner.append(stream, expected, records)
+    }
+    fn read(
+        &self,
+        stream: StreamId,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<ctxlog::store::StoredRecord>, ctxlog::StoreError> {
+        self.inner.read(stream, from, max)
+    }
+    fn head(&self, stream: StreamId) -> Result<Option<u64>, ctxlog::StoreError> {
+        self.inner.head(stream)
+    }
+    fn streams(&self) -> Result<Vec<StreamId>, ctxlog::StoreError> {
+        self.inner.streams()
+    }
+    fn put_snapshot(&self, stream: StreamId, snap: &ctxlog::store::Snapshot) -> Result<(), ctxlog::StoreError> {
+        self.inner.put_snapshot(stream, snap)
+    }
+    fn get_snapshot(&self, stream: StreamId) -> Result<Option<ctxlog::store::Snapshot>, ctxlog::StoreError> {
+        self.inner.get_snapshot(stream)
+    }
+    fn put_blob(&self, bytes: &[u8]) -> Result<ctxlog::store::BlobId, ctxlog::StoreError> {
+        self.inner.put_blob(bytes)
+    }
+    fn get_blob(&self, id: &ctxlog::store::BlobId) -> Result<Option<Vec<u8>>, ctxlog::StoreError> {
+        self.inner.get_blob(id)
+    }
+    fn try_lease(&self, _stream: StreamId) -> Result<Option<ctxlog::Lease>, ctxlog::StoreError> {
+        let left = self.taken.load(std::sync::atomic::Ordering::SeqCst);
+        if left > 0 {
+            self.taken.store(left - 1, std::sync::atomic::Ordering::SeqCst);
+            return Ok(None);
+        }
+        Ok(Some(ctxlog::Lease::local()))
+    }
+}
+
+/// A lease that another proxy is releasing is taken within the quick tries, without a wait on
+/// the runtime's timer; one held longer is left to that wait. Each call that found it taken
+/// counts one lease wait.
+#[test]
+fn a_lease_being_released_is_taken_within_the_quick_tries() {
+    let id = StreamId::random();
+    for (taken, got, waits) in [(0, true, 0), (1, true, 1), (4, true, 1), (5, false, 1)] {
+        let store: crate::sessions::Store =
+            Arc::new(Busy { inner: ctxlog::MemoryStore::new(), taken: std::sync::atomic::AtomicUsize::new(taken) });
+        let metrics = crate::Metrics::default();
+        let lease = crate::api::lease_soon(&store, id, &metrics).unwrap();
+        assert_eq!(lease.is_some(), got, "taken for {taken} tries");
+        assert_eq!(metrics.lease_waits(), waits, "taken for {taken} tries");
+    }
+}

@@ -110,8 +110,11 @@ struct Run {
 }
 
 async fn run_session(cfg: impl FnOnce(&mut ProxyConfig), steps: usize, words: usize) -> Run {
+    run_session_on(Arc::new(MemoryStore::new()), cfg, steps, words).await
+}
+
+async fn run_session_on(store: Arc<dyn Store>, cfg: impl FnOnce(&mut ProxyConfig), steps: usize, words: usize) -> Run {
     let up = FakeUpstream::start().unwrap();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let p = proxy_on(Arc::clone(&store), &up.url(), cfg).await;
     let mut agent = Agent::new(words);
     let mut answers = Vec::new();
@@ -181,6 +184,137 @@ async fn a_long_session_stays_under_a_small_budget_with_the_default_summaries() 
     // The session is several budgets long.
     let appended = r.appended_tokens();
     assert!(appended > 3 * budget, "the session is not long: {appended} tokens");
+}
+
+/// What a [`Watched`] store was asked, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Lease,
+    Release,
+    /// An append that wrote versions `.0..=.1`.
+    Append(u64, u64),
+}
+
+/// A memory store that records its leases, their release and its appends, in order.
+struct Watched {
+    inner: MemoryStore,
+    ops: Arc<Mutex<Vec<Op>>>,
+}
+
+struct Released(Arc<Mutex<Vec<Op>>>);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().push(Op::Release);
+    }
+}
+
+impl Watched {
+    fn wrote(
+        &self,
+        records: &[ctxlog::store::Record],
+        head: Result<u64, ctxlog::StoreError>,
+    ) -> Result<u64, ctxlog::StoreError> {
+        if let Ok(v) = head {
+            if !records.is_empty() {
+                self.ops.lock().unwrap().push(Op::Append(v + 1 - records.len() as u64, v));
+            }
+        }
+        head
+    }
+}
+
+impl Store for Watched {
+    fn append(
+        &self,
+        stream: StreamId,
+        expected: ctxlog::store::ExpectedVersion,
+        records: &[ctxlog::store::Record],
+    ) -> Result<u64, ctxlog::StoreError> {
+        let head = self.inner.append(stream, expected, records);
+        self.wrote(records, head)
+    }
+    fn append_unsynced(
+        &self,
+        stream: StreamId,
+        expected: ctxlog::store::ExpectedVersion,
+        records: &[ctxlog::store::Record],
+    ) -> Result<u64, ctxlog::StoreError> {
+        let head = self.inner.append_unsynced(stream, expected, records);
+        self.wrote(records, head)
+    }
+    fn read(
+        &self,
+        stream: StreamId,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<ctxlog::store::StoredRecord>, ctxlog::StoreError> {
+        self.inner.read(stream, from, max)
+    }
+    fn head(&self, stream: StreamId) -> Result<Option<u64>, ctxlog::StoreError> {
+        self.inner.head(stream)
+    }
+    fn streams(&self) -> Result<Vec<StreamId>, ctxlog::StoreError> {
+        self.inner.streams()
+    }
+    fn put_snapshot(&self, stream: StreamId, snap: &ctxlog::store::Snapshot) -> Result<(), ctxlog::StoreError> {
+        self.inner.put_snapshot(stream, snap)
+    }
+    fn get_snapshot(&self, stream: StreamId) -> Result<Option<ctxlog::store::Snapshot>, ctxlog::StoreError> {
+        self.inner.get_snapshot(stream)
+    }
+    fn put_blob(&self, bytes: &[u8]) -> Result<ctxlog::store::BlobId, ctxlog::StoreError> {
+        self.inner.put_blob(bytes)
+    }
+    fn get_blob(&self, id: &ctxlog::store::BlobId) -> Result<Option<Vec<u8>>, ctxlog::StoreError> {
+        self.inner.get_blob(id)
+    }
+    fn try_lease(&self, _stream: StreamId) -> Result<Option<ctxlog::Lease>, ctxlog::StoreError> {
+        self.ops.lock().unwrap().push(Op::Lease);
+        Ok(Some(ctxlog::Lease::new(Released(Arc::clone(&self.ops)))))
+    }
+}
+
+/// The store's lease covers a call from before its catch-up to its commit, not its summary
+/// jobs: a fleet's next call of the session, on another proxy, does not wait for them (issue
+/// 19's random routing). The summaries are still written between two calls (the slot), and
+/// every call's own writes are made under its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summaries_are_written_after_the_call_releases_its_lease() {
+    let ops = Arc::new(Mutex::new(Vec::new()));
+    let store: Arc<dyn Store> = Arc::new(Watched { inner: MemoryStore::new(), ops: Arc::clone(&ops) });
+    let budget = 6_000;
+    let r = run_session_on(store, |c| c.engine.budget = budget, 60, 120).await;
+    check_under_budget(&r, budget);
+    let kind_at = |v: u64| r.evs.get(usize::try_from(v - 1).unwrap()).map(Event::name);
+    let ops = ops.lock().unwrap().clone();
+    let (mut held, mut summaries, mut calls) = (0i32, 0, 0);
+    for op in ops {
+        match op {
+            Op::Lease => held += 1,
+            Op::Release => held -= 1,
+            Op::Append(from, to) => {
+                for v in from..=to {
+                    match kind_at(v) {
+                        Some("SummaryPrepared") => {
+                            summaries += 1;
+                            assert_eq!(held, 0, "version {v}: a summary written under the call's lease");
+                        }
+                        Some("RequestServed") => {
+                            calls += 1;
+                            assert_eq!(held, 1, "version {v}: a commit without its lease");
+                        }
+                        Some("MessageAppended") => {
+                            assert_eq!(held, 1, "version {v}: a request's message without its lease")
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    assert!(summaries >= 1, "no summaries were written: the test shows nothing");
+    assert_eq!(calls, 60);
 }
 
 impl Run {

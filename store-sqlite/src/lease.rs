@@ -66,15 +66,17 @@ pub(crate) fn try_lease(db: &Path, location: &str, stream: StreamId) -> Result<O
     let fail = |what: &str, path: &Path, e: std::io::Error| {
         StoreError::backend(BACKEND, format!("{location}: stream {stream}: {what} {}", path.display()), e)
     };
-    std::fs::create_dir_all(&dir).map_err(|e| fail("create the lease directory", &dir, e))?;
     let path = lease_file(&dir, stream);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| fail("open the lease file", &path, e))?;
+    let open = || OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path);
+    // The directory is made on first use only: a call pays an open, a lock and a close.
+    let file = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(&dir).map_err(|e| fail("create the lease directory", &dir, e))?;
+            open()
+        }
+        opened => opened,
+    }
+    .map_err(|e| fail("open the lease file", &path, e))?;
     match file.try_lock() {
         Ok(()) => Ok(Some(Lease::new(Held { _file: file }))),
         Err(TryLockError::WouldBlock) => Ok(None),

@@ -73,9 +73,8 @@ pub struct SqliteStore {
     mirror: bool,
     /// A read-only open of a database with a hot `-wal` and no `-shm` works on a copy.
     copy: Option<tempfile::TempDir>,
-    /// A writer's second connection, `synchronous=NORMAL`, that commits the seal after each
-    /// append (see [`SqliteStore::seal`]). Locked only while `conn` is held.
-    sealer: Option<Mutex<Connection>>,
+    /// A file-backed writer commits a seal after each append (see [`SqliteStore::seal`]).
+    seals: bool,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -108,6 +107,12 @@ fn err(location: &str, what: &str, e: rusqlite::Error) -> StoreError {
 
 fn version_to_sql(v: Version) -> Result<i64, StoreError> {
     i64::try_from(v).map_err(|e| StoreError::backend(BACKEND, format!("version {v} does not fit SQLite INTEGER"), e))
+}
+
+/// `PRAGMA synchronous` for the connection's next commits. Never a cached statement: SQLite
+/// applies this pragma when it compiles it, so a reused statement would change nothing.
+fn set_synchronous(conn: &Connection, full: bool) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "synchronous", if full { "FULL" } else { "NORMAL" })
 }
 
 fn is_unique_violation(e: &rusqlite::Error) -> bool {
@@ -214,14 +219,7 @@ impl SqliteStore {
         check_wal(path)?;
         let conn = Connection::open(path).map_err(|e| err(&location, "open", e))?;
         let mut store = Self::init_writer(conn, location, Some(path.to_path_buf()))?;
-        let sealer = Connection::open(path).map_err(|e| err(&store.location, "open the seal connection", e))?;
-        sealer.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&store.location, "set busy_timeout", e))?;
-        // The seal need not be durable: it only has to follow the append in the file, and
-        // NORMAL keeps WAL checkpoints and restarts as safe as FULL does.
-        sealer
-            .pragma_update(None, "synchronous", "NORMAL")
-            .map_err(|e| err(&store.location, "set synchronous=NORMAL on the seal connection", e))?;
-        store.sealer = Some(Mutex::new(sealer));
+        store.seals = true;
         // A WAL left by an older writer (or a killed one), checked above, goes into the
         // database now.
         store.checkpoint(&store.lock());
@@ -287,7 +285,7 @@ impl SqliteStore {
             read_only: true,
             mirror,
             copy,
-            sealer: None,
+            seals: false,
         })
     }
 
@@ -337,7 +335,7 @@ impl SqliteStore {
             read_only: false,
             mirror: true,
             copy: None,
-            sealer: None,
+            seals: false,
         })
     }
 
@@ -363,16 +361,29 @@ impl SqliteStore {
     /// `wal_seal`, so the append is never the last transaction of the WAL, the one place where
     /// damage looks like a torn write that recovery drops silently ([`wal`]). Damage anywhere
     /// in the append's frames is then followed by a commit and reported; damage in the seal
-    /// loses nothing. The seal is committed on a second connection with `synchronous=NORMAL`:
-    /// not fsynced (the next append's fsync covers it), so it costs a write, not a device
-    /// flush. After a power cut the last append may be unsealed; after a process crash never.
-    /// (A checkpoint after every append would also keep appends out of the WAL's last
-    /// transaction, at six times the cost of a commit; `ARCHITECTURE.md`.)
-    fn seal(&self) {
-        let Some(sealer) = &self.sealer else { return };
-        let sealer = sealer.lock().unwrap_or_else(|e| e.into_inner());
-        // A failure leaves the append as durable as before, only not sealed.
-        let _ = sealer.execute("UPDATE wal_seal SET n = n + 1 WHERE id = 0", []);
+    /// loses nothing. The seal is committed with `synchronous=NORMAL`: not fsynced (the next
+    /// append's fsync covers it), so it costs a write, not a device flush. After a power cut
+    /// the last append may be unsealed; after a process crash never. (A checkpoint after every
+    /// append would also keep appends out of the WAL's last transaction, at six times the cost
+    /// of a commit; `ARCHITECTURE.md`.) It is committed on the append's own connection, the
+    /// caller holding it: a second connection's commits would make SQLite drop this one's page
+    /// cache at its next transaction (it sees another writer's frames), twice per call.
+    /// `synced`: the connection is at `synchronous=FULL` and must be left so: failing to set
+    /// it back (a pragma does no IO: not in practice) is the error returned, since the next
+    /// appends would not be durable.
+    fn seal(&self, conn: &Connection, synced: bool) -> rusqlite::Result<()> {
+        if !self.seals {
+            return Ok(());
+        }
+        // A failed seal leaves the append as durable as before, only not sealed.
+        if synced && set_synchronous(conn, false).is_err() {
+            return Ok(());
+        }
+        let _ = conn.prepare_cached("UPDATE wal_seal SET n = n + 1 WHERE id = 0").and_then(|mut s| s.execute([]));
+        if synced {
+            set_synchronous(conn, true)?;
+        }
+        Ok(())
     }
 
     fn refuse_if_read_only(&self, operation: &'static str) -> Result<(), StoreError> {
@@ -429,15 +440,15 @@ impl SqliteStore {
         self.refuse_if_read_only("append")?;
         let mut conn = self.lock();
         if synced {
-            return self.append_locked(&mut conn, stream, expected, records);
+            return self.append_locked(&mut conn, stream, expected, records, true);
         }
-        conn.pragma_update(None, "synchronous", "NORMAL")
+        set_synchronous(&conn, false)
             .map_err(|e| self.err_stream(stream, "set synchronous=NORMAL for an unsynced append", e))?;
-        let written = self.append_locked(&mut conn, stream, expected, records);
+        let written = self.append_locked(&mut conn, stream, expected, records, false);
         // Back to FULL before anything else can use the connection. A pragma does no IO, so
         // this cannot fail in practice; if it did, the append's outcome is unknown to the
         // caller (as after any error) and the next write's version check tells.
-        if let Err(e) = conn.pragma_update(None, "synchronous", "FULL") {
+        if let Err(e) = set_synchronous(&conn, true) {
             return Err(self.err_stream(stream, "set synchronous=FULL again after an unsynced append", e));
         }
         written
@@ -449,6 +460,7 @@ impl SqliteStore {
         stream: StreamId,
         expected: ExpectedVersion,
         records: &[Record],
+        synced: bool,
     ) -> Result<Version, StoreError> {
         // IMMEDIATE takes the write lock up front: the head we read cannot change before our
         // insert, and a concurrent writer waits (busy_timeout) instead of failing mid-way.
@@ -496,7 +508,7 @@ impl SqliteStore {
         }
         tx.commit().map_err(|e| self.err_stream(stream, &format!("commit versions {}..={version}", head + 1), e))?;
         // Still holding `conn`, so no other append comes between this one and its seal.
-        self.seal();
+        self.seal(conn, synced).map_err(|e| self.err_stream(stream, "set synchronous=FULL again after the seal", e))?;
         Ok(version)
     }
 }
@@ -690,6 +702,15 @@ mod tests {
         let stale = store.append_unsynced(s, ExpectedVersion::Exact(0), &[Record::seal(b"b".to_vec())]);
         assert!(matches!(stale, Err(StoreError::Conflict { .. })), "{stale:?}");
         assert_eq!(sync(&store), 2, "synchronous=FULL after a refused unsynced append");
+        // The seal after a synced append is committed unsynced on the same connection.
+        store.append(s, ExpectedVersion::Exact(1), &[Record::seal(b"c".to_vec())]).unwrap();
+        assert_eq!(sync(&store), 2, "synchronous=FULL after a synced append and its seal");
+        let n = |store: &SqliteStore| -> i64 {
+            store.lock().query_row("SELECT n FROM wal_seal", [], |r| r.get(0)).unwrap()
+        };
+        let before = n(&store);
+        store.append(s, ExpectedVersion::Exact(2), &[Record::seal(b"d".to_vec())]).unwrap();
+        assert_eq!(n(&store), before + 1, "the append was not sealed");
     }
 
     #[test]
