@@ -45,7 +45,8 @@ pub mod kind {
     pub const SUMMARY_PREPARED_V1: u8 = 3;
     /// `Flushed` without `condensed` (read only; see [`FLUSHED`]).
     pub const FLUSHED_V1: u8 = 4;
-    /// `Edited`.
+    /// `Edited` of the first three edit kinds (removed, truncated, stubbed): still written for
+    /// them, so logs without the newer edits keep their bytes; see [`EDITED_CLEARS`].
     pub const EDITED: u8 = 5;
     /// `Restored`.
     pub const RESTORED: u8 = 6;
@@ -97,8 +98,10 @@ pub mod kind {
     pub const BRANCHED: u8 = 24;
     /// `SessionNamed`.
     pub const SESSION_NAMED: u8 = 25;
-    /// `SessionStarted` whose config has `view_version` (placeholders for hidden messages).
-    pub const SESSION_STARTED: u8 = 26;
+    /// `SessionStarted` whose config has `view_version` (placeholders for hidden messages),
+    /// before the parity knobs (read only, frozen as
+    /// [`legacy::SessionStartedV5`](super::legacy::SessionStartedV5); see [`SESSION_STARTED`]).
+    pub const SESSION_STARTED_V5: u8 = 26;
     /// `CallRejected`.
     pub const CALL_REJECTED: u8 = 27;
     /// `LimitLearned`.
@@ -106,6 +109,12 @@ pub mod kind {
     // 29 is left to other branches of the same release.
     /// `RequestServed` whose request record has the breakpoints placed by position.
     pub const REQUEST_SERVED: u8 = 30;
+    /// `SessionStarted` whose config has the parity knobs (`exclude_tools`,
+    /// `clear_tool_inputs`, `tool_placeholder`, `keep_thinking_turns`).
+    pub const SESSION_STARTED: u8 = 31;
+    /// `Edited` whose kind is `cleared` or `trimmed` (the same struct as kind 5, whose
+    /// layout cannot hold those two kinds).
+    pub const EDITED_CLEARS: u8 = 32;
 }
 
 /// An event bincode could not encode: a bug, not bad input (every event's fields have a
@@ -130,7 +139,8 @@ pub fn encode(event: &Event) -> Result<Record, EncodeError> {
         Event::MessageAppended(e) => payload(kind::MESSAGE_APPENDED, e),
         Event::SummaryPrepared(e) => payload(kind::SUMMARY_PREPARED, e),
         Event::Flushed(e) => payload(kind::FLUSHED, e),
-        Event::Edited(e) => payload(kind::EDITED, e),
+        Event::Edited(e) if e.kind.in_first_layout() => payload(kind::EDITED, e),
+        Event::Edited(e) => payload(kind::EDITED_CLEARS, e),
         Event::SummaryRetired(e) => payload(kind::SUMMARY_RETIRED, e),
         Event::Restored(e) => payload(kind::RESTORED, e),
         Event::RequestServed(e) => payload(kind::REQUEST_SERVED, e),
@@ -177,7 +187,14 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::MESSAGE_APPENDED => body(rest).map(Event::MessageAppended),
         kind::SUMMARY_PREPARED_V1 => body::<legacy::SummaryPreparedV1>(rest).map(|e| Event::SummaryPrepared(e.into())),
         kind::FLUSHED_V1 => body::<legacy::FlushedV1>(rest).map(|e| Event::Flushed(e.into())),
-        kind::EDITED => body(rest).map(Event::Edited),
+        kind::EDITED => match body::<crate::event::Edited>(rest) {
+            // A kind 5 record never carried the later edit kinds: one that does is damage.
+            Ok(e) if !e.kind.in_first_layout() => {
+                return Err(fail(format!("kind {k}: edit kind `{}` is not in this layout", e.kind.as_str())))
+            }
+            other => other.map(Event::Edited),
+        },
+        kind::EDITED_CLEARS => body(rest).map(Event::Edited),
         kind::RESTORED => body(rest).map(Event::Restored),
         kind::REQUEST_SERVED_V1 => body::<legacy::RequestServedV1>(rest).map(|e| Event::RequestServed(e.into())),
         kind::GUARD_RAISED => body(rest).map(Event::GuardRaised),
@@ -202,6 +219,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::IMPORT_COMPLETED => body(rest).map(Event::ImportCompleted),
         kind::SESSION_STARTED_V3 => body::<legacy::SessionStartedV3>(rest).map(|e| Event::SessionStarted(e.into())),
         kind::SESSION_STARTED_V4 => body::<legacy::SessionStartedV4>(rest).map(|e| Event::SessionStarted(e.into())),
+        kind::SESSION_STARTED_V5 => body::<legacy::SessionStartedV5>(rest).map(|e| Event::SessionStarted(e.into())),
         kind::SESSION_STARTED => body(rest).map(Event::SessionStarted),
         other => return Err(fail(format!("unknown event kind {other} in format {format}"))),
     };

@@ -31,7 +31,8 @@ pub struct Config {
     pub cache_aware: bool,
     /// Cache time-to-live in milliseconds (cold when `now − last_request ≥ ttl`).
     pub flush_ttl_ms: u64,
-    /// The last N tool results are never truncated or removed.
+    /// The last N tool results are never truncated, cleared or removed: Anthropic's
+    /// `clear_tool_uses` `keep` (`--keep-tool-uses`, also spelled `--protected-tools`).
     pub protected_tool_results: u32,
     /// The most recent fraction of messages is protected from removal.
     pub protected_recent_ratio: f64,
@@ -61,7 +62,28 @@ pub struct Config {
     /// was (`docs/log-format.md`, "Placeholders"), and a summary names its elided outputs
     /// compactly. Recorded so a replay renders each session's views as they were served.
     pub view_version: u32,
+    /// Tools whose calls and results the ladder never truncates, clears or removes (Anthropic's
+    /// `exclude_tools`: a memory or todo tool). Added in record kind 31.
+    pub exclude_tools: Vec<String>,
+    /// When the ladder truncates or clears a tool result, the call's input is cleared too once
+    /// all its results are (Anthropic's `clear_tool_inputs`): the `tool_use` keeps its id and
+    /// name, its input becomes `{}`, so the pair stays valid. Added in record kind 31.
+    pub clear_tool_inputs: bool,
+    /// Set: the ladder *clears* tool results (their whole content becomes this text, as
+    /// Anthropic's `clear_tool_uses` does) instead of truncating them to `truncate_chars`.
+    /// Added in record kind 31.
+    pub tool_placeholder: Option<String>,
+    /// Set to N: the thinking blocks of assistant messages before the last N thinking turns are
+    /// dropped whole (Anthropic's `clear_thinking` `keep: {thinking_turns: N}`); never modified,
+    /// and never dropped from the current tool loop, where the API requires them. `None` keeps
+    /// them all (`keep: "all"`). Added in record kind 31.
+    pub keep_thinking_turns: Option<u32>,
 }
+
+/// The placeholder of a tool result cleared at a client's request (`context_management`) in a
+/// session that set none: frozen, since views render it.
+pub const DEFAULT_TOOL_PLACEHOLDER: &str =
+    "[tool result cleared by ctxlog to save context; the whole result is in the log: ctxlog restore]";
 
 /// [`Config::view_version`] of new sessions.
 pub const VIEW_VERSION: u32 = 2;
@@ -86,8 +108,33 @@ impl Default for Config {
             clear_at_least: 0,
             usage_floor_ratio: 0.5,
             view_version: VIEW_VERSION,
+            exclude_tools: Vec::new(),
+            clear_tool_inputs: false,
+            tool_placeholder: None,
+            keep_thinking_turns: None,
         }
     }
+}
+
+/// A client's knobs for one call (Anthropic's `context_management` read by the proxy): each
+/// set field overrides the session's knob for that call's decisions only. What the call decides
+/// is in its events, so a replay needs none of this; placeholders render with the session's text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallKnobs {
+    /// `trigger` in input tokens: the ladder runs from here.
+    pub trigger_tokens: Option<u64>,
+    /// `keep` tool uses: the last N tool results are kept.
+    pub keep_tool_uses: Option<u32>,
+    /// `exclude_tools`.
+    pub exclude_tools: Option<Vec<String>>,
+    /// `clear_tool_inputs`.
+    pub clear_tool_inputs: Option<bool>,
+    /// `clear_at_least` in input tokens.
+    pub clear_at_least: Option<u64>,
+    /// `clear_tool_uses` was asked for: tool results are cleared, not truncated.
+    pub clear_tool_results: bool,
+    /// `clear_thinking` `keep`: `Some(None)` for `"all"`.
+    pub keep_thinking_turns: Option<Option<u32>>,
 }
 
 /// A configuration that cannot work.
@@ -152,6 +199,46 @@ impl Config {
         self.view_version >= 2
     }
 
+    /// The text a cleared tool result shows.
+    pub fn placeholder_text(&self) -> &str {
+        self.tool_placeholder.as_deref().unwrap_or(DEFAULT_TOOL_PLACEHOLDER)
+    }
+
+    /// Is `name` one of the tools the ladder never edits?
+    pub fn excludes_tool(&self, name: &str) -> bool {
+        self.exclude_tools.iter().any(|t| t == name)
+    }
+
+    /// The knobs of one call: these knobs with a client's per-request ones over them.
+    pub fn with_call(&self, k: &CallKnobs) -> Config {
+        let mut c = self.clone();
+        if let Some(v) = k.trigger_tokens {
+            // A trigger over the budget means "not before the budget".
+            c.trigger_ratio = (v as f64 / self.budget.max(1) as f64).clamp(f64::MIN_POSITIVE, 1.0);
+            c.target_ratio = c.target_ratio.min(c.trigger_ratio);
+            c.hard_limit_ratio = c.hard_limit_ratio.max(c.trigger_ratio);
+        }
+        if let Some(v) = k.keep_tool_uses {
+            c.protected_tool_results = v;
+        }
+        if let Some(v) = &k.exclude_tools {
+            c.exclude_tools.clone_from(v);
+        }
+        if let Some(v) = k.clear_tool_inputs {
+            c.clear_tool_inputs = v;
+        }
+        if let Some(v) = k.clear_at_least {
+            c.clear_at_least = v;
+        }
+        if k.clear_tool_results && c.tool_placeholder.is_none() {
+            c.tool_placeholder = Some(DEFAULT_TOOL_PLACEHOLDER.to_owned());
+        }
+        if let Some(v) = k.keep_thinking_turns {
+            c.keep_thinking_turns = v;
+        }
+        c
+    }
+
     /// The estimator these knobs imply.
     pub fn estimator(&self) -> Estimator {
         Estimator { image_tokens: self.image_tokens }
@@ -200,6 +287,13 @@ impl Config {
         }
         if self.image_tokens == 0 {
             return e("image-tokens", "must be positive".into());
+        }
+        if self.tool_placeholder.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            // The providers refuse an empty or blank text block.
+            return e("tool-placeholder", "must contain non-whitespace text".into());
+        }
+        if let Some(t) = self.exclude_tools.iter().find(|t| t.trim().is_empty()) {
+            return e("exclude-tools", format!("{t:?} is not a tool name"));
         }
         Ok(())
     }

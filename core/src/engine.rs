@@ -11,9 +11,9 @@
 //! over it (the deferral stops at the hard limit, `clear_at_least` yields over the budget, and a
 //! tripped breaker lets the ladder run as soon as the floor fits).
 
-use crate::config::Config;
+use crate::config::{CallKnobs, Config};
 use crate::event::{Deferral, EditKind, EditReason, Edited, Event, Flushed, GuardKind, SummaryRetired};
-use crate::policy::{gate, guards, ladder, media_cap};
+use crate::policy::{gate, guards, ladder, media_cap, thinking};
 use crate::state::{Item, State, Violation};
 use crate::time::Millis;
 use crate::view::{flush_stubs, thousands};
@@ -68,7 +68,12 @@ impl<'a> Builder<'a> {
 
 /// Decides a call at time `now`.
 pub fn decide(state: &State, now: Millis) -> Result<Decision, Violation> {
-    let config = state.info().map(|i| i.config.clone()).unwrap_or_default();
+    decide_with(state, now, &CallKnobs::default())
+}
+
+/// Decides a call at time `now` with a client's per-request knobs over the session's.
+pub(crate) fn decide_with(state: &State, now: Millis, knobs: &CallKnobs) -> Result<Decision, Violation> {
+    let config = state.info().map(|i| i.config.with_call(knobs)).unwrap_or_default();
     let call = state.calls();
     let metered_before = state.metered_tokens(state.view_tokens());
     let warm = gate::holds_prefix(state, &config, now);
@@ -122,6 +127,10 @@ pub fn decide(state: &State, now: Millis) -> Result<Decision, Violation> {
     }
     // 3b. The provider's limit on images per request: the oldest go, with their messages.
     for ev in media_cap::cap(b.current(), level) {
+        b.push(Event::Edited(ev))?;
+    }
+    // 3c. `keep_thinking_turns`: older turns' thinking goes whole (on every call, as the API's).
+    for ev in thinking::drops(b.current(), &config) {
         b.push(Event::Edited(ev))?;
     }
 

@@ -349,6 +349,19 @@ pub enum EditKind {
         /// Characters of preview.
         preview_chars: u32,
     },
+    /// Every tool result of the message replaced by the session's placeholder text (Anthropic's
+    /// tool result clearing); images in it go too. Record kind 32.
+    Cleared,
+    /// An assistant message trimmed: its thinking and redacted-thinking blocks dropped whole
+    /// (never modified), and/or the inputs of its tool calls cleared to `{}` (ids and names
+    /// kept, so every pair stays valid). A later trim of the same message carries both flags
+    /// it shows. Record kind 32.
+    Trimmed {
+        /// Thinking blocks dropped.
+        thinking: bool,
+        /// Tool call inputs cleared.
+        inputs: bool,
+    },
 }
 
 impl EditKind {
@@ -358,14 +371,21 @@ impl EditKind {
             EditKind::Removed => "removed",
             EditKind::Truncated { .. } => "truncated",
             EditKind::Stubbed { .. } => "stubbed",
+            EditKind::Cleared => "cleared",
+            EditKind::Trimmed { .. } => "trimmed",
         }
+    }
+
+    /// Can record kind 5 (the first three kinds) hold it?
+    pub fn in_first_layout(self) -> bool {
+        matches!(self, EditKind::Removed | EditKind::Truncated { .. } | EditKind::Stubbed { .. })
     }
 }
 
 /// Why an edit was made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EditReason {
-    /// Ladder level (1–8).
+    /// Ladder level (1–9); 0 for a knob's edit outside the ladder (`keep_thinking_turns`).
     pub level: u8,
     /// The rule that chose this message.
     pub rule: String,
@@ -729,6 +749,15 @@ pub enum GuardKind {
         /// The predecessor's first message the client kept.
         seq: u64,
     },
+    /// The client sends its own `context_management` (Anthropic's context editing): the host
+    /// passed it upstream as it was (`applied` false), or applied it itself as the call's knobs
+    /// and left it out of the forwarded request (`applied` true; each call's edits are its
+    /// `Edited` events). Written by a host (the proxy) the first time; it stays latched. Added
+    /// as variant 10.
+    ClientContextManagement {
+        /// ctxlog applied the edits (else the provider did).
+        applied: bool,
+    },
 }
 
 impl GuardKind {
@@ -745,6 +774,8 @@ impl GuardKind {
             GuardKind::HistoryDiverged { .. } => "history_diverged".into(),
             GuardKind::ProviderHeldHistory => "provider_held_history".into(),
             GuardKind::ClientCompacted { .. } => "client_compacted".into(),
+            GuardKind::ClientContextManagement { applied: false } => "client_context_management:passed".into(),
+            GuardKind::ClientContextManagement { applied: true } => "client_context_management:applied".into(),
         }
     }
 }

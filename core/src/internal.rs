@@ -46,8 +46,8 @@ pub mod tokens {
 /// Rendering a view's items and digesting them.
 pub mod view {
     pub use crate::view::{
-        digest_of, edited_message, item_message, render_item, render_item_with, thousands, ViewCache, STUB_MIN_CHARS,
-        STUB_PREVIEW_CHARS,
+        digest_of, edited_message, edited_message_as, item_message, render_item, render_item_with, thousands,
+        ViewCache, STUB_MIN_CHARS, STUB_PREVIEW_CHARS,
     };
 }
 

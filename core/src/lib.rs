@@ -90,7 +90,7 @@ mod view;
 mod wire;
 
 pub use codec::DecodeError;
-pub use config::{Config, ConfigError};
+pub use config::{CallKnobs, Config, ConfigError};
 pub use error::{SessionError, StaleCause};
 pub use event::Event;
 pub use message::Message;

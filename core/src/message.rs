@@ -356,6 +356,11 @@ impl Message {
         self.role == Role::User && !self.is_tool_result()
     }
 
+    /// Does it carry a thinking or redacted-thinking block?
+    pub fn has_thinking(&self) -> bool {
+        self.blocks().iter().any(Block::is_thinking)
+    }
+
     /// Pinned messages are never edited. A message carrying a provider's compaction is pinned
     /// too: the provider reads it as the summary of everything before it, so it must reach the
     /// provider as it was (never removed, truncated or summarized away by ctxlog).
@@ -391,6 +396,22 @@ impl Message {
                 out
             }
             _ => String::new(),
+        }
+    }
+}
+
+impl Block {
+    /// A `thinking` or `redacted_thinking` block: sent back whole or not at all (its signature
+    /// covers it), never edited.
+    pub fn is_thinking(&self) -> bool {
+        match self {
+            Block::Thinking { .. } => true,
+            Block::Other(raw) => {
+                raw.as_str().contains("redacted_thinking")
+                    && serde_json::from_str::<serde_json::Value>(raw.as_str())
+                        .is_ok_and(|v| v.get("type").and_then(|t| t.as_str()) == Some("redacted_thinking"))
+            }
+            _ => false,
         }
     }
 }

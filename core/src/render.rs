@@ -99,11 +99,20 @@ fn truncate_human(m: &Message, keep: u32) -> Option<Content> {
     }
 }
 
-/// The message as an edit shows it. `Removed` returns the message unchanged (it is not shown).
+/// The message as an edit shows it. `Removed` returns the message unchanged (it is not shown);
+/// a cleared tool result says [`crate::config::DEFAULT_TOOL_PLACEHOLDER`] (see [`edited_message_as`]).
 pub fn edited_message(m: &Message, kind: EditKind) -> Message {
+    edited_message_as(m, kind, crate::config::DEFAULT_TOOL_PLACEHOLDER)
+}
+
+/// [`edited_message`] with the session's placeholder for a cleared tool result
+/// ([`crate::config::Config::placeholder_text`]).
+pub fn edited_message_as(m: &Message, kind: EditKind, placeholder: &str) -> Message {
     let mut out = m.clone();
     match kind {
         EditKind::Removed => {}
+        EditKind::Cleared => out.content = cleared_results(m, placeholder),
+        EditKind::Trimmed { thinking, inputs } => trim(&mut out, thinking, inputs),
         // Only an oversized first human message is truncated (the fold allows nothing else).
         EditKind::Truncated { keep_chars } if m.is_human() => out.content = truncate_human(m, keep_chars),
         EditKind::Truncated { keep_chars } => {
@@ -145,6 +154,50 @@ pub fn edited_message(m: &Message, kind: EditKind) -> Message {
         }
     }
     out
+}
+
+/// Every tool result of `m` saying only `placeholder` (Anthropic's cleared tool result).
+fn cleared_results(m: &Message, placeholder: &str) -> Option<Content> {
+    match &m.content {
+        Some(Content::Blocks(blocks)) => Some(Content::Blocks(
+            blocks
+                .iter()
+                .map(|b| match b {
+                    Block::ToolResult { tool_use_id, is_error, extra, .. } => Block::ToolResult {
+                        tool_use_id: tool_use_id.clone(),
+                        content: Some(Content::Text(placeholder.to_owned())),
+                        is_error: *is_error,
+                        extra: extra.clone(),
+                    },
+                    other => other.clone(),
+                })
+                .collect(),
+        )),
+        Some(_) if m.role == Role::Tool => Some(Content::Text(placeholder.to_owned())),
+        other => other.clone(),
+    }
+}
+
+/// Drops the thinking blocks of an assistant message whole and/or clears its calls' inputs to
+/// `{}` (ids and names stay, so every pair stays valid).
+fn trim(out: &mut Message, thinking: bool, inputs: bool) {
+    if let Some(Content::Blocks(blocks)) = &mut out.content {
+        if thinking {
+            blocks.retain(|b| !b.is_thinking());
+        }
+        if inputs {
+            for b in blocks.iter_mut() {
+                if let Block::ToolUse { input, .. } = b {
+                    *input = crate::message::RawJson("{}".into());
+                }
+            }
+        }
+    }
+    if inputs {
+        for c in out.tool_calls.iter_mut().flatten() {
+            c.arguments = "{}".into();
+        }
+    }
 }
 
 /// Would stubbing change this message (is its text long enough)?

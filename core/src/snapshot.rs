@@ -27,7 +27,9 @@ use crate::store::{Snapshot, Store, StreamId};
 /// provider's rate across history changes; restored messages and when; the first human message
 /// over the target may be truncated once; the last request's breakpoint placement; the summary
 /// job a provider refused (latched until the job changes).
-pub const SNAPSHOT_LAYOUT: u32 = 8;
+/// 9: the config holds the parity knobs (`exclude_tools`, `clear_tool_inputs`,
+/// `tool_placeholder`, `keep_thinking_turns`).
+pub const SNAPSHOT_LAYOUT: u32 = 9;
 
 /// Encodes a state as a sealed snapshot.
 pub fn encode_snapshot(state: &State) -> Result<Snapshot, SnapshotError> {

@@ -157,6 +157,15 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
             }
         }
         let cut = p + 1;
+        // A provider's compaction ends every span that holds something before it: the provider
+        // drops what precedes it, so a summary placed before it must not hold what follows it.
+        // (A span that starts with it puts its summary after it: it is kept verbatim.)
+        if acc > 0 && state.shown(p).is_some_and(|m| m.provider_compaction()) {
+            if open_until < cut {
+                best = Some((cut, acc));
+            }
+            break;
+        }
         let next = state.entry(cut);
         let starts_turn = next.is_some_and(|e| e.is_human());
         // After a complete exchange: the message is a result and nothing opened is pending.
@@ -214,6 +223,21 @@ pub fn summary_tokens(state: &State, config: &Config, s: &SummaryPrepared) -> u6
 /// of them so that the condensed one (at most a quarter of the share) and the rest fill at most
 /// half the share, leaving room for the summaries of many later flushes before the next
 /// condensing rewrite.
+/// How many of the oldest `current` summaries lie on one side of every provider compaction in
+/// the view (none of them covers a message before one and another after it).
+fn within_one_side(state: &State, current: &[(u32, u64)]) -> usize {
+    let compactions = state.provider_compactions();
+    let Some(first) = current.first().and_then(|(i, _)| state.summaries().get(*i as usize)) else { return 0 };
+    let wall = compactions.iter().copied().find(|&c| c >= first.from);
+    match wall {
+        None => current.len(),
+        Some(c) => current
+            .iter()
+            .take_while(|(i, _)| state.summaries().get(*i as usize).is_some_and(|s| s.to <= c + 1))
+            .count(),
+    }
+}
+
 fn condense_job(state: &State, config: &Config, current: &[(u32, u64)], threshold: u64) -> Option<SummaryJob> {
     let cap = config.summary_cap_tokens();
     let total: u64 = current.iter().map(|(_, t)| t).sum();
@@ -238,10 +262,15 @@ fn condense_job(state: &State, config: &Config, current: &[(u32, u64)], threshol
         if current.len() < 2 {
             return None;
         }
-        taken += current.get(1)?.1;
         n = 2;
     }
+    // Never across a provider's compaction (a condensed summary sits where its first did).
+    let n = n.min(within_one_side(state, current));
+    if n < 2 {
+        return None;
+    }
     let chosen = current.get(..n)?;
+    let taken: u64 = chosen.iter().map(|(_, t)| t).sum();
     // Condensing what is already within the limit would not shrink anything.
     if taken <= max {
         return None;

@@ -20,7 +20,7 @@ use crate::wire::{write_in, Media, RenderOpts, WireFormat};
 
 pub use crate::numbers::thousands;
 pub(crate) use crate::render::stubbable;
-pub use crate::render::{edited_message, STUB_MIN_CHARS, STUB_PREVIEW_CHARS};
+pub use crate::render::{edited_message, edited_message_as, STUB_MIN_CHARS, STUB_PREVIEW_CHARS};
 
 /// Messages in `[from, to)` that a flush hides and that carry tool output or media: the
 /// summary lists them as restorable references.

@@ -14,10 +14,26 @@ fn usage(t: &Tokens) -> Value {
     })
 }
 
-/// The answer's content blocks (a thinking block first when asked for; a tool call after a
-/// line of text, as the models write them) and its stop reason.
-fn blocks(reply: &Reply, thinking: Option<&str>, seq: u64) -> (Vec<Value>, &'static str) {
+/// What context management adds to an answer.
+#[derive(Debug, Default)]
+pub struct Extras {
+    /// `context_management` (its `applied_edits`), when the request asked for context editing.
+    pub context_management: Option<Value>,
+    /// The compaction block that opens the answer, and whether the answer pauses after it.
+    pub compaction: Option<(Value, bool)>,
+}
+
+/// The answer's content blocks (a compaction block first when one is due, then a thinking
+/// block when asked for; a tool call after a line of text, as the models write them) and its
+/// stop reason (`compaction` when it pauses after the compaction).
+fn blocks(reply: &Reply, thinking: Option<&str>, seq: u64, x: &Extras) -> (Vec<Value>, &'static str) {
     let mut out = Vec::new();
+    if let Some((block, pause)) = &x.compaction {
+        out.push(block.clone());
+        if *pause {
+            return (out, "compaction");
+        }
+    }
     if let Some(t) = thinking {
         out.push(json!({"type": "thinking", "thinking": t, "signature": crate::strict::sign(t)}));
     }
@@ -35,21 +51,25 @@ fn blocks(reply: &Reply, thinking: Option<&str>, seq: u64) -> (Vec<Value>, &'sta
     }
 }
 
-/// The non-streaming body.
-pub fn message(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, seq: u64) -> Bytes {
-    let (content, stop) = blocks(reply, thinking, seq);
-    let v = json!({
+/// The non-streaming body; `cm` the `context_management` of a request that asked for context
+/// editing (its `applied_edits`).
+pub fn message(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, seq: u64, x: &Extras) -> Bytes {
+    let (content, stop) = blocks(reply, thinking, seq, x);
+    let mut v = json!({
         "id": format!("msg_fake_{seq}"), "type": "message", "role": "assistant", "model": model,
         "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage(t),
     });
+    if let Some(cm) = &x.context_management {
+        v["context_management"] = cm.clone();
+    }
     Bytes::from(v.to_string())
 }
 
 /// The SSE events, one chunk each, in the order the real API sends them: `message_start`, a
 /// `ping`, then per content block `content_block_start`, its deltas (`thinking_delta` and a
 /// `signature_delta`, `text_delta`, `input_json_delta`), `content_block_stop`; then
-/// `message_delta` (stop reason, output tokens) and `message_stop`.
-pub fn stream(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, seq: u64) -> Vec<Bytes> {
+/// `message_delta` (stop reason, output tokens, the applied context edits) and `message_stop`.
+pub fn stream(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, seq: u64, x: &Extras) -> Vec<Bytes> {
     let mut start_usage = usage(t);
     start_usage["output_tokens"] = json!(1);
     let mut out = vec![sse::named(
@@ -58,7 +78,7 @@ pub fn stream(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, se
             "id": format!("msg_fake_{seq}"), "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": null, "stop_sequence": null, "usage": start_usage}}),
     )];
-    let (content, stop) = blocks(reply, thinking, seq);
+    let (content, stop) = blocks(reply, thinking, seq, x);
     for (index, full) in content.iter().enumerate() {
         let kind = full.get("type").and_then(Value::as_str).unwrap_or("");
         let (first, deltas): (Value, Vec<Value>) = match kind {
@@ -71,6 +91,8 @@ pub fn stream(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, se
                 d.push(json!({"type": "signature_delta", "signature": full.get("signature").cloned().unwrap_or(Value::Null)}));
                 (json!({"type": "thinking", "thinking": ""}), d)
             }
+            // The compaction block arrives whole in its start event.
+            "compaction" => (full.clone(), Vec::new()),
             "tool_use" => {
                 let mut start = full.clone();
                 start["input"] = json!({});
@@ -107,10 +129,11 @@ pub fn stream(model: &str, reply: &Reply, thinking: Option<&str>, t: &Tokens, se
         }
         out.push(sse::named("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
     }
-    out.push(sse::named(
-        "message_delta",
-        &json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": t.output}}),
-    ));
+    let mut delta = json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": t.output}});
+    if let Some(cm) = &x.context_management {
+        delta["context_management"] = cm.clone();
+    }
+    out.push(sse::named("message_delta", &delta));
     out.push(sse::named("message_stop", &json!({"type": "message_stop"})));
     out
 }

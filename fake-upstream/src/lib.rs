@@ -11,6 +11,7 @@
 
 mod anthropic;
 mod cache;
+pub mod context_editing;
 mod faults;
 mod openai;
 mod record;

@@ -322,11 +322,20 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     }
     let model = parsed.get("model").and_then(|m| m.as_str()).unwrap_or("fake-model").to_owned();
     let streaming = parsed.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
-    let prompt = (body.len() as u64).div_ceil(4);
+    // A history with a compaction block: the API reads it from the latest one on.
+    let compacted = (api == Api::Anthropic).then(|| crate::context_editing::after_compaction(&parsed)).flatten();
+    let read_bytes = compacted.as_ref().and_then(|v| serde_json::to_vec(v).ok());
+    let (read, read_body) = match (&compacted, &read_bytes) {
+        (Some(v), Some(b)) => (v, b.as_slice()),
+        _ => (&parsed, &body[..]),
+    };
+    let prompt = (read_body.len() as u64).div_ceil(4);
     let checked = {
         let strict = lock(&shared.strict);
         match api {
-            Api::Anthropic => strict.anthropic(&parsed, prompt),
+            Api::Anthropic => strict
+                .anthropic(&parsed, prompt)
+                .and_then(|()| crate::context_editing::checked(&strict, &parsed, request.header("anthropic-beta"))),
             Api::OpenAi | Api::Responses => strict.openai(&parsed, prompt),
         }
     };
@@ -349,10 +358,21 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
             parsed["messages"].as_array().map_or(0, Vec::len)
         )
     });
-    let tokens = cache_tokens(&shared, &request, &parsed, &body, &reply, api, thinking.as_deref());
+    let tokens = cache_tokens(&shared, &request, read, read_body, &reply, api, thinking.as_deref());
+    // Context editing asked for: what the API would have cleared, reported with the answer;
+    // server-side compaction: the compaction block when it is due.
+    let extras = match api {
+        Api::Anthropic => anthropic::Extras {
+            context_management: crate::context_editing::applied(&parsed, prompt),
+            compaction: crate::context_editing::compaction(&parsed, prompt),
+        },
+        _ => anthropic::Extras::default(),
+    };
     let mut chunks = match (api, streaming) {
-        (Api::Anthropic, false) => vec![anthropic::message(&model, &reply, thinking.as_deref(), &tokens, seq)],
-        (Api::Anthropic, true) => anthropic::stream(&model, &reply, thinking.as_deref(), &tokens, seq),
+        (Api::Anthropic, false) => {
+            vec![anthropic::message(&model, &reply, thinking.as_deref(), &tokens, seq, &extras)]
+        }
+        (Api::Anthropic, true) => anthropic::stream(&model, &reply, thinking.as_deref(), &tokens, seq, &extras),
         (Api::OpenAi | Api::Responses, false) => vec![openai::completion(&model, &reply, &tokens, seq)],
         (Api::OpenAi | Api::Responses, true) => {
             let usage =

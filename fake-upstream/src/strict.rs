@@ -24,7 +24,8 @@ pub enum Rule {
     /// message (OpenAI: by the `tool` messages after it).
     ToolPairs,
     /// A `thinking` block carries the signature the fake gave it; with thinking enabled, the
-    /// assistant message before a trailing tool result starts with a thinking block.
+    /// assistant message before a trailing tool result starts with a thinking block, and the
+    /// budget is at least 1,024 tokens and below `max_tokens`.
     Thinking,
     /// Anthropic: at most 100 images in a request.
     Media,
@@ -37,6 +38,9 @@ pub enum Rule {
     /// Responses: `encrypted_content` of `reasoning` and `compaction` items is what the fake
     /// issued (a compaction item must carry one).
     EncryptedContent,
+    /// Anthropic: `context_management` needs the beta `context-management-2025-06-27` and the
+    /// documented edits (`crate::context_editing::check`).
+    ContextManagement,
 }
 
 /// A request the real API would refuse: status and error fields in its shape.
@@ -77,7 +81,7 @@ pub const MAX_IMAGES: usize = 100;
 pub const MAX_BREAKPOINTS: usize = 4;
 
 impl Strictness {
-    fn on(&self, r: Rule) -> bool {
+    pub(crate) fn on(&self, r: Rule) -> bool {
         !self.relaxed.contains(&r)
     }
 
@@ -96,6 +100,22 @@ impl Strictness {
         let messages = body.get("messages").and_then(Value::as_array).unwrap_or(&empty);
         let thinking_on =
             body.pointer("/thinking/type").and_then(Value::as_str).is_some_and(|t| t == "enabled" || t == "adaptive");
+        if self.on(Rule::Thinking) && body.pointer("/thinking/type").and_then(Value::as_str) == Some("enabled") {
+            // The documented bounds of an enabled thinking budget.
+            let budget = body.pointer("/thinking/budget_tokens").and_then(Value::as_u64);
+            match budget {
+                None => return Err(reject("thinking.enabled.budget_tokens: Field required".into())),
+                Some(b) if b < 1024 => {
+                    return Err(reject(
+                        "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024".into(),
+                    ))
+                }
+                Some(b) if body.get("max_tokens").and_then(Value::as_u64).is_some_and(|m| m <= b) => {
+                    return Err(reject("`max_tokens` must be greater than `thinking.budget_tokens`".into()))
+                }
+                Some(_) => {}
+            }
+        }
         let mut images = 0usize;
         let mut breakpoints = count_breakpoints(body.get("tools")) + count_breakpoints(body.get("system"));
         if let Some(sys) = body.get("system").and_then(Value::as_array) {

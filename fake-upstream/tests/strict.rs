@@ -184,6 +184,17 @@ fn thinking_is_signed_and_checked() {
     let up = FakeUpstream::start().unwrap();
     let mut body = anthropic(json!([{"role": "user", "content": "think [[tool:f]]"}]));
     body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    // The budget's documented bounds: at least 1,024, below max_tokens (64 here).
+    let r = post(&up, ANT, &body);
+    assert_eq!(
+        (r.status, r.anthropic_error().as_str()),
+        (400, "`max_tokens` must be greater than `thinking.budget_tokens`")
+    );
+    body["max_tokens"] = json!(4096);
+    body["thinking"] = json!({"type": "enabled", "budget_tokens": 1023});
+    let r = post(&up, ANT, &body);
+    assert!(r.anthropic_error().contains("greater than or equal to 1024"));
+    body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
     let answer = post(&up, ANT, &body).json();
     let content = answer["content"].as_array().unwrap().clone();
     let kinds: Vec<&str> = content.iter().map(|b| b["type"].as_str().unwrap()).collect();
@@ -417,4 +428,85 @@ fn responses_replies_events_and_stored_responses() {
     assert!(names.contains(&"response.function_call_arguments.delta"));
     assert!(events.iter().enumerate().all(|(i, e)| e["sequence_number"] == i as u64));
     assert!(events.last().unwrap()["response"]["usage"]["output_tokens"].is_u64());
+}
+
+#[test]
+fn context_management_needs_its_beta_and_the_documented_edits() {
+    use ctxlog_fake_upstream::context_editing::{applied, check, checked, BETA};
+    use ctxlog_fake_upstream::strict::Strictness;
+    let body = |cm: Value, thinking: bool| {
+        let mut b = anthropic(json!([{"role": "user", "content": "hi"}]));
+        b["context_management"] = cm;
+        if thinking {
+            b["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+        }
+        b
+    };
+    let ok = body(json!({"edits": [{"type": "clear_tool_uses_20250919"}]}), false);
+    assert_eq!(check(&ok, Some(BETA)), Ok(()));
+    assert_eq!(check(&ok, Some(&format!("other-2025-01-01, {BETA}"))), Ok(()));
+    // Without the beta the field is unknown to the API.
+    for betas in [None, Some("other-2025-01-01")] {
+        let r = check(&ok, betas).unwrap_err();
+        assert_eq!((r.status, r.message.as_str()), (400, "context_management: Extra inputs are not permitted"));
+    }
+    for (cm, thinking, says) in [
+        (json!({}), false, "context_management.edits: Field required"),
+        (json!({"edits": [{"type": "clear_all"}]}), false, "does not match any of the expected tags"),
+        (json!({"edits": [{"type": "clear_thinking_20251015"}]}), false, "requires thinking to be enabled"),
+        (
+            json!({"edits": [{"type": "clear_tool_uses_20250919"}, {"type": "clear_thinking_20251015"}]}),
+            true,
+            "must be listed first",
+        ),
+        (
+            json!({"edits": [{"type": "clear_tool_uses_20250919", "keep": {"type": "input_tokens", "value": 3}}]}),
+            false,
+            "keep.type",
+        ),
+        (json!({"edits": [{"type": "clear_tool_uses_20250919", "exclude_tools": "memory"}]}), false, "exclude_tools"),
+        (json!({"edits": [{"type": "clear_thinking_20251015", "keep": "some"}]}), true, "keep.type"),
+    ] {
+        let r = check(&body(cm.clone(), thinking), Some(BETA)).unwrap_err();
+        assert!(r.message.contains(says), "{cm}: {}", r.message);
+    }
+    let both = json!({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}, {"type": "clear_tool_uses_20250919", "clear_tool_inputs": ["grep"]}]});
+    assert_eq!(check(&body(both, true), Some(BETA)), Ok(()));
+    // Relaxed by name only.
+    let mut s = Strictness::default();
+    assert!(checked(&s, &ok, None).is_err());
+    s.relaxed.insert(Rule::ContextManagement);
+    assert!(checked(&s, &ok, None).is_ok());
+    // Below the trigger nothing is cleared, and the answer says so.
+    assert_eq!(applied(&ok, 10), Some(json!({"applied_edits": []})));
+    assert_eq!(applied(&anthropic(json!([])), 10), None);
+}
+
+#[test]
+fn server_side_compaction_needs_its_own_beta_and_a_trigger_of_at_least_50k() {
+    use ctxlog_fake_upstream::context_editing::{after_compaction, check, compaction, BETA, COMPACT_BETA};
+    let with = |cm: Value| {
+        let mut b = anthropic(json!([{"role": "user", "content": "hi"}]));
+        b["context_management"] = cm;
+        b
+    };
+    let compact = with(json!({"edits": [{"type": "compact_20260112"}]}));
+    assert_eq!(check(&compact, Some(COMPACT_BETA)), Ok(()));
+    assert!(check(&compact, Some(BETA)).unwrap_err().message.contains("requires the beta header compact-2026-01-12"));
+    let clear = with(json!({"edits": [{"type": "clear_tool_uses_20250919"}]}));
+    assert!(check(&clear, Some(COMPACT_BETA)).unwrap_err().message.contains(BETA));
+    let low =
+        with(json!({"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 49_999}}]}));
+    assert!(check(&low, Some(COMPACT_BETA)).unwrap_err().message.contains("at least 50000"));
+    // Due over the trigger (150,000 by default); pausing answers with the compaction alone.
+    assert!(compaction(&compact, 150_000).is_none());
+    let (block, pause) = compaction(&compact, 150_001).unwrap();
+    assert_eq!((block["type"].as_str(), pause), (Some("compaction"), false));
+    // What precedes the latest compaction block is not read.
+    let history = anthropic(json!([
+        {"role": "user", "content": "old"},
+        {"role": "assistant", "content": [{"type": "compaction", "content": "summary"}]},
+        {"role": "user", "content": "new"}
+    ]));
+    assert_eq!(after_compaction(&history).unwrap()["messages"].as_array().unwrap().len(), 2);
 }

@@ -68,6 +68,19 @@ fuzz_target!(|data: &[u8]| {
         protected_recent_ratio: [0.3, 0.0, 0.1, 0.6][usize::from((more >> 5) & 3)],
         ..Config::default()
     };
+    // The last bit: Anthropic's context-editing knobs (issue 23) on, so clears, trims and
+    // exclusions meet arbitrary transcripts too.
+    let config = if more & 128 != 0 {
+        Config {
+            tool_placeholder: Some("[cleared]".into()),
+            clear_tool_inputs: true,
+            keep_thinking_turns: Some(1),
+            exclude_tools: vec!["read_file".into()],
+            ..config
+        }
+    } else {
+        config
+    };
     let store = MemoryStore::new();
     let mut views = Vec::new();
     let opts = ImportOptions {

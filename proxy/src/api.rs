@@ -57,8 +57,43 @@ pub(crate) async fn call(
     if format == WireFormat::OpenAi && body.system.is_some() {
         return bad("system", "not a field of OpenAI chat requests (send a system message)");
     }
+    // The client's own context editing (Anthropic): passed upstream, or applied here.
+    let field = |name: &str| body.fields.iter().find(|(k, _)| *k == name).map(|(_, v)| v.get());
+    let client = match field("context_management").filter(|_| format == WireFormat::Anthropic) {
+        None => None,
+        Some(json) => {
+            let applied = match proxy.cfg.provider_context_management {
+                crate::ProviderContextManagement::Pass => None,
+                crate::ProviderContextManagement::Apply => {
+                    let thinking = crate::context_management::thinking_on(field("thinking"));
+                    match crate::context_management::read(json, thinking) {
+                        Ok(e) => Some(e),
+                        Err((f, m)) => return bad(&f, &m),
+                    }
+                }
+            };
+            Some(crate::sessions::ClientManagement { types: crate::context_management::types(json), applied })
+        }
+    };
+    let applying = client.as_ref().is_some_and(|c| c.applied.is_some());
+    let client = Arc::new(client);
     let mut opts = RequestOptions::new();
     for (k, v) in &body.fields {
+        if applying && *k == "context_management" {
+            // Only what ctxlog leaves to the provider goes on (server-side compaction).
+            let kept = client
+                .as_ref()
+                .as_ref()
+                .and_then(|c| c.applied.as_ref())
+                .and_then(crate::context_management::forwarded_field);
+            if let Some(kept) = kept {
+                opts = match opts.field(k, &kept) {
+                    Ok(o) => o,
+                    Err(e) => return bad(&e.field, &e.message),
+                };
+            }
+            continue;
+        }
         opts = match opts.field(k, v.get()) {
             Ok(o) => o,
             Err(e) => return bad(&e.field, &e.message),
@@ -131,6 +166,7 @@ pub(crate) async fn call(
         asked: Arc::clone(&asked),
         items: spans.len() + usize::from(system.is_some()),
         has_system: system.is_some(),
+        knobs: client.as_ref().as_ref().and_then(|c| c.applied.as_ref()).map(|e| e.knobs.clone()).unwrap_or_default(),
     };
     let deadline = tokio::time::Instant::now() + proxy.cfg.session_wait;
     let slot = proxy.sessions.slot(base);
@@ -156,6 +192,7 @@ pub(crate) async fn call(
         let asked = Arc::clone(&asked);
         let name = name.clone();
         let tails = Arc::clone(&proxy);
+        let client = Arc::clone(&client);
         let step = crate::blocking::run(move || {
             let mut guard = guard;
             let derived = name.is_none() && !held_chain;
@@ -192,7 +229,8 @@ pub(crate) async fn call(
                     body,
                 )
             } else {
-                prepare(&mut guard, &store, base, format, &config, &items, &o, &asked, ctxlog_now(), answered)
+                let client = client.as_ref().as_ref();
+                prepare(&mut guard, &store, base, format, &config, &items, &o, &asked, ctxlog_now(), answered, client)
             };
             match prepared {
                 Ok(p) => Step::Ready(Held::new(guard, lease), Box::new(p)),
@@ -253,6 +291,9 @@ pub(crate) async fn call(
         let mut up = Request::builder().method(parts.method.clone()).uri(proxy.upstream_uri(&parts.uri));
         if let Some(h) = up.headers_mut() {
             *h = crate::headers::request(&parts.headers, true);
+            if applying {
+                crate::context_management::strip_beta(h);
+            }
         }
         let Ok(up) = up.body(full(std::mem::take(&mut forward))) else {
             return error(shape, StatusCode::BAD_GATEWAY, "api_error", "ctxlog: cannot build the upstream request");
@@ -317,6 +358,19 @@ pub(crate) async fn call(
     }
     headers.insert(crate::headers::call_header(), http::HeaderValue::from(call_no));
     headers.extend(told);
+    // What was done with the client's context_management, and for `apply` its applied_edits.
+    let mut answer_cm = None;
+    if let Some(c) = client.as_ref() {
+        let applied = c
+            .applied
+            .as_ref()
+            .and_then(|e| held.session_mut().map(|s| (e, crate::context_management::applied(s, &plan))));
+        headers.insert(
+            http::HeaderName::from_static(crate::CONTEXT_MANAGEMENT_HEADER),
+            crate::context_management::header(applied.as_ref().map(|(e, a)| (*e, a))),
+        );
+        answer_cm = applied.map(|(e, a)| crate::context_management::applied_json(e, &a));
+    }
     if let Some(v) = prepared_breakpoints {
         headers.insert(http::HeaderName::from_static(crate::BREAKPOINTS_HEADER), v);
     }
@@ -342,6 +396,9 @@ pub(crate) async fn call(
         let mut tee = Tee::new(up_body, Scan::new(format), shape, proxy.cfg.upstream_timeout, tx, committed_rx);
         if strip_usage {
             tee = tee.without_usage_chunk();
+        }
+        if let Some(cm) = answer_cm.take() {
+            tee = tee.with_context_management(cm);
         }
         tokio::spawn(async move {
             let outcome = rx.await.unwrap_or(Outcome::Failed(Incomplete::Dropped));
@@ -389,6 +446,12 @@ pub(crate) async fn call(
     match rx.try_recv() {
         Ok(Ok(())) => {
             headers.remove(http::header::CONTENT_LENGTH);
+            let body = match &answer_cm {
+                Some(cm) if up_parts.status.is_success() => {
+                    crate::context_management::into_json_answer(&body, cm).map(Bytes::from).unwrap_or(body)
+                }
+                _ => body,
+            };
             reply(up_parts.status, headers, full(body))
         }
         Ok(Err(why)) => unavailable(&format!("the answer arrived but the call could not be recorded: {why}")),

@@ -21,6 +21,7 @@ mod body;
 mod breakpoints;
 mod canonical;
 mod compaction;
+mod context_management;
 mod count_tokens;
 mod forward;
 mod headers;
@@ -46,6 +47,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use breakpoints::{CacheBreakpoints, UnknownBreakpointMode};
+pub use context_management::{ProviderContextManagement, UnknownContextManagementMode, CONTEXT_MANAGEMENT_HEADER};
 pub use metrics::Metrics;
 pub use models::{Models, ModelsError};
 pub use server::{serve, ProxyHandle};
@@ -114,6 +116,9 @@ pub struct ProxyConfig {
     /// request's model ([`Models::budget`]; `engine.budget` for a model not in the table).
     /// `None` (the default; `ctxlog proxy --budget`): `engine.budget` for every session.
     pub models: Option<Models>,
+    /// What a client's own Anthropic `context_management` gets: forwarded for the provider
+    /// (`pass`, default), or applied by ctxlog as the call's knobs and left out (`apply`).
+    pub provider_context_management: ProviderContextManagement,
 }
 
 impl ProxyConfig {
@@ -149,6 +154,7 @@ impl ProxyConfig {
             drain_timeout: Duration::from_secs(30),
             cache_breakpoints: CacheBreakpoints::Auto,
             models: None,
+            provider_context_management: ProviderContextManagement::Pass,
         }
     }
 }

@@ -15,6 +15,8 @@ pub(crate) struct Replace {
     pub asked: std::sync::Arc<crate::breakpoints::Asked>,
     pub items: usize,
     pub has_system: bool,
+    /// The client's per-request knobs (`context_management` applied): the retry plans with them.
+    pub knobs: ctxlog::CallKnobs,
 }
 
 /// The budgets learned from overflows in this process, by model name.
@@ -75,6 +77,7 @@ pub(crate) async fn on_rejection(
     let body = body.clone();
     let model = opts.model_name();
     let (asked, items, has_system) = (std::sync::Arc::clone(&replace.asked), replace.items, replace.has_system);
+    let knobs = replace.knobs.clone();
     let done = tokio::task::spawn_blocking(move || {
         let mut held = held;
         let rejection = parse_rejection(status, &body);
@@ -89,7 +92,7 @@ pub(crate) async fn on_rejection(
             }
         };
         let (true, Some(budget)) = (may_retry, learned) else { return (AfterRejection::Answer, learned) };
-        let planned = session.plan(now).and_then(|plan| {
+        let planned = session.plan_with(now, &knobs).and_then(|plan| {
             let (opts, origin) = crate::breakpoints::options(session, &plan, items, has_system, &asked, &opts)?;
             let request = session.request(&plan, &opts)?;
             let breakpoints = origin.and_then(|o| crate::breakpoints::header(request.breakpoints(), o, &asked));

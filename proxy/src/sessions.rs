@@ -119,6 +119,14 @@ pub(crate) struct Prepared {
     pub breakpoints: Option<http::HeaderValue>,
 }
 
+/// A client's `context_management`, as the call takes it.
+pub(crate) struct ClientManagement {
+    /// The edit types it asks for, for the log.
+    pub types: String,
+    /// Its edits, when ctxlog applies them (`None`: passed upstream).
+    pub applied: Option<crate::context_management::ClientEdits>,
+}
+
 /// How often a request that lost a race with another writer of its session (a conflict on
 /// append, a session created by another proxy at the same moment) catches up and tries again
 /// before it is answered 503/529.
@@ -141,6 +149,7 @@ pub(crate) fn prepare(
     asked: &crate::breakpoints::Asked,
     now: Timestamp,
     answered: Option<crate::compaction::Answered>,
+    client: Option<&ClientManagement>,
 ) -> Result<Prepared, PrepareError> {
     slot.last_used = Instant::now();
     let mut raced = 0;
@@ -150,7 +159,23 @@ pub(crate) fn prepare(
                 slot.current = Some(stream);
                 slot.limit_open();
                 let Some(s) = slot.session_mut() else { return Err(SessionError::NotFound(stream).into()) };
-                let plan = s.plan(now)?;
+                if let Some(c) = client {
+                    // Once per session, in the log: whose edits these calls carry.
+                    let (how, kind) = match c.applied {
+                        Some(_) => {
+                            ("applied by ctxlog as the call's knobs and left out of the forwarded request", true)
+                        }
+                        None => ("passed upstream as it came, for the provider to apply", false),
+                    };
+                    let detail = format!("the client sends its own context_management ({}): {how}", c.types);
+                    s.raise_guard(
+                        GuardKind::ClientContextManagement { applied: kind },
+                        detail,
+                        "--provider-context-management",
+                    )?;
+                }
+                let knobs = client.and_then(|c| c.applied.as_ref()).map(|e| e.knobs.clone()).unwrap_or_default();
+                let plan = s.plan_with(now, &knobs)?;
                 let has_system = items.first().is_some_and(|i| i.index.is_none());
                 let (opts, origin) = crate::breakpoints::options(s, &plan, items.len(), has_system, asked, opts)?;
                 let request = s.request(&plan, &opts)?;

@@ -210,6 +210,8 @@ pub(crate) struct Tee {
     phase: Phase,
     /// Drop the OpenAI usage chunk (`choices: []`): ctxlog asked for it, the client did not.
     strip_usage: bool,
+    /// Set `context_management` on the `message_delta` event (ctxlog applied the client's).
+    context_management: Option<serde_json::Value>,
     /// An upstream body error held back for one poll: returning it at once makes hyper drop
     /// the connection with frames still in its write buffer, so the client would get less
     /// than the upstream sent. `Pending` first lets hyper flush them.
@@ -236,6 +238,7 @@ impl Tee {
             pending: BytesMut::new(),
             phase: Phase::Streaming,
             strip_usage: false,
+            context_management: None,
             err: None,
         }
     }
@@ -243,6 +246,12 @@ impl Tee {
     /// Keeps the stream's usage chunk from the client (it is still scanned).
     pub fn without_usage_chunk(mut self) -> Self {
         self.strip_usage = true;
+        self
+    }
+
+    /// Sets the answer's `context_management` (the edits ctxlog applied) on its `message_delta`.
+    pub fn with_context_management(mut self, cm: serde_json::Value) -> Self {
+        self.context_management = Some(cm);
         self
     }
 
@@ -267,6 +276,16 @@ impl Tee {
                 self.finish(outcome);
                 self.phase = Phase::Committing(held);
                 return (!out.is_empty()).then(|| out.freeze());
+            }
+            if let Some(patched) =
+                self.context_management.as_ref().and_then(|cm| crate::context_management::into_delta_event(event, cm))
+            {
+                // Everything before it goes on, then the event with the applied edits.
+                out.extend_from_slice(&self.pending[..at]);
+                out.extend_from_slice(&patched);
+                let _ = self.pending.split_to(at + end);
+                at = 0;
+                continue;
             }
             if self.strip_usage && is_usage_chunk(event) {
                 // Everything before it goes on; the chunk itself does not.

@@ -111,7 +111,7 @@ async fn a_thinking_tool_agent_compacted_by_the_ladder_sends_only_what_anthropic
     let mut messages = vec![json!({"role": "user", "content": "Port the ledger module. [[tool:read_file]]"})];
     let mut id = None;
     for i in 0..40 {
-        let body = json!({"model": "claude-test", "max_tokens": 256, "thinking": {"type": "enabled", "budget_tokens": 1024},
+        let body = json!({"model": "claude-test", "max_tokens": 2048, "thinking": {"type": "enabled", "budget_tokens": 1024},
             "system": "You are a careful engineer.", "messages": messages});
         let a = post(p.addr(), ANTHROPIC, &body).await;
         assert_eq!(a.status, 200, "call {i}: {}", a.text());

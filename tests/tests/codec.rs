@@ -923,3 +923,93 @@ fn client_compacted_round_trips_as_variant_9() {
     assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), guard);
     assert_eq!(GuardKind::ClientCompacted { predecessor, seq: 14 }.name(), "client_compacted");
 }
+
+/// The parity knobs of issue 23, all set.
+fn parity_config() -> ctxlog::Config {
+    ctxlog::Config {
+        exclude_tools: vec!["memory".into(), "todo_write".into()],
+        clear_tool_inputs: true,
+        tool_placeholder: Some("[cleared]".into()),
+        keep_thinking_turns: Some(2),
+        ..config()
+    }
+}
+
+#[test]
+fn kind_26_a_session_start_before_the_parity_knobs_decodes_with_them_off() {
+    // Kind 26 (today's layout before issue 23) decodes to the same knobs with the parity ones
+    // at their defaults, so such a session decides and renders as it did.
+    let before = started();
+    let rec = codec::legacy::encode_v6(&before).unwrap().unwrap();
+    assert_eq!(rec.body()[1], codec::kind::SESSION_STARTED_V5);
+    let back = codec::decode(STREAM, 1, &rec).unwrap();
+    assert_eq!(back, before);
+    let Event::SessionStarted(s) = back else { unreachable!() };
+    assert!(s.config.exclude_tools.is_empty() && !s.config.clear_tool_inputs);
+    assert_eq!((s.config.tool_placeholder, s.config.keep_thinking_turns), (None, None));
+    // Today's kind holds the four new fields (one byte each at their defaults) and is written
+    // for every new session.
+    let now = codec::encode(&before).unwrap();
+    assert_eq!(now.body()[1], codec::kind::SESSION_STARTED);
+    assert_eq!(now.body().len(), rec.body().len() + 4, "kind 31 = kind 26 + four fields");
+    // A session with any parity knob set does not fit kind 26 (nor any older one).
+    let set = started_with(ctxlog::WireFormat::Anthropic, parity_config());
+    assert!(codec::legacy::encode_v6(&set).is_none());
+    assert!(codec::legacy::encode_v5(&Event::SessionStarted(match &set {
+        Event::SessionStarted(s) => ctxlog::event::SessionStarted { config: v1(s.config.clone()), ..s.clone() },
+        _ => unreachable!(),
+    }))
+    .is_none());
+    let rec = codec::encode(&set).unwrap();
+    assert_eq!(rec.body()[1], codec::kind::SESSION_STARTED);
+    assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), set);
+}
+
+#[test]
+fn cleared_and_trimmed_edits_are_kind_32_and_the_first_three_stay_kind_5() {
+    use ctxlog::event::{EditKind, EditReason, Edited};
+    let edit = |kind| {
+        Event::Edited(Edited {
+            seq: 3,
+            kind,
+            reason: EditReason { level: 1, rule: "r".into(), target_tokens: 10, guard: None },
+        })
+    };
+    for (kind, k) in [
+        (EditKind::Removed, codec::kind::EDITED),
+        (EditKind::Truncated { keep_chars: 9 }, codec::kind::EDITED),
+        (EditKind::Stubbed { preview_chars: 9 }, codec::kind::EDITED),
+        (EditKind::Cleared, codec::kind::EDITED_CLEARS),
+        (EditKind::Trimmed { thinking: true, inputs: false }, codec::kind::EDITED_CLEARS),
+        (EditKind::Trimmed { thinking: true, inputs: true }, codec::kind::EDITED_CLEARS),
+    ] {
+        let ev = edit(kind);
+        let rec = codec::encode(&ev).unwrap();
+        assert_eq!(rec.body()[1], k, "{kind:?}");
+        assert_eq!(codec::decode(STREAM, 4, &rec).unwrap(), ev);
+        // No older layout set writes the new kinds.
+        assert_eq!(codec::legacy::encode(&ev).is_none(), k == codec::kind::EDITED_CLEARS);
+    }
+    // A kind 5 record carrying a new edit kind is damage, named, never read as an edit.
+    let mut body = codec::encode(&edit(EditKind::Cleared)).unwrap().body().to_vec();
+    body[1] = codec::kind::EDITED;
+    let err = decode_err(body, 4);
+    assert!(err.detail.contains("kind 5") && err.detail.contains("cleared"), "{err}");
+}
+
+#[test]
+fn client_context_management_round_trips_as_variant_10() {
+    for applied in [false, true] {
+        let guard = Event::GuardRaised(GuardRaised {
+            call: None,
+            kind: GuardKind::ClientContextManagement { applied },
+            detail: "d".into(),
+            knob: "k".into(),
+        });
+        let rec = codec::encode(&guard).unwrap();
+        assert_eq!(rec.body()[1], codec::kind::GUARD_RAISED);
+        assert_eq!(rec.body()[2..], [0, 10, u8::from(applied), 1, b'd', 1, b'k'], "call none, variant 10, applied");
+        assert_eq!(codec::decode(STREAM, 1, &rec).unwrap(), guard);
+    }
+    assert_eq!(GuardKind::ClientContextManagement { applied: true }.name(), "client_context_management:applied");
+}

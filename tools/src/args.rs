@@ -156,9 +156,29 @@ pub struct ConfigArgs {
     /// Prompt-cache time-to-live in seconds (default 300).
     #[arg(long)]
     pub ttl: Option<f64>,
-    /// The last N tool results are protected (default 5).
-    #[arg(long)]
+    /// The last N tool results are never truncated, cleared or removed (default 5): Anthropic's
+    /// `clear_tool_uses` `keep`, hence its other name `--keep-tool-uses`.
+    #[arg(long, visible_alias = "keep-tool-uses", value_name = "N")]
+    #[serde(alias = "keep-tool-uses")]
     pub protected_tools: Option<u32>,
+    /// Tools whose calls and results are never truncated, cleared or removed (comma-separated,
+    /// e.g. `memory,todo_write`): Anthropic's `exclude_tools`.
+    #[arg(long, value_delimiter = ',', value_name = "A,B")]
+    pub exclude_tools: Option<Vec<String>>,
+    /// When a tool result is truncated or cleared, clear its call's input too (`{}`; the id and
+    /// name stay, so the pair stays valid): Anthropic's `clear_tool_inputs`.
+    #[arg(long)]
+    #[serde(default)]
+    pub clear_tool_inputs: bool,
+    /// Clear old tool results to this text (as Anthropic's context editing does) instead of
+    /// truncating them to their head.
+    #[arg(long, value_name = "TEXT")]
+    pub tool_placeholder: Option<String>,
+    /// Keep the thinking blocks of the last N thinking turns only; older ones are dropped whole
+    /// (never modified; the current tool loop keeps its own): Anthropic's `clear_thinking`.
+    /// Default: keep all.
+    #[arg(long, value_name = "N")]
+    pub keep_thinking_turns: Option<u32>,
     /// The most recent fraction of messages is protected from removal (default 0.30).
     #[arg(long)]
     pub protected_recent: Option<f64>,
@@ -313,6 +333,16 @@ impl ConfigArgs {
         }
         if let Some(v) = self.clear_at_least {
             c.clear_at_least = v;
+        }
+        if let Some(v) = &self.exclude_tools {
+            c.exclude_tools = v.iter().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect();
+        }
+        c.clear_tool_inputs |= self.clear_tool_inputs;
+        if let Some(v) = &self.tool_placeholder {
+            c.tool_placeholder = Some(v.clone());
+        }
+        if let Some(v) = self.keep_thinking_turns {
+            c.keep_thinking_turns = Some(v);
         }
         c
     }
@@ -637,6 +667,11 @@ pub struct ProxyArgs {
     /// onto the view, the proxy's own when it set none), `client` (only the client's) or `off`.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub cache_breakpoints: ctxlog_proxy::CacheBreakpoints,
+    /// A client's own Anthropic `context_management` (context editing): `pass` it upstream as
+    /// it came (default), or `apply` it in ctxlog as the call's knobs and leave it out (for
+    /// upstreams that lack it, e.g. llama.cpp); the answer then reports `applied_edits`.
+    #[arg(long, value_name = "MODE", default_value = "pass")]
+    pub provider_context_management: ctxlog_proxy::ProviderContextManagement,
     /// Context windows by model prefix over the built-in table, as a JSON object
     /// (`{"my-finetune": 32768}`); used as the budget unless `--budget` is given.
     #[arg(long, value_name = "FILE")]

@@ -46,6 +46,8 @@ const CACHE: [(&str, &str, &str); 3] = [
 ];
 const EDITS: [(&str, &str); 4] =
     [("removed", "#8c564b"), ("truncated", "#c49c94"), ("stubbed", "#9edae5"), ("summary_retired", "#9467bd")];
+/// The context-editing kinds (issue 23): drawn, and in the legend, only in sessions that have them.
+const CLEARS: [(&str, &str); 2] = [("cleared", "#dbdb8d"), ("trimmed", "#aec7e8")];
 const COST: &str = "#393b79";
 
 /// What to draw besides the session.
@@ -122,7 +124,8 @@ pub fn chart(analysis: &Analysis, opts: ChartOptions) -> String {
     d.text_el("title", &[], &format!("ctxlog session {}: {} calls", analysis.session, calls.len()));
     d.empty("rect", &[a("x", 0), a("y", 0), a("width", num(WIDTH)), a("height", num(h)), a("fill", "#ffffff")]);
     d.nl();
-    legend(&mut d);
+    let clears = calls.iter().any(|c| c.record.edits.iter().any(|e| CLEARS.iter().any(|(k, _)| e.kind == *k)));
+    legend(&mut d, clears);
     if calls.is_empty() {
         d.text_el(
             "text",
@@ -401,7 +404,7 @@ fn edits_panel(d: &mut Doc, calls: &[Call], bands: Bands, p: Panel) {
     let mut any = false;
     for (i, c) in calls.iter().enumerate() {
         let mut stacked = 0.0;
-        for (kind, fill) in EDITS {
+        for (kind, fill) in EDITS.into_iter().chain(CLEARS) {
             let n = c.record.edits.iter().filter(|e| e.kind == kind).count();
             if n == 0 {
                 continue;
@@ -541,7 +544,7 @@ pub fn tooltip(c: &Call) -> String {
 /// Draws a legend's mark at `(x, y)`.
 type Mark = Box<dyn Fn(&mut Doc, f64, f64)>;
 
-fn legend(d: &mut Doc) {
+fn legend(d: &mut Doc, clears: bool) {
     let line = |color: &'static str, dash: Option<&'static str>| {
         move |d: &mut Doc, x: f64, y: f64| {
             let mut at = vec![
@@ -598,6 +601,7 @@ fn legend(d: &mut Doc) {
             .iter()
             .map(|(_, fill, text)| (*text, Box::new(swatch(fill)) as Mark))
             .chain(EDITS.iter().map(|(kind, fill)| (*kind, Box::new(swatch(fill)) as Mark)))
+            .chain(CLEARS.iter().filter(|_| clears).map(|(kind, fill)| (*kind, Box::new(swatch(fill)) as Mark)))
             .chain([("cost", Box::new(line(COST, None)) as Mark), ("lower bound", Box::new(line(FLUSH, Some("5 3"))))])
             .collect(),
     ];

@@ -33,6 +33,7 @@ pub fn proxy(a: &ProxyArgs, accept_loss: bool, out: &mut Out<'_>) -> Result<(), 
     cfg.body_timeout = Duration::from_secs(a.body_timeout.max(1));
     cfg.drain_timeout = Duration::from_secs(a.drain_timeout);
     cfg.cache_breakpoints = a.cache_breakpoints;
+    cfg.provider_context_management = a.provider_context_management;
     cfg.models = models;
     // `-v` installs its subscriber on this thread only; the proxy's work (and the engine's, in
     // `spawn_blocking`) runs on the runtime's threads, which would log nothing without it.
@@ -202,6 +203,55 @@ mod tests {
         ])
         .is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_parity_knobs_are_flags_and_config_keys_and_keep_tool_uses_is_protected_tools() {
+        let c = |a: &crate::args::ProxyArgs| a.config.resolve(ctxlog::Config::default()).unwrap();
+        let a = proxy_args(&[
+            "--keep-tool-uses",
+            "7",
+            "--exclude-tools",
+            "memory, todo_write",
+            "--clear-tool-inputs",
+            "--tool-placeholder",
+            "[cleared]",
+            "--keep-thinking-turns",
+            "2",
+            "--provider-context-management",
+            "apply",
+        ]);
+        let got = c(&a);
+        assert_eq!(got.protected_tool_results, 7);
+        assert_eq!(got.exclude_tools, ["memory", "todo_write"]);
+        assert!(got.clear_tool_inputs);
+        assert_eq!((got.tool_placeholder.as_deref(), got.keep_thinking_turns), (Some("[cleared]"), Some(2)));
+        assert_eq!(a.provider_context_management, ctxlog_proxy::ProviderContextManagement::Apply);
+        assert_eq!(proxy_args(&[]).provider_context_management, ctxlog_proxy::ProviderContextManagement::Pass);
+        // One knob: both spellings set the same field; the config file takes either key.
+        assert_eq!(c(&proxy_args(&["--protected-tools", "4"])).protected_tool_results, 4);
+        let dir = std::env::temp_dir().join(format!("ctxlog-parity-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "keep-tool-uses = 9\nexclude-tools = [\"memory\"]\nkeep-thinking-turns = 1\n").unwrap();
+        let got = c(&proxy_args(&["--config", file.to_str().unwrap()]));
+        assert_eq!((got.protected_tool_results, got.keep_thinking_turns), (9, Some(1)));
+        assert_eq!(got.exclude_tools, ["memory"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        // A blank placeholder cannot work (the API refuses an empty text): refused, naming it.
+        let (code, err) =
+            run(&["ctxlog", "proxy", "--upstream", "http://x", "--store", "mem:", "--tool-placeholder", " "]);
+        assert_ne!(code, 0);
+        assert!(err.contains("tool-placeholder"), "{err}");
+        assert!(<crate::args::Cli as clap::Parser>::try_parse_from([
+            "ctxlog",
+            "proxy",
+            "--upstream",
+            "u",
+            "--provider-context-management",
+            "strip"
+        ])
+        .is_err());
     }
 
     #[test]

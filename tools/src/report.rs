@@ -185,6 +185,18 @@ fn knobs(c: &Config) -> String {
         parts.push(format!("hard-limit {}", c.hard_limit_ratio));
         parts.push(format!("clear-at-least {}", c.clear_at_least));
     }
+    if !c.exclude_tools.is_empty() {
+        parts.push(format!("exclude-tools {}", c.exclude_tools.join(",")));
+    }
+    if c.clear_tool_inputs {
+        parts.push("clear-tool-inputs".to_owned());
+    }
+    if c.tool_placeholder.is_some() {
+        parts.push("tool results cleared to a placeholder".to_owned());
+    }
+    if let Some(n) = c.keep_thinking_turns {
+        parts.push(format!("keep-thinking-turns {n}"));
+    }
     parts.join(" · ")
 }
 

@@ -23,6 +23,23 @@ pub(crate) fn protected_tool_results(state: &State, n: u32) -> Vec<u64> {
     out
 }
 
+/// Seqs of the messages in the view that call or answer a tool of `exclude_tools`: the ladder
+/// never truncates, clears or removes them (nor, through the pairs, their partners' groups).
+pub(crate) fn excluded_tool_messages(state: &State, config: &Config) -> Vec<u64> {
+    if config.exclude_tools.is_empty() {
+        return Vec::new();
+    }
+    state
+        .view()
+        .iter()
+        .filter_map(|it| match it.item {
+            Item::Message(seq) => Some(seq),
+            _ => None,
+        })
+        .filter(|&seq| state.tool_names(seq).into_iter().any(|n| config.excludes_tool(n)))
+        .collect()
+}
+
 /// Is `seq` one of the messages no ladder level may touch: system, pinned, first or last human,
 /// or restored a short while ago ([`crate::state::RESTORE_HOLD_CALLS`])?
 pub(crate) fn always_protected(state: &State, seq: u64) -> bool {
@@ -35,7 +52,8 @@ pub(crate) fn always_protected(state: &State, seq: u64) -> bool {
 /// Tokens of the view that no level of the ladder can shrink: system and pinned messages,
 /// the first and last human message, summaries and the protected tool results.
 pub fn unremovable_floor(state: &State, config: &Config) -> u64 {
-    let tools = protected_tool_results(state, config.protected_tool_results);
+    let mut tools = protected_tool_results(state, config.protected_tool_results);
+    tools.extend(excluded_tool_messages(state, config));
     state
         .view()
         .iter()

@@ -10,10 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::{ratio_of, Config};
 use crate::event::{EditKind, EditReason, Edited};
-use crate::policy::guards::{always_protected, protected_tool_results};
+use crate::policy::guards::{always_protected, excluded_tool_messages, protected_tool_results};
 use crate::state::{Item, State};
 use crate::tokens::Estimator;
-use crate::view::{edited_message, stubbable, thousands, STUB_PREVIEW_CHARS};
+use crate::view::{edited_message_as, stubbable, thousands, STUB_PREVIEW_CHARS};
 
 /// Largest tool group (a call message and all its results) the ladder moves as one.
 pub const MAX_GROUP: usize = 64;
@@ -94,7 +94,7 @@ impl Ladder<'_> {
     fn climb(&mut self) {
         type Step = fn(&mut Ladder<'_>);
         let steps: [(u8, Step); 9] = [
-            (1, |l| l.truncate_wave(0.0, 0.25, "truncate the oldest quarter of tool results")),
+            (1, |l| l.first_wave()),
             (2, |l| l.truncate_wave(0.25, 0.50, "truncate the second quarter of tool results")),
             (3, |l| l.remove(1.0, false, "remove old unprotected messages")),
             (4, |l| l.truncate_wave(0.50, 0.75, "truncate the third quarter of tool results")),
@@ -123,6 +123,17 @@ impl Ladder<'_> {
             }
             self.level = level;
             step(self);
+        }
+    }
+
+    /// Level 1: truncate the oldest quarter of tool results; or, when the session clears them
+    /// (a placeholder, Anthropic's `clear_tool_uses`), clear them oldest first, all but the kept
+    /// ones, before anything is removed (as the API does, stopping once at the target).
+    fn first_wave(&mut self) {
+        if self.config.tool_placeholder.is_some() {
+            self.truncate_wave(0.0, 1.0, "clear the oldest tool results, all but the kept ones (clear_tool_uses)");
+        } else {
+            self.truncate_wave(0.0, 0.25, "truncate the oldest quarter of tool results");
         }
     }
 
@@ -160,7 +171,7 @@ impl<'a> Ladder<'a> {
                 seq,
                 tokens: it.tokens,
                 removed: false,
-                truncated: matches!(edit, Some(EditKind::Truncated { .. })),
+                truncated: matches!(edit, Some(EditKind::Truncated { .. } | EditKind::Cleared)),
                 stubbed: matches!(edit, Some(EditKind::Stubbed { .. })),
                 gap_before: std::mem::take(&mut after_gap),
                 gap_after: false,
@@ -172,7 +183,10 @@ impl<'a> Ladder<'a> {
             est: config.estimator(),
             slots,
             at,
-            tools: protected_tool_results(state, config.protected_tool_results).into_iter().collect(),
+            tools: protected_tool_results(state, config.protected_tool_results)
+                .into_iter()
+                .chain(excluded_tool_messages(state, config))
+                .collect(),
             total: metered,
             target: config.target_tokens(),
             budget: config.budget,
@@ -199,9 +213,10 @@ impl<'a> Ladder<'a> {
         self.total = self.total.saturating_sub(u64::from(slot.tokens.saturating_sub(new)));
         slot.tokens = new;
         match kind {
-            EditKind::Truncated { .. } => slot.truncated = true,
+            EditKind::Truncated { .. } | EditKind::Cleared => slot.truncated = true,
             EditKind::Stubbed { .. } => slot.stubbed = true,
             EditKind::Removed => slot.removed = true,
+            EditKind::Trimmed { .. } => {}
         }
         let seq = slot.seq;
         self.edit(seq, kind, rule);
@@ -211,14 +226,61 @@ impl<'a> Ladder<'a> {
     /// is at its floor: the ladder never edits it again).
     fn truncated_tokens(&self, seq: u64) -> Option<u32> {
         let m = self.state.original(seq)?;
-        Some(self.est.message(&edited_message(m, EditKind::Truncated { keep_chars: self.config.truncate_chars })))
+        Some(self.est.message(&edited_message_as(m, self.result_edit(), self.config.placeholder_text())))
+    }
+
+    /// How this session shrinks a tool result: cleared to its placeholder when it has one
+    /// (Anthropic's clearing), else truncated to its head.
+    fn result_edit(&self) -> EditKind {
+        match self.config.tool_placeholder {
+            Some(_) => EditKind::Cleared,
+            None => EditKind::Truncated { keep_chars: self.config.truncate_chars },
+        }
+    }
+
+    /// `clear_tool_inputs`: once every result of a call message is shrunk or gone, its calls'
+    /// inputs are cleared too (ids and names kept). Its thinking goes in the same trim when the
+    /// thinking knob would drop it anyway. Not the protected ones, not the last assistant
+    /// message (the API wants it as the model wrote it).
+    fn clear_inputs_after(&mut self, result: u64, rule: &str) {
+        if !self.config.clear_tool_inputs {
+            return;
+        }
+        for call in self.state.tool_partners(result) {
+            let Some(&ci) = self.at.get(&call) else { continue };
+            let Some(slot) = self.slots.get(ci).copied() else { continue };
+            if slot.removed || self.tools.contains(&call) || always_protected(self.state, call) {
+                continue;
+            }
+            if self.state.entry(call).is_none_or(|e| e.role() != crate::message::Role::Assistant)
+                || Some(call) == crate::policy::thinking::api_required(self.state)
+            {
+                continue;
+            }
+            let done = self.state.call_results(call).is_some_and(|rs| {
+                rs.iter()
+                    .all(|r| self.at.get(r).and_then(|&i| self.slots.get(i)).is_none_or(|s| s.truncated || s.removed))
+            });
+            let Some((body, was)) = crate::policy::thinking::trim_body(self.state, call) else { continue };
+            if !done || was.is_some_and(|(_, inputs)| inputs) {
+                continue;
+            }
+            let thinking = was.is_some_and(|(t, _)| t) || crate::policy::thinking::due(self.state, self.config, call);
+            let kind = EditKind::Trimmed { thinking, inputs: true };
+            let new = self.est.message(&edited_message_as(body, kind, self.config.placeholder_text()));
+            if new < slot.tokens {
+                self.shrink(ci, new, kind, &format!("{rule}; clear the inputs of its calls"));
+            }
+        }
     }
 
     /// Tokens of `seq` stubbed, if stubbing shrinks it; `None` unless it is in the view unedited.
     fn stubbed_tokens(&self, seq: u64) -> Option<u32> {
         let m = self.state.original(seq)?;
-        stubbable(m)
-            .then(|| self.est.message(&edited_message(m, EditKind::Stubbed { preview_chars: STUB_PREVIEW_CHARS })))
+        stubbable(m).then(|| {
+            let kind = EditKind::Stubbed { preview_chars: STUB_PREVIEW_CHARS };
+            self.est.message(&edited_message_as(m, kind, self.config.placeholder_text()))
+        })
     }
 
     /// "Aim at what is achievable": if removing, truncating and stubbing everything the ladder
@@ -290,7 +352,8 @@ impl<'a> Ladder<'a> {
                 continue;
             }
             let Some(new) = self.truncated_tokens(s.seq).filter(|&t| t < s.tokens) else { continue };
-            self.shrink(i, new, EditKind::Truncated { keep_chars: self.config.truncate_chars }, rule);
+            self.shrink(i, new, self.result_edit(), rule);
+            self.clear_inputs_after(s.seq, rule);
         }
     }
 

@@ -87,9 +87,16 @@ impl<S: Store> Session<S> {
     /// # Ok(()) }
     /// ```
     pub fn plan(&mut self, now: Timestamp) -> Result<Plan, SessionError> {
+        self.plan_with(now, &crate::config::CallKnobs::default())
+    }
+
+    /// [`Session::plan`] with a client's per-request knobs over the session's (Anthropic's
+    /// `context_management`, read by the proxy): they steer this call's decisions only, which
+    /// its events record, so a replay needs none of them.
+    pub fn plan_with(&mut self, now: Timestamp, knobs: &crate::config::CallKnobs) -> Result<Plan, SessionError> {
         let now = now.as_millis();
         let _span = self.call_span(self.state.calls()).entered();
-        let decision = engine::decide(&self.state, now).map_err(|v| self.refused(v))?;
+        let decision = engine::decide_with(&self.state, now, knobs).map_err(|v| self.refused(v))?;
         let (cache, view_state) = match &decision.scratch {
             // The scratch view differs from the cached one (new generation), so it is rendered
             // afresh; bringing the cache up to date or copying it first would only be thrown

@@ -245,13 +245,13 @@ mod tests {
         let pinned = [
             (
                 1,
-                "0bc5d3af9efb10868850111be96ab608453ec85c36577458a6fb2eda8c1b46bc",
-                "b56bef10f936b9305895c9913ffb791b247b34b940af8dbf27add2815b642bbb",
+                "194ba1db9c4213046aa5fad2f65b0ffa4f55a34e4042b3c9b3da01b554fbcf12",
+                "5b0d505d80fac3d2f75d33e75849e0c368501f99864c377d63c1eae240908426",
             ),
             (
                 2,
-                "297ea160acc40c3cb023271a672c21394839431c4494d9490cb7204891d002a8",
-                "99d2b1102e9f992f2cc7dc2a144ff3c811171b3b2af1086f91a874e777032ca8",
+                "0fe4ac514a9c8c6d5179bfc17a96741b4c457409f3a55c8e1267429eb5c2f637",
+                "5150f266d921e3aec9a26ffe25fb06f26c79ce63b9fadbbfb0d97a125b791cff",
             ),
         ];
         for (view_version, state, log) in pinned {

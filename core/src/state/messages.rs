@@ -90,12 +90,28 @@ impl Messages {
         self.original(seq, view).or_else(|| loaded.get(seq))
     }
 
+    /// The body an edit of `seq` renders from: the original, or for a trim of a trimmed message
+    /// the trimmed one (a trim only drops and clears, and a later one shows at least what the
+    /// earlier showed, so trimming it again equals trimming the original).
+    fn body_for_edit<'a>(
+        &self,
+        seq: u64,
+        kind: EditKind,
+        view: &'a Bodies,
+        loaded: &'a Loaded,
+    ) -> Option<&'a Arc<Message>> {
+        self.original_for_event(seq, view, loaded).or_else(|| match (kind, self.entry(seq)?.edit?.kind) {
+            (EditKind::Trimmed { .. }, EditKind::Trimmed { .. }) => view.get(&seq),
+            _ => None,
+        })
+    }
+
     pub(super) fn check(&self, ev: &Event, r: &Reads<'_>) -> Result<(), Broken> {
         match ev {
             Event::MessageAppended(e) => self.check_append(e, self.count(), &|_| false, &|_| false),
             Event::Edited(e) => {
                 self.check_edit(e.seq, e.kind, r)?;
-                if e.kind == EditKind::Removed {
+                if e.kind == EditKind::Removed || self.body_for_edit(e.seq, e.kind, r.view, r.loaded).is_some() {
                     return Ok(());
                 }
                 self.check_loaded(std::iter::once(e.seq), r)
@@ -214,6 +230,25 @@ impl Messages {
             EditKind::Stubbed { .. } if entry.role() != Role::User => {
                 return Err((Invariant::EditTarget, format!("seq {seq} is not a user message and cannot be stubbed")));
             }
+            EditKind::Cleared if !entry.is_tool_result() => {
+                return Err((Invariant::EditTarget, format!("seq {seq} is not a tool result and cannot be cleared")));
+            }
+            EditKind::Trimmed { .. } if entry.role() != Role::Assistant => {
+                return Err((
+                    Invariant::EditTarget,
+                    format!("seq {seq} is not an assistant message and cannot be trimmed"),
+                ));
+            }
+            EditKind::Trimmed { thinking, inputs } => {
+                if let Some(EditKind::Trimmed { thinking: was_t, inputs: was_i }) = entry.edit.map(|e| e.kind) {
+                    if (was_t && !thinking) || (was_i && !inputs) {
+                        return Err((
+                            Invariant::EditTarget,
+                            format!("seq {seq}: a trim must keep what the earlier trim dropped"),
+                        ));
+                    }
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -261,9 +296,9 @@ impl Messages {
                 // output of many kilobytes, say) is in the log.
                 let shown = match e.kind {
                     EditKind::Removed => None,
-                    kind => {
-                        self.original_for_event(e.seq, view, loaded).map(|m| Arc::new(render::edited_message(m, kind)))
-                    }
+                    kind => self
+                        .body_for_edit(e.seq, kind, view, loaded)
+                        .map(|m| Arc::new(render::edited_message_as(m, kind, r.config.placeholder_text()))),
                 };
                 let estimator = r.config.estimator();
                 match usize::try_from(e.seq).ok().and_then(|i| self.entries.get_mut(i)) {
@@ -495,6 +530,15 @@ impl super::State {
             .filter_map(|l| match l {
                 Link::Call(p) => Some(p.result()),
                 Link::Result(_) => None,
+            })
+            .collect()
+    }
+
+    /// The names of the tools `seq` calls or answers, in message order.
+    pub(crate) fn tool_names(&self, seq: u64) -> Vec<&str> {
+        self.tool_links(seq)
+            .map(|l| match l {
+                Link::Call(p) | Link::Result(p) => self.messages.tools.name(&p),
             })
             .collect()
     }

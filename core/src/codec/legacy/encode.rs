@@ -86,6 +86,7 @@ pub fn encode(event: &Event) -> Option<Result<Record, EncodeError>> {
         | Event::SessionNamed(_)
         | Event::CallRejected(_)
         | Event::LimitLearned(_) => return None,
+        Event::Edited(e) if !e.kind.in_first_layout() => return None,
         other => crate::codec::encode(other),
     })
 }
@@ -251,6 +252,25 @@ pub fn encode_v5(event: &Event) -> Option<Result<Record, EncodeError>> {
             };
             Some(payload(kind::REQUEST_SERVED_V4, &v4))
         }
+        _ => None,
+    }
+}
+
+/// Encodes a `SessionStarted` whose parity knobs are at their defaults in kind 26 (before
+/// kind 31), and an `Edited` of the first three kinds in kind 5; `None` otherwise.
+pub fn encode_v6(event: &Event) -> Option<Result<Record, EncodeError>> {
+    match event {
+        Event::SessionStarted(e) => {
+            let v5 = SessionStartedV5 {
+                session: e.session,
+                format: e.format,
+                config: ConfigV4::of(&e.config)?,
+                at: e.at,
+                import: e.import.clone(),
+            };
+            Some(payload(kind::SESSION_STARTED_V5, &v5))
+        }
+        Event::Edited(e) if e.kind.in_first_layout() => Some(payload(kind::EDITED, e)),
         _ => None,
     }
 }

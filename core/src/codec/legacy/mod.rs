@@ -20,7 +20,7 @@ use crate::wire::WireFormat;
 use super::{kind, payload, EncodeError};
 
 mod encode;
-pub use encode::{encode, encode_v2, encode_v3, encode_v4, encode_v5};
+pub use encode::{encode, encode_v2, encode_v3, encode_v4, encode_v5, encode_v6};
 
 /// The twelve knobs of the first release (inside kind 1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -178,8 +178,7 @@ pub struct SessionStartedV3 {
     pub at: Millis,
 }
 
-/// Kind 18: kind 16 + `import`, before `view_version`. Today's [`SessionStarted`] holds
-/// today's [`Config`]; a change to `Config` must freeze it here first, as this one was.
+/// Kind 18: kind 16 + `import`, before `view_version`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionStartedV4 {
     /// Session id.
@@ -192,6 +191,123 @@ pub struct SessionStartedV4 {
     pub at: Millis,
     /// The transcript the import reads.
     pub import: Option<ImportSource>,
+}
+
+/// The seventeen knobs of kind 26 (before the parity knobs of kind 31).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigV4 {
+    /// See [`Config::budget`].
+    pub budget: u64,
+    /// See [`Config::trigger_ratio`].
+    pub trigger_ratio: f64,
+    /// See [`Config::target_ratio`].
+    pub target_ratio: f64,
+    /// See [`Config::prepare_ratio`].
+    pub prepare_ratio: f64,
+    /// See [`Config::summarizer`].
+    pub summarizer: SummarizerKind,
+    /// See [`Config::cache_aware`].
+    pub cache_aware: bool,
+    /// See [`Config::flush_ttl_ms`].
+    pub flush_ttl_ms: u64,
+    /// See [`Config::protected_tool_results`].
+    pub protected_tool_results: u32,
+    /// See [`Config::protected_recent_ratio`].
+    pub protected_recent_ratio: f64,
+    /// See [`Config::breaker_passes`].
+    pub breaker_passes: u32,
+    /// See [`Config::image_tokens`].
+    pub image_tokens: u32,
+    /// See [`Config::truncate_chars`].
+    pub truncate_chars: u32,
+    /// See [`Config::summary_share`].
+    pub summary_share: f64,
+    /// See [`Config::hard_limit_ratio`].
+    pub hard_limit_ratio: f64,
+    /// See [`Config::clear_at_least`].
+    pub clear_at_least: u64,
+    /// See [`Config::usage_floor_ratio`].
+    pub usage_floor_ratio: f64,
+    /// See [`Config::view_version`].
+    pub view_version: u32,
+}
+
+/// Kind 26: `SessionStarted` with a [`ConfigV4`]. Today's [`SessionStarted`] holds today's
+/// [`Config`]; a change to `Config` must freeze it here first, as this one was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStartedV5 {
+    /// Session id.
+    pub session: Uuid,
+    /// Wire format.
+    pub format: WireFormat,
+    /// Knobs.
+    pub config: ConfigV4,
+    /// Creation time.
+    pub at: Millis,
+    /// The transcript the import reads.
+    pub import: Option<ImportSource>,
+}
+
+/// A session before the parity knobs excluded no tool, cleared no input, truncated its tool
+/// results and kept every thinking block: their defaults, so it decides as it did.
+impl From<ConfigV4> for Config {
+    fn from(c: ConfigV4) -> Config {
+        Config {
+            budget: c.budget,
+            trigger_ratio: c.trigger_ratio,
+            target_ratio: c.target_ratio,
+            prepare_ratio: c.prepare_ratio,
+            summarizer: c.summarizer,
+            cache_aware: c.cache_aware,
+            flush_ttl_ms: c.flush_ttl_ms,
+            protected_tool_results: c.protected_tool_results,
+            protected_recent_ratio: c.protected_recent_ratio,
+            breaker_passes: c.breaker_passes,
+            image_tokens: c.image_tokens,
+            truncate_chars: c.truncate_chars,
+            summary_share: c.summary_share,
+            hard_limit_ratio: c.hard_limit_ratio,
+            clear_at_least: c.clear_at_least,
+            usage_floor_ratio: c.usage_floor_ratio,
+            view_version: c.view_version,
+            exclude_tools: Vec::new(),
+            clear_tool_inputs: false,
+            tool_placeholder: None,
+            keep_thinking_turns: None,
+        }
+    }
+}
+
+impl ConfigV4 {
+    /// The frozen layout of `c`, if it can hold it (the parity knobs at their defaults).
+    pub fn of(c: &Config) -> Option<ConfigV4> {
+        let v4 = ConfigV4 {
+            budget: c.budget,
+            trigger_ratio: c.trigger_ratio,
+            target_ratio: c.target_ratio,
+            prepare_ratio: c.prepare_ratio,
+            summarizer: c.summarizer,
+            cache_aware: c.cache_aware,
+            flush_ttl_ms: c.flush_ttl_ms,
+            protected_tool_results: c.protected_tool_results,
+            protected_recent_ratio: c.protected_recent_ratio,
+            breaker_passes: c.breaker_passes,
+            image_tokens: c.image_tokens,
+            truncate_chars: c.truncate_chars,
+            summary_share: c.summary_share,
+            hard_limit_ratio: c.hard_limit_ratio,
+            clear_at_least: c.clear_at_least,
+            usage_floor_ratio: c.usage_floor_ratio,
+            view_version: c.view_version,
+        };
+        (Config::from(v4.clone()) == *c).then_some(v4)
+    }
+}
+
+impl From<SessionStartedV5> for SessionStarted {
+    fn from(e: SessionStartedV5) -> SessionStarted {
+        SessionStarted { session: e.session, format: e.format, config: e.config.into(), at: e.at, import: e.import }
+    }
 }
 
 /// A session that predates `view_version` renders its views as it did: version 1.
@@ -215,6 +331,7 @@ impl From<ConfigV3> for Config {
             clear_at_least: c.clear_at_least,
             usage_floor_ratio: c.usage_floor_ratio,
             view_version: 1,
+            ..Config::default()
         }
     }
 }
@@ -222,7 +339,7 @@ impl From<ConfigV3> for Config {
 impl ConfigV3 {
     /// The frozen layout of `c`, if it can hold it (view version 1).
     pub fn of(c: &Config) -> Option<ConfigV3> {
-        (c.view_version == 1).then_some(ConfigV3 {
+        let v3 = ConfigV3 {
             budget: c.budget,
             trigger_ratio: c.trigger_ratio,
             target_ratio: c.target_ratio,
@@ -239,7 +356,8 @@ impl ConfigV3 {
             hard_limit_ratio: c.hard_limit_ratio,
             clear_at_least: c.clear_at_least,
             usage_floor_ratio: c.usage_floor_ratio,
-        })
+        };
+        (Config::from(v3.clone()) == *c).then_some(v3)
     }
 }
 
