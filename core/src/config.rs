@@ -59,12 +59,15 @@ pub struct Config {
     /// removal leaves nothing in its place; a summary lists every elided output). 2 (new
     /// sessions): every hidden message is represented, by a summary or by a placeholder where it
     /// was (`docs/log-format.md`, "Placeholders"), and a summary names its elided outputs
-    /// compactly. Recorded so a replay renders each session's views as they were served.
+    /// compactly. 3 (new sessions): as 2, and the cache-aware hard limit and the ladder stop a
+    /// margin short of the budget for estimate error (`policy::margin`). Recorded so a replay
+    /// renders each session's views as they were served.
     pub view_version: u32,
 }
 
-/// [`Config::view_version`] of new sessions.
-pub const VIEW_VERSION: u32 = 2;
+/// [`Config::view_version`] of new sessions (3: views keep a margin for estimate error below
+/// the budget, [`crate::policy::margin`]).
+pub const VIEW_VERSION: u32 = 3;
 
 impl Default for Config {
     fn default() -> Self {
@@ -150,6 +153,12 @@ impl Config {
     /// Does every hidden message get a placeholder or a summary in the view (view version 2)?
     pub fn placeholders(&self) -> bool {
         self.view_version >= 2
+    }
+
+    /// Do the hard limit and the ladder keep a margin for estimate error below the budget
+    /// (view version 3)?
+    pub fn keeps_margin(&self) -> bool {
+        self.view_version >= 3
     }
 
     /// The estimator these knobs imply.

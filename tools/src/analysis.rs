@@ -236,6 +236,15 @@ pub enum What {
         /// Set when it came back as the tool partner of this seq.
         partner_of: Option<u64>,
     },
+    /// A person pinned (or unpinned) it (`Pinned`).
+    Pinned {
+        /// Pinned, or unpinned.
+        pin: bool,
+        /// Who asked.
+        by: String,
+        /// Why.
+        why: String,
+    },
 }
 
 impl What {
@@ -244,7 +253,7 @@ impl What {
         match self {
             What::Flushed { .. } => "flushed",
             What::Edited { kind, .. } => kind,
-            What::Restored { .. } => "live",
+            What::Restored { .. } | What::Pinned { .. } => "live",
         }
     }
 }
@@ -489,6 +498,10 @@ impl Fold {
                 for &p in &r.partners {
                     self.decide(p, version, None, last_call, what(Some(r.seq)));
                 }
+            }
+            Event::Pinned(p) => {
+                let what = What::Pinned { pin: p.pin, by: p.by.clone(), why: p.why.clone() };
+                self.decide(p.seq, version, None, last_call, what);
             }
             Event::GuardRaised(g) if g.call.is_none() => {
                 let record = GuardRecord { kind: g.kind.name(), detail: format!("{} (knob: {})", g.detail, g.knob) };

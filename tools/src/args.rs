@@ -180,6 +180,11 @@ pub struct ConfigArgs {
     /// many tokens, or it waits (default 0).
     #[arg(long)]
     pub clear_at_least: Option<u64>,
+    /// The view version of a new session (default the newest, 3; 2 renders and decides as
+    /// sessions written before the margin for estimate error did). For comparisons only.
+    #[arg(long, hide = true)]
+    #[serde(skip)]
+    pub view_version: Option<u32>,
     /// Choose the session id.
     #[arg(long)]
     #[serde(skip)]
@@ -313,6 +318,9 @@ impl ConfigArgs {
         }
         if let Some(v) = self.clear_at_least {
             c.clear_at_least = v;
+        }
+        if let Some(v) = self.view_version {
+            c.view_version = v;
         }
         c
     }
@@ -451,6 +459,13 @@ pub struct RestoreArgs {
     /// Why (recorded in the event).
     #[arg(long, default_value = "restored from the command line")]
     pub why: String,
+    /// Also pin it (a `Pinned` event in the same batch): no ladder level edits it and no flush
+    /// hides it for good, until `--unpin`. A message already in the view is only pinned.
+    #[arg(long, conflicts_with = "unpin")]
+    pub pin: bool,
+    /// Unpin a message pinned with `--pin` (the explicit edit that ends the pin); nothing is restored.
+    #[arg(long)]
+    pub unpin: bool,
 }
 
 /// `copy`.

@@ -52,9 +52,7 @@ fn shape(name: &str, budget: Option<u64>) -> (ctxlog_tools::transcript::Transcri
         json!({"role": "assistant", "content": [{"type": "text", "text": text},
             {"type": "tool_use", "id": id, "name": "search", "input": {"q": id}}]})
     };
-    let result = |id: &str, text: String| {
-        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": text}]})
-    };
+    let result = |id: &str, text: String| json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": text}]});
     match name {
         "demo" => (
             ctxlog_bench::demo_transcript(),
@@ -71,7 +69,8 @@ fn shape(name: &str, budget: Option<u64>) -> (ctxlog_tools::transcript::Transcri
             (jsonl(lines), c)
         }
         "protected-blob" => {
-            let mut lines = vec![json!({"role": "system", "content": "You are helpful."}), user("PROJECT PATH IS ~/x".into())];
+            let mut lines =
+                vec![json!({"role": "system", "content": "You are helpful."}), user("PROJECT PATH IS ~/x".into())];
             for i in 0..30 {
                 lines.push(user(format!("turn {i} ").repeat(30)));
                 lines.push(assistant(format!("reply {i} ").repeat(30)));
@@ -157,7 +156,8 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| args.iter().skip_while(|a| *a != flag).nth(1).cloned();
     let budget = value("--budget").map(|b| b.parse().unwrap_or_else(|e| panic!("--budget: {e}")));
-    let flags: Vec<String> = value("--flags").map(|f| f.split_whitespace().map(String::from).collect()).unwrap_or_default();
+    let flags: Vec<String> =
+        value("--flags").map(|f| f.split_whitespace().map(String::from).collect()).unwrap_or_default();
     let shapes = match value("--shape").as_deref() {
         None | Some("demo") => vec!["demo"],
         Some("all") => vec!["demo", "storm", "protected-blob"],
@@ -167,7 +167,10 @@ fn main() {
             _ => panic!("--shape: {other} is not demo, storm, protected-blob or all"),
         }],
     };
-    println!("TTL 5 min, cache read 0.1×, cache write 1.25×, calls 30 s apart{}", if flags.is_empty() { String::new() } else { format!(", flags: {}", flags.join(" ")) });
+    println!(
+        "TTL 5 min, cache read 0.1×, cache write 1.25×, calls 30 s apart{}",
+        if flags.is_empty() { String::new() } else { format!(", flags: {}", flags.join(" ")) }
+    );
     println!();
     println!("| shape | budget | gate | calls | prefix reused | flushes | edits | over budget | max view ÷ budget | input tokens | cached share | cost (base-price tokens) | cost ÷ lower bound |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");

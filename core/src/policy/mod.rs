@@ -4,4 +4,5 @@
 pub mod gate;
 pub mod guards;
 pub mod ladder;
+pub mod margin;
 pub mod media_cap;
