@@ -98,7 +98,7 @@ pub struct SessionArgs {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ConfigArgs {
     /// Read knobs from a TOML file (same keys as the flags, e.g. `budget = 120000`,
-    /// `cache-aware = true`); flags given on the command line win.
+    /// `cache-aware = false`); flags given on the command line win.
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -149,10 +149,14 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "TOKENS")]
     #[serde(skip)]
     pub summary_max_tokens: Option<u64>,
-    /// Defer flushes while the prompt cache is warm.
-    #[arg(long)]
-    #[serde(default)]
-    pub cache_aware: bool,
+    /// Defer flushes while the prompt cache is warm (the default; `--cache-aware=false` or
+    /// `--no-cache-aware` for the legacy gate, which flushes as soon as a summary is prepared).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub cache_aware: Option<bool>,
+    /// The legacy gate: flush as soon as a summary is prepared, whatever the cache.
+    #[arg(long, conflicts_with = "cache_aware")]
+    #[serde(skip)]
+    pub no_cache_aware: bool,
     /// Prompt-cache time-to-live in seconds (default 300).
     #[arg(long)]
     pub ttl: Option<f64>,
@@ -294,7 +298,12 @@ impl ConfigArgs {
                 SummarizerArg::None => SummarizerKind::None,
             };
         }
-        c.cache_aware |= self.cache_aware;
+        if let Some(v) = self.cache_aware {
+            c.cache_aware = v;
+        }
+        if self.no_cache_aware {
+            c.cache_aware = false;
+        }
         if let Some(v) = self.ttl {
             c.flush_ttl_ms = (v.max(0.0) * 1000.0).round() as u64;
         }

@@ -16,7 +16,8 @@
 //!   and planned (counted by a counting global allocator, the store's own caches excluded).
 //!
 //! `cargo run --release -p ctxlog-bench --bin soak [-- --full] [--sizes 5000,20000]
-//! [--configs default,cache-aware,no-summaries] [--backends mem,sqlite,fs,sled]
+//! [--configs default,legacy,cache-aware,no-summaries] (`legacy`: `--no-cache-aware`, the gate that
+//! was the default before issue 21) [--backends mem,sqlite,fs,sled]
 //! [--budget 131104] [--seed N] [--dir DIR] [--shape agent|tool-loop]`
 //!
 //! `--shape tool-loop` (issue 21) imports single-human sessions instead
@@ -124,6 +125,7 @@ fn main() {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Config {
     Default,
+    Legacy,
     CacheAware,
     NoSummaries,
 }
@@ -132,6 +134,7 @@ impl Config {
     fn name(self) -> &'static str {
         match self {
             Config::Default => "default",
+            Config::Legacy => "--no-cache-aware",
             Config::CacheAware => "--cache-aware",
             Config::NoSummaries => "--summarizer none",
         }
@@ -141,6 +144,7 @@ impl Config {
         let mut f = vec!["--budget".to_string(), budget.to_string()];
         match self {
             Config::Default => {}
+            Config::Legacy => f.push("--no-cache-aware".into()),
             Config::CacheAware => f.push("--cache-aware".into()),
             Config::NoSummaries => f.extend(["--summarizer".into(), "none".into()]),
         }
@@ -197,6 +201,7 @@ impl Options {
                 "--configs" => {
                     o.configs = list(&value(), |s| match s {
                         "default" => Some(Config::Default),
+                        "legacy" => Some(Config::Legacy),
                         "cache-aware" => Some(Config::CacheAware),
                         "no-summaries" => Some(Config::NoSummaries),
                         _ => None,
