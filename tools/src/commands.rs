@@ -111,7 +111,7 @@ pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let r = analyze(store.as_ref(), id, mode, until, Keep { views: false })?;
     let left = if until == Until::Head { unfinished(id, &r.state) } else { None };
     let timeline: Vec<_> = r.calls.iter().map(|c| c.record.clone()).collect();
-    print_timeline_with(out, &timeline, &r.host_guards, &r.trailing, args.session.store.json)?;
+    print_timeline_with(out, &timeline, &r.host_guards, &r.pins, &r.trailing, args.session.store.json)?;
     let lineage = catalog::lineage_of(store.as_ref(), id, &r.links);
     for v in &r.violations {
         out.err(&format!("violation (lenient replay went on): {v}"))?;
