@@ -47,7 +47,9 @@ pub struct Config {
     /// are condensed into one (or, failing that, retired oldest first).
     pub summary_share: f64,
     /// Cache-aware only: while the cache is warm, nothing rewrites the view until it is over
-    /// `hard_limit_ratio × budget` (between the trigger and the budget).
+    /// `hard_limit_ratio × budget` (between the trigger and the budget); from view version 3,
+    /// or over the budget less its margin for estimate error if that is lower
+    /// (`policy::margin`).
     pub hard_limit_ratio: f64,
     /// Cache-aware only: a rewrite of a warm prefix that frees fewer tokens than this is not
     /// made unless the view is over the budget (0 = any rewrite is worth it).
