@@ -106,7 +106,8 @@ pub mod kind {
     pub const CALL_REJECTED: u8 = 27;
     /// `LimitLearned`.
     pub const LIMIT_LEARNED: u8 = 28;
-    // 29 is left to other branches of the same release.
+    /// `Pinned`.
+    pub const PINNED: u8 = 29;
     /// `RequestServed` whose request record has the breakpoints placed by position.
     pub const REQUEST_SERVED: u8 = 30;
     /// `SessionStarted` whose config has the parity knobs (`exclude_tools`,
@@ -152,6 +153,7 @@ pub fn encode(event: &Event) -> Result<Record, EncodeError> {
         Event::SessionNamed(e) => payload(kind::SESSION_NAMED, e),
         Event::CallRejected(e) => payload(kind::CALL_REJECTED, e),
         Event::LimitLearned(e) => payload(kind::LIMIT_LEARNED, e),
+        Event::Pinned(e) => payload(kind::PINNED, e),
     }
 }
 
@@ -207,6 +209,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::SESSION_NAMED => body(rest).map(Event::SessionNamed),
         kind::CALL_REJECTED => body(rest).map(Event::CallRejected),
         kind::LIMIT_LEARNED => body(rest).map(Event::LimitLearned),
+        kind::PINNED => body(rest).map(Event::Pinned),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V4 => body::<legacy::RequestServedV4>(rest).map(|e| Event::RequestServed(e.into())),

@@ -27,7 +27,9 @@ pub struct Config {
     pub prepare_ratio: f64,
     /// Summarizer used by prepare.
     pub summarizer: SummarizerKind,
-    /// Defer flushes while the provider's prompt cache is warm.
+    /// Defer flushes while the provider's prompt cache is warm (the default since issue 21: on
+    /// every measured session it costs less under `ctxlog::cost` than flushing at once, see
+    /// `docs/decisions.md`; `false` is the legacy gate).
     pub cache_aware: bool,
     /// Cache time-to-live in milliseconds (cold when `now − last_request ≥ ttl`).
     pub flush_ttl_ms: u64,
@@ -46,7 +48,9 @@ pub struct Config {
     /// are condensed into one (or, failing that, retired oldest first).
     pub summary_share: f64,
     /// Cache-aware only: while the cache is warm, nothing rewrites the view until it is over
-    /// `hard_limit_ratio × budget` (between the trigger and the budget).
+    /// `hard_limit_ratio × budget` (between the trigger and the budget); from view version 3,
+    /// or over the budget less its margin for estimate error if that is lower
+    /// (`policy::margin`).
     pub hard_limit_ratio: f64,
     /// Cache-aware only: a rewrite of a warm prefix that frees fewer tokens than this is not
     /// made unless the view is over the budget (0 = any rewrite is worth it).
@@ -60,7 +64,9 @@ pub struct Config {
     /// removal leaves nothing in its place; a summary lists every elided output). 2 (new
     /// sessions): every hidden message is represented, by a summary or by a placeholder where it
     /// was (`docs/log-format.md`, "Placeholders"), and a summary names its elided outputs
-    /// compactly. Recorded so a replay renders each session's views as they were served.
+    /// compactly. 3 (new sessions): as 2, and the cache-aware hard limit and the ladder stop a
+    /// margin short of the budget for estimate error (`policy::margin`). Recorded so a replay
+    /// renders each session's views as they were served.
     pub view_version: u32,
     /// Tools whose calls and results the ladder never truncates, clears or removes (Anthropic's
     /// `exclude_tools`: a memory or todo tool). Added in record kind 31.
@@ -85,8 +91,9 @@ pub struct Config {
 pub const DEFAULT_TOOL_PLACEHOLDER: &str =
     "[tool result cleared by ctxlog to save context; the whole result is in the log: ctxlog restore]";
 
-/// [`Config::view_version`] of new sessions.
-pub const VIEW_VERSION: u32 = 2;
+/// [`Config::view_version`] of new sessions (3: views keep a margin for estimate error below
+/// the budget, [`crate::policy::margin`]).
+pub const VIEW_VERSION: u32 = 3;
 
 impl Default for Config {
     fn default() -> Self {
@@ -96,7 +103,7 @@ impl Default for Config {
             target_ratio: 0.50,
             prepare_ratio: 0.70,
             summarizer: SummarizerKind::Extractive,
-            cache_aware: false,
+            cache_aware: true,
             flush_ttl_ms: 300_000,
             protected_tool_results: 5,
             protected_recent_ratio: 0.30,
@@ -237,6 +244,12 @@ impl Config {
             c.keep_thinking_turns = v;
         }
         c
+    }
+
+    /// Do the hard limit and the ladder keep a margin for estimate error below the budget
+    /// (view version 3)?
+    pub fn keeps_margin(&self) -> bool {
+        self.view_version >= 3
     }
 
     /// The estimator these knobs imply.

@@ -13,7 +13,7 @@
 
 use crate::config::{CallKnobs, Config};
 use crate::event::{Deferral, EditKind, EditReason, Edited, Event, Flushed, GuardKind, SummaryRetired};
-use crate::policy::{gate, guards, ladder, media_cap, thinking};
+use crate::policy::{gate, guards, ladder, margin, media_cap, thinking};
 use crate::state::{Item, State, Violation};
 use crate::time::Millis;
 use crate::view::{flush_stubs, thousands};
@@ -78,15 +78,18 @@ pub(crate) fn decide_with(state: &State, now: Millis, knobs: &CallKnobs) -> Resu
     let metered_before = state.metered_tokens(state.view_tokens());
     let warm = gate::holds_prefix(state, &config, now);
     let cache_age_ms = gate::cache_age(state, now).unwrap_or(0);
+    // The limits a view may grow to, a margin short of the budget (view version 3).
+    let hard_limit = margin::hard_limit(state, &config);
+    let ceiling = margin::ceiling(state, &config);
 
     // 0. Cache-aware and warm, within the hard limit: nothing rewrites the cached prefix
     // (unless the provider would refuse the view for its images).
-    if warm && metered_before <= config.hard_limit_tokens() && !media_cap::over(state) {
+    if warm && metered_before <= hard_limit && !media_cap::over(state) {
         let flush_pending = state.flush_pending();
         let ladder_due = metered_before >= config.trigger_tokens();
         let deferred = (flush_pending || ladder_due).then_some(Deferral::WarmCache {
             cache_age_ms,
-            hard_limit_tokens: config.hard_limit_tokens(),
+            hard_limit_tokens: hard_limit,
             flush_pending,
             ladder_due,
         });
@@ -95,7 +98,7 @@ pub(crate) fn decide_with(state: &State, now: Millis, knobs: &CallKnobs) -> Resu
 
     let mut b = Builder { base: state, scratch: None, events: Vec::new() };
     // 1. Gate.
-    if let Some(g) = gate::decide(state, &config, now, metered_before) {
+    if let Some(g) = gate::decide(state, &config, now, metered_before, hard_limit) {
         let (from, to) = (state.flushed(), state.compacted());
         let stubbed = flush_stubs(state, from, to);
         let tokens_before = state.view_tokens();
@@ -118,7 +121,11 @@ pub(crate) fn decide_with(state: &State, now: Millis, knobs: &CallKnobs) -> Resu
     // 2. Summaries over their share with nothing condensed to replace them: the oldest go.
     retire_summaries(&mut b, &config)?;
     let metered = meter(&b);
-    let needed = metered >= config.trigger_tokens();
+    // A rewrite of a warm prefix forced by the hard limit (view version 3) is paid for whole
+    // however little it frees: it goes on to the ladder's target, so the next forced one is a
+    // whole pass of growth away rather than a few calls.
+    let forced = warm && config.keeps_margin() && metered_before > hard_limit;
+    let needed = metered >= config.trigger_tokens() || forced;
 
     // 3. Ladder, if the guards let it run.
     let mut level = 0;
@@ -139,7 +146,7 @@ pub(crate) fn decide_with(state: &State, now: Millis, knobs: &CallKnobs) -> Resu
     let rewrites =
         b.events.iter().any(|e| matches!(e, Event::Flushed(_) | Event::Edited(_) | Event::SummaryRetired(_)));
     let freed_tokens = metered_before.saturating_sub(metered);
-    if warm && rewrites && metered_before <= config.budget && freed_tokens < config.clear_at_least {
+    if warm && rewrites && metered_before <= ceiling && freed_tokens < config.clear_at_least {
         let deferred = Deferral::TooLittleFreed { cache_age_ms, freed_tokens, clear_at_least: config.clear_at_least };
         return Ok(unchanged(metered_before >= config.trigger_tokens(), metered_before, Some(deferred)));
     }

@@ -54,6 +54,9 @@ pub enum Event {
     /// The provider's real context limit for a model, learned from a rejection: from then on
     /// it caps the session's budget (see [`LimitLearned`]).
     LimitLearned(LimitLearned),
+    /// A message was pinned (or unpinned) by a person: from then on no ladder level edits it
+    /// and no flush hides it, until it is unpinned (see [`Pinned`]).
+    Pinned(Pinned),
 }
 
 impl Event {
@@ -76,6 +79,7 @@ impl Event {
             Event::SessionNamed(_) => "SessionNamed",
             Event::CallRejected(_) => "CallRejected",
             Event::LimitLearned(_) => "LimitLearned",
+            Event::Pinned(_) => "Pinned",
         }
     }
 }
@@ -441,6 +445,24 @@ pub struct Restored {
     pub seq: u64,
     /// Tool partners restored with it, so no pair is split.
     pub partners: Vec<u64>,
+    /// Who asked.
+    pub by: String,
+    /// Why.
+    pub why: String,
+}
+
+/// `Pinned` (record kind 29): `ctxlog restore --pin` (written after the `Restored` that brought
+/// the message back, in the same batch) or `Session::pin`. A pinned message is what a message
+/// appended with `"pinned": true` is: never edited by the ladder, kept verbatim through every
+/// flush (its tool partners with it), skipped by the summaries' text. `pin: false` unpins a
+/// message an earlier `Pinned` pinned (the explicit edit that ends a pin); a message appended
+/// pinned stays pinned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pinned {
+    /// The message.
+    pub seq: u64,
+    /// `true` pins, `false` unpins.
+    pub pin: bool,
     /// Who asked.
     pub by: String,
     /// Why.

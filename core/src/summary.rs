@@ -466,7 +466,7 @@ pub fn extractive(state: &State, job: &SummaryJob, span: &[Arc<Message>]) -> Str
     let called: BTreeSet<&str> =
         span.iter().flat_map(|m| m.call_ids()).filter(|id| answered.contains_key(id)).collect();
     for (seq, m) in (job.from..job.to).zip(span) {
-        if m.role.is_system() || m.is_pinned() || Some(seq) == state.first_human() {
+        if m.role.is_system() || state.entry(seq).is_some_and(|e| e.is_pinned()) || Some(seq) == state.first_human() {
             continue; // kept verbatim in the view anyway
         }
         if let Some(line) = describe(state, seq, m, &answered, &called) {

@@ -260,7 +260,13 @@ async fn check_store(store: &dyn Store, answers: &[Answer]) -> BTreeMap<StreamId
 async fn setup() -> (FakeUpstream, Arc<dyn Store>, ctxlog_proxy::ProxyHandle) {
     let up = FakeUpstream::start().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = BUDGET).await;
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| {
+        // The legacy gate: calls come back to back, and these conversations must compact
+        // within a few calls (their subject is the lineage, not the gate).
+        c.engine.budget = BUDGET;
+        c.engine.cache_aware = false;
+    })
+    .await;
     (up, store, p)
 }
 
@@ -528,7 +534,15 @@ async fn a_branch_made_on_two_proxies_at_once_is_joined() {
     let mut proxies = Vec::new();
     for _ in 0..2 {
         let store: Arc<dyn Store> = Arc::new(ctxlog_store_sqlite::SqliteStore::open(&path).unwrap());
-        proxies.push(proxy_on(store, &up.url(), |c| c.engine.budget = BUDGET).await);
+        proxies.push(
+            proxy_on(store, &up.url(), |c| {
+                // The legacy gate: calls come back to back, and these conversations must compact
+                // within a few calls (their subject is the lineage, not the gate).
+                c.engine.budget = BUDGET;
+                c.engine.cache_aware = false;
+            })
+            .await,
+        );
     }
     let agents: Vec<Agent> = proxies.iter().map(|p| Agent::new(p.addr(), ANTHROPIC, Some("fleet"))).collect();
     let mut history = Vec::new();

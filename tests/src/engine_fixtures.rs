@@ -27,6 +27,7 @@ pub fn config(budget: u64, trigger: f64, target: f64) -> Config {
         target_ratio: target,
         prepare_ratio: trigger.min(0.7),
         summarizer: SummarizerKind::None,
+        cache_aware: false,
         ..Config::default()
     }
 }

@@ -559,6 +559,64 @@ fn restore_brings_an_edited_or_flushed_message_back_with_its_tool_partners() {
 }
 
 #[test]
+fn restore_pin_pins_a_message_and_replay_inspect_and_why_say_so() {
+    use ctxlog::Store as _;
+    use ctxlog_tests::scenario::{conversation_then, removed, request_served, SESSION as ID};
+    let env = Env::new();
+    let store = env.store("x.db");
+    {
+        let events = conversation_then(vec![removed(4), request_served(0, 10)]);
+        let s = ctxlog_store_sqlite::SqliteStore::open(env.path("x.db")).unwrap();
+        let records: Vec<_> = events.iter().map(|e| ctxlog::codec::encode(e).unwrap()).collect();
+        s.append(ctxlog::StreamId(ID), ctxlog::ExpectedVersion::Exact(0), &records).unwrap();
+    }
+    // Restored and pinned in one batch.
+    let (code, out, err) = cli(&["restore", "--store", &store, "--seq", "4", "--pin", "--why", "the spec", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(doc["pinned"], Value::Bool(true));
+    let (code, out, err) = cli(&["inspect", "--json", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    let m = &doc["messages"][4];
+    assert_eq!(m["status"], "live");
+    assert!(
+        m["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("pinned (never edited nor flushed until unpinned) by ctxlog restore --pin: the spec"),
+        "{m}"
+    );
+    assert_eq!(m["set_by"]["event"], "pinned");
+    let (code, out, err) = cli(&["why", "--store", &store, "--seq", "4"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("it was pinned: no ladder level edits it and no flush hides it until it is unpinned"),
+        "{out}"
+    );
+    let (code, out, err) = cli(&["replay", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("seq 4 pinned (never edited nor flushed until unpinned)"), "{out}");
+    let (code, out, err) = cli(&["replay", "--store", &store, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let pins: Vec<Value> = json_lines(&out).into_iter().filter_map(|r| r.get("pins_after").cloned()).collect();
+    assert_eq!(pins.len(), 1, "{out}");
+    assert_eq!(pins[0][0]["seq"], 4);
+    // Pinned twice, or a pin of a message that is not shown as appended: a bad --seq, exit 2.
+    assert_eq!(cli(&["restore", "--store", &store, "--seq", "4", "--pin"]).0, 2);
+    // Unpinned by an explicit edit; a second unpin has nothing to undo.
+    let (code, out, err) = cli(&["restore", "--store", &store, "--seq", "4", "--unpin"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("unpinned seq 4"), "{out}");
+    let (code, _, err) = cli(&["restore", "--store", &store, "--seq", "4", "--unpin"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot unpin --seq 4"), "{err}");
+    let (code, out, err) = cli(&["replay", "--store", &store]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("seq 4 unpinned"), "{out}");
+}
+
+#[test]
 fn verify_of_a_session_that_is_not_in_the_store_fails() {
     // Regression: verify --session of an unknown id printed "ok ... 0 events" and exited 0.
     let env = Env::new();

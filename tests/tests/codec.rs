@@ -284,7 +284,26 @@ fn build_every_kind() -> Vec<Event> {
             limit: 200_000,
             budget: 171_428,
         }),
+        Event::Pinned(ctxlog::event::Pinned {
+            seq: 41,
+            pin: true,
+            by: "ctxlog restore --pin".into(),
+            why: "the spec".into(),
+        }),
     ]
+}
+
+#[test]
+fn a_pinned_record_has_its_documented_layout() {
+    // Kind 29 (docs/log-format.md): seq, pin, by, why in bincode 2's standard varint form.
+    let ev = Event::Pinned(ctxlog::event::Pinned { seq: 300, pin: false, by: "me".into(), why: "done".into() });
+    let rec = codec::encode(&ev).unwrap();
+    assert_eq!(&rec.body()[..2], &[FORMAT_VERSION, codec::kind::PINNED]);
+    assert_eq!(codec::kind::PINNED, 29);
+    // 300 = 0xfb 0x2c 0x01 (varint u16), false = 0, then each string as its length and bytes.
+    assert_eq!(&rec.body()[2..], &[0xfb, 0x2c, 0x01, 0, 2, b'm', b'e', 4, b'd', b'o', b'n', b'e']);
+    let back = Record::from_stored(STREAM, 1, rec.as_bytes().to_vec()).unwrap();
+    assert_eq!(codec::decode(STREAM, 1, &back).unwrap(), ev);
 }
 
 #[test]
@@ -321,6 +340,7 @@ fn every_event_kind_round_trips_through_the_envelope() {
         SESSION_NAMED,
         CALL_REJECTED,
         LIMIT_LEARNED,
+        PINNED,
     ];
     assert_eq!(kinds, current.into_iter().collect(), "written kinds");
 }
@@ -341,7 +361,7 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
             | Event::AnswerReceived(_)
             | Event::Branched(_)
             | Event::SessionNamed(_) => false,
-            Event::CallRejected(_) | Event::LimitLearned(_) => false,
+            Event::CallRejected(_) | Event::LimitLearned(_) | Event::Pinned(_) => false,
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty() && e.prefix_call.is_none() && e.usage.is_none(),
             Event::Flushed(e) => e.condensed.is_empty(),

@@ -388,6 +388,33 @@ fn the_new_knobs_are_validated_and_read_from_flags_and_config_files() {
     let c = &state.info().unwrap().config;
     assert_eq!((c.summary_share, c.hard_limit_ratio, c.clear_at_least, c.budget), (0.1, 0.9, 500, 20_000));
     assert!(c.cache_aware);
+    // Cache-aware is the default (issue 21); the legacy gate is asked for by a flag, by
+    // `--cache-aware=false` or by the config file, and a flag wins over the file.
+    std::fs::write(&toml, "cache-aware = false\n").unwrap();
+    let n = std::cell::Cell::new(0);
+    let gate = |extra: &[&str]| {
+        n.set(n.get() + 1);
+        let db = dir.path().join(format!("gate{}.db", n.get()));
+        let url = format!("sqlite:{}", db.display());
+        let mut args = vec!["import", path, "--store", &url];
+        args.extend_from_slice(extra);
+        let (code, _, err) = cli(&args);
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        let store = ctxlog_store_sqlite::SqliteStore::open(&db).unwrap();
+        let id = ctxlog::Store::streams(&store).unwrap()[0];
+        let state = ctxlog::replay::replay(&store, id, ctxlog::replay::Mode::Strict, None).unwrap().state;
+        state.info().unwrap().config.cache_aware
+    };
+    assert!(gate(&[]));
+    assert!(gate(&["--cache-aware"]));
+    assert!(!gate(&["--no-cache-aware"]));
+    assert!(!gate(&["--cache-aware=false"]));
+    let file = toml.to_str().unwrap();
+    assert!(!gate(&["--config", file]));
+    assert!(gate(&["--config", file, "--cache-aware"]));
+    let (code, _, err) = cli(&["import", path, "--store", "mem:", "--cache-aware", "--no-cache-aware"]);
+    assert_ne!(code, 0, "both gates accepted");
+    assert!(err.contains("cannot be used with"), "{err}");
 }
 
 #[test]

@@ -21,7 +21,8 @@ fn why_explains_what_became_of_message_364_of_the_demo() {
     let r = Recorded::demo(&[]);
     let text = r.ok(&["why", "--seq", "364"]);
     insta::assert_snapshot!("why_364_demo", text);
-    // The call it names is the one whose flush covered the message, when the cache was warm.
+    // The call it names is the one whose flush covered the message (cache-aware, the default:
+    // once the cache had gone cold).
     let t = r.timeline(DEMO);
     let flush = t.iter().find(|c| c.flush.as_ref().is_some_and(|f| f.from <= 364 && 364 < f.to)).unwrap();
     assert!(text.contains(&format!("Call {} at {} UTC flushed it", flush.call, &clock(flush)[11..19])), "{text}");
@@ -29,7 +30,7 @@ fn why_explains_what_became_of_message_364_of_the_demo() {
     let answer = json(&r.ok(&["why", "--seq", "364", "--json"]));
     assert_eq!(answer["text"].as_str().unwrap(), text.trim_end());
     assert_eq!(answer["decisions"][0]["call"], flush.call);
-    assert_eq!(answer["decisions"][0]["reason"], "legacy_immediate");
+    assert_eq!(answer["decisions"][0]["reason"], "cold_cache");
     assert_eq!(answer["latest"]["in_view"], false);
 }
 

@@ -165,7 +165,8 @@ fn the_page_is_one_self_contained_well_formed_document_with_a_row_and_a_view_per
 fn every_mark_of_the_chart_reads_back_to_the_timeline() {
     let r = Recorded::new();
     let views = r.path("views.jsonl");
-    r.run_demo(DEMO, &["--budget", "30000", "--views", &views]);
+    // The legacy gate: no deferral marks (a cache-aware session's are tested below).
+    r.run_demo(DEMO, &["--budget", "30000", "--no-cache-aware", "--views", &views]);
     let svg_path = r.path("chart.svg");
     r.ok(&["report", "--out", &svg_path]);
     let svg = std::fs::read_to_string(&svg_path).unwrap();

@@ -369,7 +369,7 @@ fn events(store: &MemoryStore, id: StreamId) -> BTreeSet<&'static str> {
 
 #[test]
 fn anthropic_bodies_of_a_compacted_multimodal_session_have_the_shape_the_messages_api_expects() {
-    for (budget, cache_aware, breakpoints) in [(30_000, false, true), (45_000, true, true), (30_000, true, false)] {
+    for (budget, cache_aware, breakpoints) in [(30_000, false, true), (40_000, true, true), (30_000, true, false)] {
         // Given the demo agent session (screenshots, heavy tool output) under a budget that
         // makes it flush, edit and summarize,
         let (store, id, sent) = run(&demo(), WireFormat::Anthropic, compacting(budget, cache_aware), breakpoints);

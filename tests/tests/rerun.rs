@@ -49,7 +49,7 @@ fn rerun_of_the_demo_under_every_recorded_configuration_is_empty() {
     let r = Recorded::new();
     let configs: [&[&str]; 6] = [
         &[],
-        &["--cache-aware"],
+        &["--no-cache-aware"],
         &["--budget", "30000"],
         &["--budget", "20000", "--summarizer", "none"],
         &["--budget", "40000", "--cache-aware"],
@@ -204,7 +204,8 @@ fn recorded_summaries_are_reused_where_they_fit_and_remade_on_request() {
 
 #[test]
 fn rerun_under_other_knobs_prints_the_decision_diff() {
-    let r = Recorded::demo(&[]);
+    // Recorded with the legacy gate (the default before issue 21), rerun cache-aware.
+    let r = Recorded::demo(&["--no-cache-aware"]);
     let text = r.ok(&["rerun", "--cache-aware"]);
     insta::assert_snapshot!("rerun_demo_cache_aware", text);
     let (code, out, _) = r.run(&["rerun", "--cache-aware", "--json", "--exit-code"]);

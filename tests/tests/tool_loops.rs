@@ -194,8 +194,14 @@ fn check_call(session: &Session<Arc<MemoryStore>>, view: &[Arc<[u8]>], body: &[u
 
 /// Drives `lines` through a session as `ctxlog import` does (each assistant line is a call
 /// planned from everything before it), the built-in summarizer answering every job between
-/// calls, `reported(call, estimate)` giving the provider's count, checking every call.
-fn drive(format: WireFormat, lines: &[Message], config: Config, reported: &dyn Fn(u64, u64) -> Option<u64>) -> Run {
+/// calls, `reported(call, estimate, bytes)` giving the provider's count of a view of `bytes`
+/// bytes of messages, checking every call.
+fn drive(
+    format: WireFormat,
+    lines: &[Message],
+    config: Config,
+    reported: &dyn Fn(u64, u64, u64) -> Option<u64>,
+) -> Run {
     let store = Arc::new(MemoryStore::new());
     let mut session =
         Session::create(Arc::clone(&store), StreamId::random(), format, config.clone(), Timestamp::from_millis(T0))
@@ -217,7 +223,8 @@ fn drive(format: WireFormat, lines: &[Message], config: Config, reported: &dyn F
             let request = session.request(&plan, &opts).unwrap();
             let body = request.body().to_vec();
             let estimate = plan.view_tokens;
-            let usage = reported(plan.call(), estimate).map(Usage::prompt);
+            let bytes = view.iter().map(|b| b.len() as u64).sum();
+            let usage = reported(plan.call(), estimate, bytes).map(Usage::prompt);
             let committed = session.commit(plan, Timestamp::from_millis(now), usage).unwrap();
             for ev in &committed.events {
                 if let Some(rec) = timeline.feed(committed.version, ev, session.state()) {
@@ -271,7 +278,7 @@ fn check_run(run: &Run, messages: usize) {
     assert_eq!(replayed, run.live, "the replayed timeline differs from the live one");
 }
 
-fn no_usage(_: u64, _: u64) -> Option<u64> {
+fn no_usage(_: u64, _: u64, _: u64) -> Option<u64> {
     None
 }
 
@@ -403,7 +410,7 @@ fn the_meter_keeps_the_providers_rate_across_a_history_change() {
     // void; the meter still counts at the provider's rate, so no call goes over the budget by the
     // provider's count.
     let lines = tool_loop(WireFormat::Anthropic, 17, 1_200);
-    let rate = |_: u64, estimate: u64| Some(estimate * 13 / 10);
+    let rate = |_: u64, estimate: u64, _: u64| Some(estimate * 13 / 10);
     let config = defaults(30_000);
     let run = drive(WireFormat::Anthropic, &lines, config.clone(), &rate);
     let rewrites = run.live.iter().filter(|r| r.flush.is_some() || !r.edits.is_empty()).count();
@@ -589,4 +596,180 @@ fn import_replay_and_inspect_say_how_many_hidden_messages_are_represented() {
     let doc: Value = serde_json::from_str(&doc).unwrap();
     assert!(doc["hidden"].as_u64().unwrap() > 0);
     assert_eq!(doc["hidden"], doc["represented"]);
+}
+
+/// A provider counting `k ×` a uniform chars/4 count of the view's bytes (ids, roles and JSON
+/// keys included, which ctxlog's estimate leaves out): every view it served, by its count.
+fn by_the_providers_count(format: WireFormat, config: Config, k: f64) -> Vec<(u64, u64)> {
+    let count = move |bytes: u64| (bytes as f64 / 4.0 * k).ceil() as u64;
+    let lines = tool_loop(format, 23, 2_000);
+    let counted = std::cell::RefCell::new(Vec::new());
+    let reported = |call: u64, _: u64, bytes: u64| {
+        counted.borrow_mut().push((call, count(bytes)));
+        Some(count(bytes))
+    };
+    let run = drive(format, &lines, config, &reported);
+    check_run(&run, 2_000);
+    counted.into_inner()
+}
+
+#[test]
+fn no_view_is_over_the_budget_by_a_providers_count_once_a_rate_is_learned() {
+    // Issue 21 item 5: the cache-aware hard limit and the ladder keep a margin (view version 3):
+    // 10 % of the budget before any report, 5 % once the meter counts at the provider's rate.
+    for (format, config) in [(WireFormat::Anthropic, cache_aware(30_000)), (WireFormat::OpenAi, defaults(30_000))] {
+        assert_eq!(config.view_version, 3);
+        for k in [1.0, 1.3, 2.0] {
+            let counted = by_the_providers_count(format, config.clone(), k);
+            let over: Vec<_> = counted.iter().filter(|(call, n)| *call > 0 && *n > config.budget).collect();
+            let max = counted.iter().map(|(_, n)| *n).max().unwrap();
+            eprintln!("{format:?} cache_aware={} k={k}: max {max} by the provider's count", config.cache_aware);
+            assert!(
+                over.is_empty(),
+                "{format:?} k={k}: {} calls over the budget by the provider's count: {over:?}",
+                over.len()
+            );
+            // The first call has only the default margin; this loop's first view is small.
+            assert!(counted[0].1 <= config.budget);
+        }
+    }
+}
+
+#[test]
+fn without_the_margin_a_cache_aware_loop_goes_over_by_a_uniform_count() {
+    // The same loop on view version 2 (sessions written before the margin, which replay as
+    // they were): the hard limit is the budget itself, and a chars/4 count of the bytes says
+    // some views were over it. This is what the margin is for (and what makes the test above
+    // able to fail).
+    let config = Config { view_version: 2, ..cache_aware(30_000) };
+    let lines = tool_loop(WireFormat::Anthropic, 23, 2_000);
+    let over = std::cell::Cell::new(0u64);
+    let reported = |_: u64, _: u64, bytes: u64| {
+        over.set(over.get() + u64::from(bytes.div_ceil(4) > config.budget));
+        None
+    };
+    let run = drive(WireFormat::Anthropic, &lines, config.clone(), &reported);
+    check_run(&run, 2_000);
+    assert!(over.get() > 0, "no view over the budget by a uniform count even without the margin");
+}
+
+#[test]
+fn a_pinned_message_survives_every_ladder_level_and_every_summary_until_unpinned() {
+    // Issue 21 item 6: `restore --pin`. A tool result the ladder truncated comes back pinned,
+    // then the loop runs on for thousands of messages without summaries (the ladder up to
+    // level 9) and with them (flushes that cover everything around it).
+    for summarizer in [ctxlog::config::SummarizerKind::None, ctxlog::config::SummarizerKind::Extractive] {
+        let config = Config { summarizer, ..defaults(20_000) };
+        let lines = tool_loop(WireFormat::Anthropic, 29, 300);
+        let mut run = drive(WireFormat::Anthropic, &lines, config.clone(), &no_usage);
+        let st = run.session.state();
+        let seq = (0..st.message_count())
+            .filter(|&s| {
+                st.entry(s).unwrap().is_tool_result() && (!st.in_view(s) || st.entry(s).unwrap().edit.is_some())
+            })
+            .max_by_key(|&s| st.entry(s).unwrap().tokens)
+            .unwrap();
+        let committed = run.session.restore_pinned(seq, "test", "keep this one").unwrap();
+        let kinds: Vec<_> = committed.events.iter().map(Event::name).collect();
+        assert_eq!(kinds, ["Restored", "Pinned"]);
+        let call = seq - 1; // its tool call, kept with it
+        let more = tool_loop(WireFormat::Anthropic, 31, 3_000);
+        let mut now = T0 + 100_000_000;
+        let mut levels = BTreeSet::new();
+        let mut flushes = 0;
+        for pair in more[2..].chunks(2) {
+            run.session.append(pair.to_vec()).unwrap();
+            now += 20_000;
+            let plan = run.session.plan(Timestamp::from_millis(now)).unwrap();
+            let committed = run.session.commit(plan, Timestamp::from_millis(now), None).unwrap();
+            flushes += committed.events.iter().filter(|e| matches!(e, Event::Flushed(_))).count();
+            for e in &committed.events {
+                if let Event::RequestServed(r) = e {
+                    levels.insert(r.level);
+                }
+            }
+            let st = run.session.state();
+            assert!(st.in_view(seq) && st.entry(seq).unwrap().edit.is_none(), "the pinned seq {seq} left the view");
+            assert!(st.in_view(call), "the pinned result's call seq {call} left the view");
+            while let Some(job) = run.session.summary_job() {
+                assert!(job.from > seq || job.to <= seq || summarizer_skips(&run.session, seq));
+                let text = run.session.summarize(&job).unwrap();
+                if let Prepared::Discarded(_) = run.session.prepare(&job, text, Produced::extractive()).unwrap() {
+                    break;
+                }
+            }
+        }
+        eprintln!("{summarizer:?}: ladder levels {levels:?}, {flushes} flushes");
+        if summarizer == ctxlog::config::SummarizerKind::None {
+            assert!(levels.iter().max().copied().unwrap_or(0) >= 5, "the ladder never removed: {levels:?}");
+        } else {
+            assert!(flushes > 10, "{flushes} flushes");
+            assert!(run.session.state().flushed() > seq, "no flush went past the pinned message");
+        }
+        // The fold refuses any edit of it, as of a message appended pinned.
+        let st = run.session.state().clone();
+        let reason = ctxlog::event::EditReason { level: 3, rule: "t".into(), target_tokens: 1, guard: None };
+        let ev = Event::Edited(ctxlog::event::Edited { seq, kind: EditKind::Removed, reason });
+        assert_eq!(
+            st.check_event(st.version() + 1, &ev).unwrap_err().invariant,
+            ctxlog::state::Invariant::EditProtected
+        );
+        // Unpinned by an explicit edit: from then on the ladder (or a flush) may hide it again.
+        run.session.pin(seq, false, "test", "done with it").unwrap();
+        let after = tool_loop(WireFormat::Anthropic, 41, 800);
+        for pair in after[2..].chunks(2) {
+            run.session.append(pair.to_vec()).unwrap();
+            now += 20_000;
+            let plan = run.session.plan(Timestamp::from_millis(now)).unwrap();
+            run.session.commit(plan, Timestamp::from_millis(now), None).unwrap();
+            while let Some(job) = run.session.summary_job() {
+                let text = run.session.summarize(&job).unwrap();
+                if let Prepared::Discarded(_) = run.session.prepare(&job, text, Produced::extractive()).unwrap() {
+                    break;
+                }
+            }
+        }
+        let st = run.session.state();
+        if summarizer == ctxlog::config::SummarizerKind::None {
+            assert!(!st.in_view(seq) || st.entry(seq).unwrap().edit.is_some(), "unpinned, it never left the view");
+        }
+        if st.in_view(seq) && st.entry(seq).unwrap().edit.is_none() {
+            // Still shown (summaries kept the view small): the fold now lets the ladder edit it.
+            let reason = ctxlog::event::EditReason { level: 1, rule: "t".into(), target_tokens: 1, guard: None };
+            let ev =
+                Event::Edited(ctxlog::event::Edited { seq, kind: EditKind::Truncated { keep_chars: 100 }, reason });
+            let mut st = st.clone();
+            let body = run.session.messages(seq..seq + 1).unwrap();
+            st.hydrate(seq, body[0].clone());
+            st.check_event(st.version() + 1, &ev).unwrap();
+        }
+        let report = replay::verify(run.store.as_ref(), run.session.id()).unwrap();
+        assert!(report.ok(), "verify: {:?}", report.problems);
+    }
+}
+
+/// A summary job may span a pinned message: its text skips it (kept verbatim in the view).
+fn summarizer_skips(session: &Session<Arc<MemoryStore>>, seq: u64) -> bool {
+    session.state().entry(seq).is_some_and(|e| e.is_pinned())
+}
+
+#[test]
+fn a_pin_is_refused_where_it_cannot_hold_and_an_unpin_where_nothing_was_pinned() {
+    let lines = tool_loop(WireFormat::Anthropic, 37, 40);
+    let mut run = drive(WireFormat::Anthropic, &lines, defaults(200_000), &no_usage);
+    let refused = |r: Result<ctxlog::session::Committed, ctxlog::SessionError>| {
+        matches!(r, Err(ctxlog::SessionError::Refused { .. }))
+    };
+    assert!(refused(run.session.pin(10_000, true, "t", "no such seq")));
+    assert!(refused(run.session.pin(3, false, "t", "never pinned")));
+    let version = run.session.state().version();
+    run.session.pin(3, true, "t", "keep").unwrap();
+    assert!(refused(run.session.pin(3, true, "t", "twice")));
+    // A message appended pinned stays so.
+    run.session.append(vec![msg(json!({"role": "user", "content": "keep me", "pinned": true}))]).unwrap();
+    let appended = run.session.state().message_count() - 1;
+    assert!(refused(run.session.pin(appended, false, "t", "appended pinned")));
+    run.session.pin(3, false, "t", "done").unwrap();
+    assert_eq!(run.session.state().version(), version + 3, "refusals wrote nothing");
+    assert!(!run.session.state().entry(3).unwrap().is_pinned());
 }

@@ -60,6 +60,8 @@ pub struct Analysis {
     pub violations: Vec<Violation>,
     /// Guards a host raised between calls (a `history_diverged`), in log order.
     pub host_guards: Vec<HostGuard>,
+    /// Pins and unpins a person made between calls (`Pinned`, `restore --pin`), in log order.
+    pub pins: Vec<PinNote>,
     /// Edges to other sessions this log records (`lineage.rs`, `link_of`).
     pub links: Vec<Link>,
     /// Summary attempts and refused requests after the last call (or after `--call N`).
@@ -87,6 +89,34 @@ impl HostGuard {
     /// As JSON.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({"kind": self.record.kind, "detail": self.record.detail, "version": self.version,
+                           "after_call": self.after_call})
+    }
+}
+
+/// A pin (or unpin) made between calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinNote {
+    /// Stream version of its `Pinned`.
+    pub version: Version,
+    /// The last call before it (`None`: before the first call).
+    pub after_call: Option<u64>,
+    /// The event.
+    pub pinned: ctxlog::event::Pinned,
+}
+
+impl PinNote {
+    /// The detail line under the row of the call it follows.
+    pub fn detail_line(&self) -> String {
+        let when = self.after_call.map_or_else(|| "before the first call".to_owned(), |c| format!("after call {c}"));
+        let p = &self.pinned;
+        let done = if p.pin { "pinned (never edited nor flushed until unpinned)" } else { "unpinned" };
+        format!("      seq {} {done} ({when}, version {}) by {}: {}", p.seq, self.version, p.by, p.why)
+    }
+
+    /// As JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let p = &self.pinned;
+        serde_json::json!({"seq": p.seq, "pin": p.pin, "by": p.by, "why": p.why, "version": self.version,
                            "after_call": self.after_call})
     }
 }
@@ -236,6 +266,15 @@ pub enum What {
         /// Set when it came back as the tool partner of this seq.
         partner_of: Option<u64>,
     },
+    /// A person pinned (or unpinned) it (`Pinned`).
+    Pinned {
+        /// Pinned, or unpinned.
+        pin: bool,
+        /// Who asked.
+        by: String,
+        /// Why.
+        why: String,
+    },
 }
 
 impl What {
@@ -244,7 +283,7 @@ impl What {
         match self {
             What::Flushed { .. } => "flushed",
             What::Edited { kind, .. } => kind,
-            What::Restored { .. } => "live",
+            What::Restored { .. } | What::Pinned { .. } => "live",
         }
     }
 }
@@ -372,6 +411,7 @@ struct Fold {
     /// Tool names by call id, to say what a tool result answers.
     tool_names: BTreeMap<String, String>,
     host_guards: Vec<HostGuard>,
+    pins: Vec<PinNote>,
     links: Vec<Link>,
 }
 
@@ -393,6 +433,7 @@ impl Fold {
             pricing: PrefixCache::new(),
             tool_names: BTreeMap::new(),
             host_guards: Vec::new(),
+            pins: Vec::new(),
             links: Vec::new(),
         }
     }
@@ -490,6 +531,11 @@ impl Fold {
                     self.decide(p, version, None, last_call, what(Some(r.seq)));
                 }
             }
+            Event::Pinned(p) => {
+                let what = What::Pinned { pin: p.pin, by: p.by.clone(), why: p.why.clone() };
+                self.decide(p.seq, version, None, last_call, what);
+                self.pins.push(PinNote { version, after_call: last_call, pinned: p.clone() });
+            }
             Event::GuardRaised(g) if g.call.is_none() => {
                 let record = GuardRecord { kind: g.kind.name(), detail: format!("{} (knob: {})", g.detail, g.knob) };
                 self.host_guards.push(HostGuard { version, after_call: last_call, record });
@@ -554,6 +600,7 @@ impl Fold {
             totals: self.pricing.totals,
             violations: self.violations,
             host_guards: self.host_guards,
+            pins: self.pins,
             links: self.links,
             trailing: self.timeline.trailing(),
         }

@@ -98,7 +98,7 @@ pub struct SessionArgs {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ConfigArgs {
     /// Read knobs from a TOML file (same keys as the flags, e.g. `budget = 120000`,
-    /// `cache-aware = true`); flags given on the command line win.
+    /// `cache-aware = false`); flags given on the command line win.
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -149,10 +149,14 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "TOKENS")]
     #[serde(skip)]
     pub summary_max_tokens: Option<u64>,
-    /// Defer flushes while the prompt cache is warm.
-    #[arg(long)]
-    #[serde(default)]
-    pub cache_aware: bool,
+    /// Defer flushes while the prompt cache is warm (the default; `--cache-aware=false` or
+    /// `--no-cache-aware` for the legacy gate, which flushes as soon as a summary is prepared).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub cache_aware: Option<bool>,
+    /// The legacy gate: flush as soon as a summary is prepared, whatever the cache.
+    #[arg(long, conflicts_with = "cache_aware")]
+    #[serde(skip)]
+    pub no_cache_aware: bool,
     /// Prompt-cache time-to-live in seconds (default 300).
     #[arg(long)]
     pub ttl: Option<f64>,
@@ -200,6 +204,11 @@ pub struct ConfigArgs {
     /// many tokens, or it waits (default 0).
     #[arg(long)]
     pub clear_at_least: Option<u64>,
+    /// The view version of a new session (default the newest, 3; 2 renders and decides as
+    /// sessions written before the margin for estimate error did). For comparisons only.
+    #[arg(long, hide = true)]
+    #[serde(skip)]
+    pub view_version: Option<u32>,
     /// Choose the session id.
     #[arg(long)]
     #[serde(skip)]
@@ -309,7 +318,12 @@ impl ConfigArgs {
                 SummarizerArg::None => SummarizerKind::None,
             };
         }
-        c.cache_aware |= self.cache_aware;
+        if let Some(v) = self.cache_aware {
+            c.cache_aware = v;
+        }
+        if self.no_cache_aware {
+            c.cache_aware = false;
+        }
         if let Some(v) = self.ttl {
             c.flush_ttl_ms = (v.max(0.0) * 1000.0).round() as u64;
         }
@@ -343,6 +357,9 @@ impl ConfigArgs {
         }
         if let Some(v) = self.keep_thinking_turns {
             c.keep_thinking_turns = Some(v);
+        }
+        if let Some(v) = self.view_version {
+            c.view_version = v;
         }
         c
     }
@@ -481,6 +498,13 @@ pub struct RestoreArgs {
     /// Why (recorded in the event).
     #[arg(long, default_value = "restored from the command line")]
     pub why: String,
+    /// Also pin it (a `Pinned` event in the same batch): no ladder level edits it and no flush
+    /// hides it for good, until `--unpin`. A message already in the view is only pinned.
+    #[arg(long, conflicts_with = "unpin")]
+    pub pin: bool,
+    /// Unpin a message pinned with `--pin` (the explicit edit that ends the pin); nothing is restored.
+    #[arg(long)]
+    pub unpin: bool,
 }
 
 /// `copy`.

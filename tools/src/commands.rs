@@ -111,7 +111,7 @@ pub fn replay(args: &ReplayArgs, out: &mut Out<'_>) -> Result<(), CliError> {
     let r = analyze(store.as_ref(), id, mode, until, Keep { views: false })?;
     let left = if until == Until::Head { unfinished(id, &r.state) } else { None };
     let timeline: Vec<_> = r.calls.iter().map(|c| c.record.clone()).collect();
-    print_timeline_with(out, &timeline, &r.host_guards, &r.trailing, args.session.store.json)?;
+    print_timeline_with(out, &timeline, &r.host_guards, &r.pins, &r.trailing, args.session.store.json)?;
     let lineage = catalog::lineage_of(store.as_ref(), id, &r.links);
     for v in &r.violations {
         out.err(&format!("violation (lenient replay went on): {v}"))?;
@@ -180,6 +180,8 @@ fn set_by(d: Option<&Decision>) -> (String, String, serde_json::Value) {
         What::Flushed { .. } => "flushed",
         What::Edited { .. } => "edited",
         What::Restored { .. } => "restored",
+        What::Pinned { pin: true, .. } => "pinned",
+        What::Pinned { pin: false, .. } => "unpinned",
     };
     let at = d.at_ms.map(ctxlog::time::format_rfc3339);
     let call = match (d.call, d.after_call) {
@@ -219,6 +221,10 @@ pub fn inspect(args: &InspectArgs, out: &mut Out<'_>) -> Result<(), CliError> {
             if let Some(Decision { what: What::Restored { by, why, partner_of }, .. }) = last {
                 let partner = partner_of.map_or_else(String::new, |p| format!(" with seq {p}"));
                 reason = Some(format!("restored{partner} by {by}: {why}"));
+            }
+            if let Some(Decision { what: What::Pinned { pin, by, why }, .. }) = last {
+                let done = if *pin { "pinned (never edited nor flushed until unpinned)" } else { "unpinned" };
+                reason = Some(format!("{done} by {by}: {why}"));
             }
             let (call, time, by) = set_by(last);
             (seq, m.role.as_str(), m.tokens, status, reason, call, time, by)
@@ -476,16 +482,26 @@ pub fn restore(args: &RestoreArgs, accept_loss: bool, out: &mut Out<'_>) -> Resu
     let mut session = Session::open(store.as_ref(), id)?;
     // A restore the invariants refuse (nothing to restore, no such seq) is a bad `--seq`, not a
     // bad log: exit 2 like any other input error.
-    let committed = session.restore(args.seq, "ctxlog restore", &args.why).map_err(|e| match e {
+    let (done, result) = if args.unpin {
+        ("unpinned", session.pin(args.seq, false, "ctxlog restore --unpin", &args.why))
+    } else if args.pin {
+        ("restored and pinned", session.restore_pinned(args.seq, "ctxlog restore --pin", &args.why))
+    } else {
+        ("restored", session.restore(args.seq, "ctxlog restore", &args.why))
+    };
+    let committed = result.map_err(|e| match e {
         ctxlog::SessionError::Refused { violation, .. } => {
-            CliError::Usage(format!("cannot restore --seq {}: {violation}", args.seq))
+            let what = if args.unpin { "unpin" } else { "restore" };
+            CliError::Usage(format!("cannot {what} --seq {}: {violation}", args.seq))
         }
         e => e.into(),
     })?;
     if args.session.store.json {
-        out.line(&json!({"session": id.to_string(), "seq": args.seq, "version": committed.version}).to_string())?;
+        let pinned = session.state().entry(args.seq).is_some_and(|e| e.is_pinned());
+        let doc = json!({"session": id.to_string(), "seq": args.seq, "version": committed.version, "pinned": pinned});
+        out.line(&doc.to_string())?;
     } else {
-        out.line(&format!("restored seq {} of session {id} (version {})", args.seq, committed.version))?;
+        out.line(&format!("{done} seq {} of session {id} (version {})", args.seq, committed.version))?;
     }
     Ok(())
 }

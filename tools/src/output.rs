@@ -5,7 +5,7 @@ use std::io::Write;
 use ctxlog::internal::view::thousands;
 use ctxlog::replay::CallRecord;
 
-use crate::analysis::HostGuard;
+use crate::analysis::{HostGuard, PinNote};
 use crate::error::{output, CliError};
 use crate::table::{Align, Columns};
 
@@ -266,10 +266,11 @@ pub fn print_timeline_with(
     out: &mut Out<'_>,
     records: &[CallRecord],
     host: &[HostGuard],
+    pins: &[PinNote],
     trailing: &ctxlog::replay::Trailing,
     json: bool,
 ) -> Result<(), CliError> {
-    print_calls(out, records, host, json)?;
+    print_calls(out, records, host, pins, json)?;
     if json && !trailing.is_empty() {
         out.line(&serde_json::to_string(trailing).unwrap_or_default())?;
     } else {
@@ -280,29 +281,44 @@ pub fn print_timeline_with(
     Ok(())
 }
 
-/// Prints a timeline with the guards a host raised between its calls, each under the row of the
-/// call it follows (in JSON, that call's line gets them as `guards_after`; one line per call
-/// stays one line per call). Guards raised before the first call follow the header.
-pub fn print_calls(out: &mut Out<'_>, records: &[CallRecord], host: &[HostGuard], json: bool) -> Result<(), CliError> {
+/// Prints a timeline with the guards a host raised and the pins a person made between its
+/// calls, each under the row of the call it follows (in JSON, that call's line gets them as
+/// `guards_after` / `pins_after`; one line per call stays one line per call). Those before the
+/// first call follow the header.
+pub fn print_calls(
+    out: &mut Out<'_>,
+    records: &[CallRecord],
+    host: &[HostGuard],
+    pins: &[PinNote],
+    json: bool,
+) -> Result<(), CliError> {
     let table = TimelineTable::fitted(records);
     if !json {
         out.line(&table.header())?;
         for g in host.iter().filter(|g| g.after_call.is_none()) {
             out.line(&g.detail_line())?;
         }
+        for p in pins.iter().filter(|p| p.after_call.is_none()) {
+            out.line(&p.detail_line())?;
+        }
     }
     for r in records {
         let after: Vec<&HostGuard> = host.iter().filter(|g| g.after_call == Some(r.call)).collect();
+        let pinned: Vec<&PinNote> = pins.iter().filter(|p| p.after_call == Some(r.call)).collect();
         if json {
-            let line = match after.as_slice() {
-                [] => json_line(r),
-                some => {
-                    let mut v = serde_json::to_value(r).unwrap_or_default();
-                    if let Some(o) = v.as_object_mut() {
-                        o.insert("guards_after".into(), some.iter().map(|g| g.to_json()).collect());
+            let line = if after.is_empty() && pinned.is_empty() {
+                json_line(r)
+            } else {
+                let mut v = serde_json::to_value(r).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    if !after.is_empty() {
+                        o.insert("guards_after".into(), after.iter().map(|g| g.to_json()).collect());
                     }
-                    v.to_string()
+                    if !pinned.is_empty() {
+                        o.insert("pins_after".into(), pinned.iter().map(|p| p.to_json()).collect());
+                    }
                 }
+                v.to_string()
             };
             out.line(&line)?;
         } else {
@@ -312,6 +328,9 @@ pub fn print_calls(out: &mut Out<'_>, records: &[CallRecord], host: &[HostGuard]
             }
             for g in after {
                 out.line(&g.detail_line())?;
+            }
+            for p in pinned {
+                out.line(&p.detail_line())?;
             }
         }
     }

@@ -75,6 +75,17 @@ pub enum Step {
         /// Why.
         why: String,
     },
+    /// An explicit pin or unpin (`Pinned`).
+    Pin {
+        /// The message.
+        seq: u64,
+        /// Pinned or unpinned.
+        pin: bool,
+        /// Who.
+        by: String,
+        /// Why.
+        why: String,
+    },
 }
 
 /// Reads the inputs of `session` from its log.
@@ -98,6 +109,7 @@ pub fn inputs(store: &dyn Store, session: StreamId) -> Result<Inputs, CliError> 
             Event::SummaryPrepared(s) => summaries.push(Arc::new(s)),
             Event::Flushed(f) => cache_age = cache_age.or(f.cache_age_ms),
             Event::Restored(r) => steps.push(Step::Restore { seq: r.seq, by: r.by, why: r.why }),
+            Event::Pinned(p) => steps.push(Step::Pin { seq: p.seq, pin: p.pin, by: p.by, why: p.why }),
             Event::RequestServed(s) => {
                 let deferred_age = match &s.deferred {
                     Some(Deferral::WarmCache { cache_age_ms, .. } | Deferral::TooLittleFreed { cache_age_ms, .. }) => {
@@ -153,6 +165,13 @@ pub fn run(inputs: &Inputs, config: Config, summaries: SummariesArg) -> Result<(
                 run_jobs(&mut session, &inputs.summaries, summaries, &mut notes)?;
             }
             Step::Restore { seq, by, why } => match session.restore(*seq, by, why) {
+                Ok(_) => {}
+                Err(SessionError::Refused { .. }) => notes.restores_skipped.push(*seq),
+                Err(e) => return Err(e.into()),
+            },
+            // A pin is taken over like a restore: skipped (and noted) where the rerun's view
+            // does not hold the message as appended.
+            Step::Pin { seq, pin, by, why } => match session.pin(*seq, *pin, by, why) {
                 Ok(_) => {}
                 Err(SessionError::Refused { .. }) => notes.restores_skipped.push(*seq),
                 Err(e) => return Err(e.into()),

@@ -186,6 +186,9 @@ fn decision_json(d: &Decision) -> Value {
         What::Restored { by, why, partner_of } => {
             json!({"event": "restored", "by": by, "why": why, "partner_of": partner_of})
         }
+        What::Pinned { pin, by, why } => {
+            json!({"event": if *pin { "pinned" } else { "unpinned" }, "by": by, "why": why})
+        }
     };
     let mut v = base;
     if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
@@ -250,6 +253,14 @@ fn sentence(analysis: &Analysis, d: &Decision, own: Option<&SummaryHistory>, ttl
             let when = d.after_call.map_or_else(|| "Before any call".to_owned(), |c| format!("After call {c}"));
             let how = partner_of.map_or_else(String::new, |p| format!(" as the tool partner of seq {p}"));
             format!("{when} (version {}) it was restored{how} by {by}: {why}.", d.version)
+        }
+        What::Pinned { pin, by, why } => {
+            let when = d.after_call.map_or_else(|| "Before any call".to_owned(), |c| format!("After call {c}"));
+            let done = match pin {
+                true => "pinned: no ladder level edits it and no flush hides it until it is unpinned",
+                false => "unpinned: the ladder and flushes may hide it again",
+            };
+            format!("{when} (version {}) it was {done}, by {by}: {why}.", d.version)
         }
     }
 }

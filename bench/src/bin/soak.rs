@@ -16,7 +16,8 @@
 //!   and planned (counted by a counting global allocator, the store's own caches excluded).
 //!
 //! `cargo run --release -p ctxlog-bench --bin soak [-- --full] [--sizes 5000,20000]
-//! [--configs default,cache-aware,no-summaries] [--backends mem,sqlite,fs,sled]
+//! [--configs default,legacy,cache-aware,no-summaries] (`legacy`: `--no-cache-aware`, the gate that
+//! was the default before issue 21) [--backends mem,sqlite,fs,sled]
 //! [--budget 131104] [--seed N] [--dir DIR] [--shape agent|tool-loop]`
 //!
 //! `--shape tool-loop` (issue 21) imports single-human sessions instead
@@ -68,6 +69,9 @@ fn main() {
     let started = Instant::now();
     println!("soak: budget {}, seed {:#x}, {}", opts.budget, opts.seed, machine::describe());
     println!("commit {}, {}", git_commit(), rustc_version());
+    if !opts.extra.is_empty() {
+        println!("every configuration also gets: {}", opts.extra.join(" "));
+    }
     let dir = match &opts.dir {
         Some(d) => tempfile::tempdir_in(d),
         None => tempfile::tempdir(),
@@ -86,7 +90,8 @@ fn main() {
         let bytes = lines.write_jsonl(std::io::BufWriter::new(file)).unwrap_or_else(|e| fail("transcript", e));
         eprintln!("[{:>6.0} s] {n} messages: {bytes} bytes of JSONL", started.elapsed().as_secs_f64());
         for config in &opts.configs {
-            let flags = config.flags(opts.budget);
+            let mut flags = config.flags(opts.budget);
+            flags.extend(opts.extra.iter().cloned());
             let (policy, mem) = policy_run(&path, &flags, opts.shape);
             eprintln!(
                 "[{:>6.0} s] {n} {}: policy run done ({} calls, {:.1} s)",
@@ -120,6 +125,7 @@ fn main() {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Config {
     Default,
+    Legacy,
     CacheAware,
     NoSummaries,
 }
@@ -128,6 +134,7 @@ impl Config {
     fn name(self) -> &'static str {
         match self {
             Config::Default => "default",
+            Config::Legacy => "--no-cache-aware",
             Config::CacheAware => "--cache-aware",
             Config::NoSummaries => "--summarizer none",
         }
@@ -137,6 +144,7 @@ impl Config {
         let mut f = vec!["--budget".to_string(), budget.to_string()];
         match self {
             Config::Default => {}
+            Config::Legacy => f.push("--no-cache-aware".into()),
             Config::CacheAware => f.push("--cache-aware".into()),
             Config::NoSummaries => f.extend(["--summarizer".into(), "none".into()]),
         }
@@ -161,6 +169,8 @@ struct Options {
     budget: u64,
     seed: u64,
     dir: Option<PathBuf>,
+    /// `--flags "…"`: more `ctxlog import` flags for every configuration (to evaluate a rule).
+    extra: Vec<String>,
 }
 
 impl Options {
@@ -173,6 +183,7 @@ impl Options {
             budget: BUDGET,
             seed: ctxlog_workload::DEMO_SEED,
             dir: None,
+            extra: Vec::new(),
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -190,6 +201,7 @@ impl Options {
                 "--configs" => {
                     o.configs = list(&value(), |s| match s {
                         "default" => Some(Config::Default),
+                        "legacy" => Some(Config::Legacy),
                         "cache-aware" => Some(Config::CacheAware),
                         "no-summaries" => Some(Config::NoSummaries),
                         _ => None,
@@ -201,6 +213,7 @@ impl Options {
                 "--budget" => o.budget = value().parse().unwrap_or_else(|e| fail("--budget", e)),
                 "--seed" => o.seed = value().parse().unwrap_or_else(|e| fail("--seed", e)),
                 "--dir" => o.dir = Some(PathBuf::from(value())),
+                "--flags" => o.extra = value().split_whitespace().map(String::from).collect(),
                 other => fail("unknown flag", other),
             }
         }
@@ -220,6 +233,10 @@ struct Policy {
     calls: u64,
     over_budget: u64,
     max_view: u64,
+    /// A uniform chars/4 count of each view (its messages' JSON bytes ÷ 4), as a provider whose
+    /// tokenizer is not ctxlog's estimator would: calls over the budget by it, and the largest.
+    over_by_chars: u64,
+    max_view_chars: u64,
     breaker_trips: u64,
     rewrites: u64,
     warm_rewrites: u64,
@@ -308,6 +325,9 @@ impl Probe {
             p.first_over_budget.get_or_insert(r.call);
         }
         p.max_view = p.max_view.max(r.view_tokens);
+        let by_chars = diff.total_bytes.div_ceil(4);
+        p.over_by_chars += u64::from(by_chars > r.budget);
+        p.max_view_chars = p.max_view_chars.max(by_chars);
         for g in &r.guards {
             let e = p.guards.entry(g.kind.clone()).or_insert((r.call, 0));
             e.1 += 1;
@@ -595,16 +615,18 @@ fn print_tables(
     println!();
     println!("Policy (the same on every backend); goals in brackets.");
     println!();
-    println!("| messages | config | calls | over budget [0] | max view ÷ budget [≤ 1] | breaker trips [0] | prefix rewrites (warm) | cost ÷ lower bound [≤ 1.05 with --cache-aware] | cost per call (k base tokens) | views without the first user message [0] | summaries ÷ target, max [≤ 0.25] |");
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| messages | config | calls | over budget [0] | max view ÷ budget [≤ 1] | over by bytes/4 [0] | max bytes/4 ÷ budget | breaker trips [0] | prefix rewrites (warm) | cost ÷ lower bound [≤ 1.05 with --cache-aware] | cost per call (k base tokens) | views without the first user message [0] | summaries ÷ target, max [≤ 0.25] |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (n, config, _, p) in policies {
         println!(
-            "| {} | {} | {} | {} | {:.2} | {} | {} ({}) | {:.3} | {:.1} | {} | {:.2} |",
+            "| {} | {} | {} | {} | {:.2} | {} | {:.2} | {} | {} ({}) | {:.3} | {:.1} | {} | {:.2} |",
             thousands(*n),
             config.name(),
             thousands(p.calls),
             thousands(p.over_budget),
             p.max_view as f64 / budget as f64,
+            thousands(p.over_by_chars),
+            p.max_view_chars as f64 / budget as f64,
             p.breaker_trips,
             thousands(p.rewrites),
             thousands(p.warm_rewrites),

@@ -36,8 +36,9 @@ pub(crate) fn holds_prefix(state: &State, config: &Config, now: Millis) -> bool 
     config.cache_aware && !is_cold(state, config, now)
 }
 
-/// The gate's decision for a view whose meter reads `metered` tokens.
-pub(crate) fn decide(state: &State, config: &Config, now: Millis, metered: u64) -> Option<FlushDecision> {
+/// The gate's decision for a view whose meter reads `metered` tokens, under the hard limit in
+/// force (`policy::margin::hard_limit`).
+pub(crate) fn decide(state: &State, config: &Config, now: Millis, metered: u64, hard_limit: u64) -> Option<FlushDecision> {
     if !state.flush_pending() {
         return None;
     }
@@ -46,7 +47,7 @@ pub(crate) fn decide(state: &State, config: &Config, now: Millis, metered: u64) 
         FlushReason::LegacyImmediate
     } else if is_cold(state, config, now) {
         FlushReason::ColdCache
-    } else if metered > config.hard_limit_tokens() {
+    } else if metered > hard_limit {
         FlushReason::SizeThreshold
     } else {
         // Warm and within the hard limit: keep the cached prefix byte for byte.

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::config::{ratio_of, Config};
 use crate::event::{EditKind, EditReason, Edited};
 use crate::policy::guards::{always_protected, excluded_tool_messages, protected_tool_results};
+use crate::policy::margin;
 use crate::state::{Item, State};
 use crate::tokens::Estimator;
 use crate::view::{edited_message_as, stubbable, thousands, STUB_PREVIEW_CHARS};
@@ -60,6 +61,9 @@ struct Ladder<'a> {
     target: u64,
     // Level 9 runs only while the view is over this (the budget; 0 when computing the floor).
     budget: u64,
+    // The budget less the margin for estimate error (`policy::margin`; the budget before view
+    // version 3): the most a clamped target aims at.
+    ceiling: u64,
     // Meter reading minus the estimate: what the provider counts beyond (or below) our estimate.
     offset: i64,
     guard: Option<String>,
@@ -190,6 +194,7 @@ impl<'a> Ladder<'a> {
             total: metered,
             target: config.target_tokens(),
             budget: config.budget,
+            ceiling: margin::ceiling(state, config),
             offset: metered as i64 - state.view_tokens() as i64,
             guard: None,
             edits: Vec::new(),
@@ -317,13 +322,26 @@ impl<'a> Ladder<'a> {
             });
         }
         let floor = floor.saturating_add_signed(self.offset);
-        if floor > self.target && self.config.budget > self.target {
-            let budget = self.config.budget;
+        if floor > self.target && self.ceiling > self.target {
+            let budget = self.ceiling;
+            // Before view version 3 the ceiling is the budget, and the sentences are as they were.
+            let of_budget = match budget == self.config.budget {
+                true => format!("the budget of {}", thousands(budget)),
+                false => format!(
+                    "the ceiling of {} (the budget of {} less its margin for estimate error)",
+                    thousands(budget),
+                    thousands(self.config.budget)
+                ),
+            };
             let (aim, why) = if floor >= budget {
-                (budget, "the budget itself, as the floor is over it".to_owned())
+                let why = match budget == self.config.budget {
+                    true => "the budget itself, as the floor is over it".to_owned(),
+                    false => format!("{of_budget}, as the floor is over it"),
+                };
+                (budget, why)
             } else {
                 let aim = floor + (budget - floor) / 2;
-                (aim, format!("halfway between the floor and the budget of {}", thousands(budget)))
+                (aim, format!("halfway between the floor and {of_budget}"))
             };
             self.guard = Some(format!(
                 "target clamped: the achievable floor is {} tokens against a target of {}; aiming at {}, {why}",

@@ -5,5 +5,6 @@
 pub(crate) mod gate;
 pub(crate) mod guards;
 pub(crate) mod ladder;
+pub(crate) mod margin;
 pub(crate) mod media_cap;
 pub(crate) mod thinking;

@@ -1,7 +1,8 @@
-//! Edits a host asks for: a restore brings a message (and its tool partners) back into the view.
+//! Edits a host asks for: a restore brings a message (and its tool partners) back into the view;
+//! a pin keeps it there for good (until it is unpinned).
 
 use crate::error::SessionError;
-use crate::event::{Event, Restored};
+use crate::event::{Event, Pinned, Restored};
 use crate::log::hydrate;
 use crate::store::Store;
 
@@ -40,6 +41,44 @@ impl<S: Store> Session<S> {
         next.apply(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
         let version = self.persist(vec![ev.clone()], next)?;
         tracing::info!(seq, partners = restored_with, by, version, "restored");
+        Ok(Committed { version, events: vec![ev] })
+    }
+
+    /// Undoes the edit (or flush) of `seq` like [`Session::restore`] and pins it in the same
+    /// batch (`ctxlog restore --pin`): from then on no ladder level edits it and no flush hides
+    /// it (its tool partners stay with it), for good, until [`Session::pin`] unpins it. A
+    /// message already in the view is only pinned.
+    pub fn restore_pinned(&mut self, seq: u64, by: &str, why: &str) -> Result<Committed, SessionError> {
+        let _span =
+            tracing::info_span!("ctxlog.restore", session = %self.stream, version = self.state.version(), pin = true)
+                .entered();
+        let mut events = Vec::new();
+        let mut next = self.state.clone();
+        if !self.state.in_view(seq) || self.state.entry(seq).is_some_and(|e| e.edit.is_some()) {
+            let partners = self.restore_partners(seq);
+            let ev = Event::Restored(Restored { seq, partners, by: by.to_owned(), why: why.to_owned() });
+            hydrate(&self.store, self.stream, &mut next, &ev)?;
+            next.apply(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
+            events.push(ev);
+        }
+        let ev = Event::Pinned(Pinned { seq, pin: true, by: by.to_owned(), why: why.to_owned() });
+        next.apply(self.state.version() + events.len() as u64 + 1, &ev).map_err(|v| self.refused(v))?;
+        events.push(ev);
+        let version = self.persist(events.clone(), next)?;
+        tracing::info!(seq, by, version, "restored and pinned");
+        Ok(Committed { version, events })
+    }
+
+    /// Pins (`pin`) or unpins a message: a pinned message is never edited by the ladder nor
+    /// hidden by a flush. Pinning needs the message in the view as appended (see
+    /// [`Session::restore_pinned`]); unpinning, a pin made this way (a message appended
+    /// `"pinned": true` stays pinned). Refused with a typed error otherwise, writing nothing.
+    pub fn pin(&mut self, seq: u64, pin: bool, by: &str, why: &str) -> Result<Committed, SessionError> {
+        let ev = Event::Pinned(Pinned { seq, pin, by: by.to_owned(), why: why.to_owned() });
+        let mut next = self.state.clone();
+        next.apply(self.state.version() + 1, &ev).map_err(|v| self.refused(v))?;
+        let version = self.persist(vec![ev.clone()], next)?;
+        tracing::info!(seq, pin, by, version, "pinned");
         Ok(Committed { version, events: vec![ev] })
     }
 

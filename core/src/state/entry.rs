@@ -27,6 +27,8 @@ struct Traits {
 const PINNED: u8 = 1;
 const TOOL_RESULT: u8 = 2;
 const MEDIA: u8 = 4;
+/// Pinned by a `Pinned` event (`restore --pin`), not as appended: an explicit unpin may end it.
+const PINNED_LATER: u8 = 8;
 
 /// One appended message and what the view does with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +69,20 @@ impl Entry {
     /// Pinned: never edited.
     pub fn is_pinned(&self) -> bool {
         self.traits.bits & PINNED != 0
+    }
+
+    /// Pinned by a `Pinned` event rather than as appended (only such a pin may be undone).
+    pub fn is_pinned_later(&self) -> bool {
+        self.traits.bits & PINNED_LATER != 0
+    }
+
+    /// A `Pinned` event: pins (or unpins) a message that was not appended pinned.
+    pub(super) fn set_pinned(&mut self, pin: bool) {
+        if pin {
+            self.traits.bits |= PINNED | PINNED_LATER;
+        } else {
+            self.traits.bits &= !(PINNED | PINNED_LATER);
+        }
     }
 
     /// Carries tool results.

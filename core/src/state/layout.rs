@@ -188,7 +188,7 @@ mod tests {
 
     /// A session that flushes, edits, restores, fails a summary and raises guards.
     fn busy_session(view_version: u32) -> Session<MemoryStore> {
-        let config = Config { budget: 6_000, view_version, ..Config::default() };
+        let config = Config { budget: 6_000, view_version, cache_aware: false, ..Config::default() };
         let mut now = Timestamp::from_secs(1_767_225_600);
         let mut s =
             Session::create(MemoryStore::new(), StreamId(uuid::Uuid::from_u128(7)), WireFormat::Anthropic, config, now)

@@ -128,8 +128,34 @@ impl Messages {
                 }
                 self.check_loaded(std::iter::once(e.seq).chain(e.partners.iter().copied()), r)
             }
+            Event::Pinned(e) => self.check_pin(e.seq, e.pin, r),
             _ => Ok(()),
         }
+    }
+
+    /// A pin targets a message in the view as appended (restore it first), not pinned already;
+    /// an unpin, a message an earlier `Pinned` pinned (a message appended pinned stays so).
+    fn check_pin(&self, seq: u64, pin: bool, r: &Reads<'_>) -> Result<(), Broken> {
+        let Some(entry) = self.entry(seq) else {
+            return Err((Invariant::EditTarget, format!("seq {seq} does not exist ({} messages)", self.count())));
+        };
+        if !pin {
+            return match entry.is_pinned_later() {
+                true => Ok(()),
+                false if entry.is_pinned() => Err((
+                    Invariant::EditProtected,
+                    format!("seq {seq} was appended pinned; only a later pin can be undone"),
+                )),
+                false => Err((Invariant::EditTarget, format!("seq {seq} is not pinned"))),
+            };
+        }
+        if entry.is_pinned() {
+            return Err((Invariant::EditTarget, format!("seq {seq} is already pinned")));
+        }
+        if entry.edit.is_some() || self.hidden_by_flush_at(seq, r.flushed) {
+            return Err((Invariant::EditTarget, format!("seq {seq} is not in the view as appended: restore it first")));
+        }
+        Ok(())
     }
 
     /// Every seq of `seqs` has its original at hand (in the view unedited, or hydrated).
@@ -327,6 +353,21 @@ impl Messages {
                     }
                 }
                 Brought::Restored(brought)
+            }
+            Event::Pinned(e) => {
+                let verbatim_anyway = Some(e.seq) == self.first_human;
+                let has_links = self.tool_links(e.seq).next().is_some();
+                if let Some(entry) = usize::try_from(e.seq).ok().and_then(|i| self.entries.get_mut(i)) {
+                    // A pinned tool message keeps its group through a flush, as one appended pinned.
+                    if has_links && !verbatim_anyway && !entry.is_system() {
+                        self.verbatim_tool_messages = match e.pin {
+                            true => self.verbatim_tool_messages + 1,
+                            false => self.verbatim_tool_messages.saturating_sub(1),
+                        };
+                    }
+                    entry.set_pinned(e.pin);
+                }
+                Brought::Nothing
             }
             Event::RequestServed(e) => {
                 let calls = e.call + 1;

@@ -146,6 +146,12 @@ impl super::State {
         self.meter.breaker
     }
 
+    /// The provider's rate the meter counts at: the last trusted report and its view's
+    /// estimate (`None` before any).
+    pub fn provider_rate(&self) -> Option<(u64, u64)> {
+        self.meter.rate
+    }
+
     /// The last served request, if any.
     pub fn last_served(&self) -> Option<&LastServed> {
         self.meter.last_served.as_ref()
