@@ -44,6 +44,7 @@ pub struct Cached {
 pub struct Caches {
     anthropic: HashMap<[u8; 32], (u64, Instant)>,
     openai: HashMap<Vec<u8>, Vec<(Vec<u8>, Instant)>>,
+    gemini: HashMap<Vec<u8>, Vec<(Vec<u8>, Instant)>>,
 }
 
 struct Block {
@@ -178,6 +179,25 @@ impl Caches {
         }
         let read = read.min(prompt);
         Cached { read, written: top.min(prompt) - read }
+    }
+
+    /// Gemini's implicit cache: the tokens of the longest prefix this prompt shares with a
+    /// recent one of the same key, when both the prompt and that prefix reach `min`; remembers
+    /// the prompt (Google keeps no finer granularity than tokens).
+    pub fn gemini(&mut self, key: &[u8], body: &[u8], min: u64, now: Instant) -> u64 {
+        let prompt = (body.len() as u64).div_ceil(4);
+        let recent = self.gemini.entry(key.to_vec()).or_default();
+        recent.retain(|(_, exp)| *exp > now);
+        let best = recent.iter().map(|(p, _)| p.iter().zip(body).take_while(|(a, b)| a == b).count()).max();
+        let lcp_tokens = (best.unwrap_or(0) as u64 / 4).min(prompt);
+        let cached = if prompt >= min && lcp_tokens >= min { lcp_tokens } else { 0 };
+        if prompt >= min {
+            recent.push((body.to_vec(), now + OPENAI_TTL));
+            if recent.len() > OPENAI_KEEP {
+                recent.remove(0);
+            }
+        }
+        cached
     }
 
     /// OpenAI: the cached tokens of this prompt; remembers it.

@@ -12,6 +12,7 @@
 mod anthropic;
 mod cache;
 mod faults;
+mod gemini;
 mod openai;
 mod record;
 pub mod reply;

@@ -33,6 +33,18 @@ impl Item<'_> {
         }
     }
 
+    /// Where the item sits among the request's history items (`system` first): the position a
+    /// Gemini content's tool pairs are keyed by.
+    pub fn position(&self) -> u64 {
+        self.index.map_or(0, |i| i as u64)
+    }
+
+    /// Parses the item in `format` (not checked).
+    pub fn parse(&self, format: WireFormat) -> Result<Message, PrepareError> {
+        ctxlog::wire::parse_at(self.text()?, format, self.position())
+            .map_err(|e| invalid(&self.field(), &e.field, e.message))
+    }
+
     /// The raw JSON as text (the whole body was checked to be UTF-8; checked again, cheaply,
     /// only for the items that are parsed).
     pub fn text(&self) -> Result<&str, PrepareError> {
@@ -78,8 +90,7 @@ pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Me
     items
         .iter()
         .map(|it| {
-            let m =
-                ctxlog::wire::parse_in(it.text()?, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
+            let m = it.parse(format)?;
             ctxlog::wire::check_format(&m, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
             // ctxlog's tag for `instructions` is not an item a client may send.
             if it.index.is_some()
@@ -96,8 +107,8 @@ pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Me
 pub(crate) fn invalid(item: &str, inner: &str, message: String) -> PrepareError {
     let field = match (item, inner) {
         // The Anthropic `system` field was wrapped as a message: its `content` is the field.
-        ("system" | "instructions", "content") | (_, "") => item.to_owned(),
-        (field @ ("system" | "instructions"), rest) => {
+        ("system" | "instructions", "content") | ("systemInstruction", "parts") | (_, "") => item.to_owned(),
+        (field @ ("system" | "instructions" | "systemInstruction"), rest) => {
             format!("{field}{}", rest.strip_prefix("content").unwrap_or(rest))
         }
         (item, rest) => format!("{item}.{rest}"),

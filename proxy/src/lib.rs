@@ -22,6 +22,7 @@ mod canonical;
 mod compaction;
 mod count_tokens;
 mod forward;
+mod gemini;
 mod headers;
 mod history;
 mod identity;

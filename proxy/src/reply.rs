@@ -23,6 +23,8 @@ pub(crate) enum Shape {
     OpenAi,
     /// OpenAI's, with Responses' stream events (`event: error`).
     Responses,
+    /// Google's `{"error":{"code":..,"message":..,"status":..}}`.
+    Gemini,
 }
 
 impl Shape {
@@ -32,6 +34,8 @@ impl Shape {
             Shape::Anthropic
         } else if path.starts_with("/v1/responses") {
             Shape::Responses
+        } else if path.starts_with("/v1beta/") || path.starts_with("/v1/models/") {
+            Shape::Gemini
         } else {
             Shape::OpenAi
         }
@@ -46,6 +50,13 @@ pub(crate) fn error(shape: Shape, status: StatusCode, kind: &str, message: &str)
         Shape::OpenAi | Shape::Responses => {
             let ty = if status.is_server_error() { "server_error" } else { "invalid_request_error" };
             format!(r#"{{"error":{{"message":{message},"type":"{ty}","code":"{kind}"}}}}"#)
+        }
+        Shape::Gemini => {
+            format!(
+                r#"{{"error":{{"code":{},"message":{message},"status":"{}"}}}}"#,
+                status.as_u16(),
+                google_status(status)
+            )
         }
     };
     let mut r = Response::new(full(body));
@@ -64,7 +75,7 @@ pub(crate) fn unavailable(shape: Shape, message: &str, retry_after: u32) -> Resp
             let status = StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
             error(shape, status, "overloaded_error", message)
         }
-        Shape::OpenAi | Shape::Responses => {
+        Shape::OpenAi | Shape::Responses | Shape::Gemini => {
             error(shape, StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
         }
     };
@@ -90,6 +101,28 @@ pub(crate) fn stream_error(shape: Shape, message: &str) -> Bytes {
             "event: error\ndata: {{\"type\":\"error\",\"code\":\"ctxlog_not_recorded\",\"message\":{message},\"param\":null}}\n\n"
         )
         .into(),
+        // In place of the chunk with `finishReason`: an error object, as Google ends a stream.
+        Shape::Gemini => {
+            format!("data: {{\"error\":{{\"code\":503,\"message\":{message},\"status\":\"UNAVAILABLE\"}}}}\r\n\r\n").into()
+        }
+    }
+}
+
+/// Google's canonical status name of an HTTP status.
+fn google_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        503 | 529 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        s if s >= 500 => "INTERNAL",
+        _ => "FAILED_PRECONDITION",
     }
 }
 

@@ -272,6 +272,7 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
         (&Method::POST, "/v1/messages" | "/v1/messages/count_tokens") => WireFormat::Anthropic,
         (&Method::POST, "/v1/chat/completions") => WireFormat::OpenAi,
         (&Method::POST, "/v1/responses") => WireFormat::OpenAiResponses,
+        (&Method::POST, path) if crate::gemini::method_of(path).is_some() => WireFormat::Gemini,
         _ => {
             let (parts, body) = req.into_parts();
             return crate::forward::forward(proxy, parts, body.map_err(Into::into).boxed(), false).await;
