@@ -347,3 +347,64 @@ async fn a_responses_answer_whose_commit_fails_reaches_the_client_as_an_error() 
     proxy.shutdown().await;
     fake.shutdown();
 }
+
+/// Gemini: the chunk with `finishReason` is the final event, held until the commit; when the
+/// commit fails the stream ends in Google's error object in its place (the text chunks before
+/// it went on), and a JSON answer becomes a 503 in Google's shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_answer_whose_commit_fails_reaches_the_client_as_an_error() {
+    let fake = FakeUpstream::start().unwrap();
+    let flaky = Arc::new(FlakyStore::default());
+    let store: Arc<dyn Store> = flaky.clone();
+    let proxy = serve(ProxyConfig::new("127.0.0.1:0".parse().unwrap(), &fake.url()), Arc::clone(&store)).await.unwrap();
+    let post = |contents: String, stream: bool| {
+        let body = format!(r#"{{"systemInstruction":{{"parts":[{{"text":"Be terse."}}]}},"contents":[{contents}]}}"#);
+        let verb = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+        let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let req = http::Request::post(format!("http://{}/v1beta/models/gemini-2.5-flash:{verb}", proxy.addr()))
+            .header("content-type", "application/json")
+            .header("x-goog-api-key", "test-key")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        async move {
+            let resp = client.request(req).await.unwrap();
+            let (parts, b) = resp.into_parts();
+            let bytes = b.collect().await.unwrap().to_bytes();
+            (parts.status.as_u16(), String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    // The fake answers `ack N` for N contents: the client sends back what it was answered.
+    let turn = |i: usize| {
+        (0..=i)
+            .map(|t| {
+                format!(
+                    r#"{{"role":"user","parts":[{{"text":"step {t} of a longer task"}}]}},{{"role":"model","parts":[{{"text":"ack {}"}}]}}"#,
+                    2 * t + 1
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+            + &format!(r#",{{"role":"user","parts":[{{"text":"step {} of a longer task"}}]}}"#, i + 1)
+    };
+    let (status, answer) = post(r#"{"role":"user","parts":[{"text":"step 0 of a longer task"}]}"#.into(), true).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("finishReason"), "{answer}");
+    committed(&proxy, 1).await;
+    flaky.fail_commits.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (status, answer) = post(turn(0), true).await;
+    assert_eq!(status, 200, "a stream's status is sent before its end");
+    assert!(answer.contains(r#"{"text":"ack "#), "the chunks before the end were held: {answer}");
+    assert!(!answer.contains("finishReason"), "the final chunk reached the client: {answer}");
+    assert!(answer.contains(r#""status":"UNAVAILABLE""#), "{answer}");
+    let (status, answer) = post(turn(1), false).await;
+    assert_eq!(status, 503, "{answer}");
+    assert!(answer.contains(r#""status":"UNAVAILABLE""#), "{answer}");
+    flaky.fail_commits.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (status, answer) = post(turn(2), true).await;
+    assert_eq!(status, 200);
+    assert!(answer.contains("finishReason"), "{answer}");
+    assert_eq!(proxy.metrics().committed(), 2);
+    assert_eq!(proxy.metrics().failed_commits(), 2);
+    proxy.shutdown().await;
+    fake.shutdown();
+}
