@@ -903,6 +903,51 @@ fn responses_values_round_trip_with_their_tags() {
     }
 }
 
+/// Gemini (issue 23 item 4): the session format `Gemini` is variant 3 of `WireFormat`, a new
+/// value inside the existing kind 18, appended after the others so that every earlier log
+/// keeps its tags (a chat session's record is byte for byte the same as before); a Gemini
+/// content is an ordinary message (kinds 2 and 23), ctxlog's pairing keys and the client's
+/// `thoughtSignature` inside it.
+#[test]
+fn gemini_values_round_trip_with_their_tags() {
+    use ctxlog::wire::gemini::parse_content_at;
+    let started = |format| {
+        Event::SessionStarted(ctxlog::event::SessionStarted {
+            session: STREAM.0,
+            format,
+            config: ctxlog::Config::default(),
+            at: 1,
+            import: None,
+        })
+    };
+    let tag = |format| {
+        let rec = codec::encode(&started(format)).unwrap();
+        let chat = codec::encode(&started(ctxlog::WireFormat::OpenAi)).unwrap();
+        let differ: Vec<(u8, u8)> =
+            chat.body().iter().zip(rec.body()).filter(|(a, b)| a != b).map(|(a, b)| (*a, *b)).collect();
+        differ
+    };
+    assert_eq!(tag(ctxlog::WireFormat::Gemini), [(1, 3)], "the format is one varint tag, after the others");
+    assert_eq!(tag(ctxlog::WireFormat::OpenAiResponses), [(1, 2)], "the earlier tags are unchanged");
+    assert_eq!(tag(ctxlog::WireFormat::Anthropic), [(1, 0)]);
+    let call = r#"{"role":"model","parts":[{"functionCall":{"name":"ls","args":{}},"thoughtSignature":"c2ln+/=="}]}"#;
+    let answer = r#"{"role":"user","parts":[{"functionResponse":{"name":"ls","response":{"output":"a b"}}}]}"#;
+    let events = [
+        started(ctxlog::WireFormat::Gemini),
+        Event::MessageAppended(ctxlog::event::MessageAppended {
+            seq: 2,
+            message: parse_content_at(answer, 2).unwrap(),
+            tokens: 20,
+        }),
+        Event::AnswerReceived(ctxlog::event::AnswerReceived { call: 0, message: parse_content_at(call, 1).unwrap() }),
+    ];
+    for (i, ev) in events.iter().enumerate() {
+        let rec = codec::encode(ev).unwrap();
+        let back = Record::from_stored(STREAM, i as u64 + 1, rec.as_bytes().to_vec()).unwrap();
+        assert_eq!(&codec::decode(STREAM, i as u64 + 1, &back).unwrap(), ev);
+    }
+}
+
 /// A client-side summary (issue 20): the guard `ClientCompacted` (variant 9 of `GuardKind`)
 /// is a new value inside the existing kind 8, its two fields after the tag; logs written
 /// before it decode unchanged (the other variants keep their tags).
