@@ -15,6 +15,7 @@ use crate::reply::{Reply, Tokens};
 use crate::strict::{Rejection, Rule, Strictness};
 
 /// The context window of Gemini 2.5 models.
+/// (tokens)
 pub const CONTEXT: u64 = 1_048_576;
 
 /// The implicit cache's minimum of a model.

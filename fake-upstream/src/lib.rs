@@ -12,7 +12,7 @@
 mod anthropic;
 mod cache;
 mod faults;
-mod gemini;
+pub mod gemini;
 mod openai;
 mod record;
 pub mod reply;
