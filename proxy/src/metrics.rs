@@ -37,7 +37,12 @@ impl Metrics {
         // Paths are labels: only the ones the proxy knows, so a client cannot grow the map.
         let path = match path {
             "/v1/messages" | "/v1/chat/completions" | "/v1/responses" | "/healthz" | "/readyz" | "/metrics" => path,
-            _ => "other",
+            // Gemini's paths name the model: one label per method.
+            p => match crate::gemini::method_of(p) {
+                Some(m) if m.stream => "/v1beta/models/*:streamGenerateContent",
+                Some(_) => "/v1beta/models/*:generateContent",
+                None => "other",
+            },
         };
         if let Ok(mut m) = self.requests.lock() {
             *m.entry((path.to_owned(), status)).or_default() += 1;

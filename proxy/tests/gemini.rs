@@ -199,6 +199,10 @@ async fn a_tool_loop_of_forty_calls_compacts_and_every_call_is_the_logged_one() 
     assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
     // Only one session: the key in the query and in the header name the same caller.
     assert_eq!(store.streams().unwrap(), vec![id]);
+    // `/metrics` labels Gemini calls by method (never by the model's name in the path).
+    let m = p.metrics();
+    assert_eq!(m.requests("/v1beta/models/*:generateContent", 200), 20);
+    assert_eq!(m.requests("/v1beta/models/*:streamGenerateContent", 200), 20);
     p.shutdown().await;
 }
 
