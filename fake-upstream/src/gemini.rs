@@ -1,4 +1,5 @@
-//! `POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`: Google's
+//! `POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse` (also under
+//! `/v1/`): Google's
 //! refusals (texts as the API returns them), replies, usage with implicit caching, SSE chunks.
 //!
 //! Reply: as the other APIs (`reply.rs`), over `contents`: `ack N`, or a `functionCall` of NAME
@@ -30,7 +31,8 @@ pub fn cache_min(model: &str) -> u64 {
 /// The model and whether the path streams (`None`: not a method the fake serves).
 pub fn method_of(path: &str) -> Option<(String, bool)> {
     let path = path.split('?').next()?;
-    let rest = path.strip_prefix("/v1beta/models/")?;
+    // Google serves both API versions (the SDKs' default moved from `v1beta` to `v1`).
+    let rest = path.strip_prefix("/v1beta/models/").or_else(|| path.strip_prefix("/v1/models/"))?;
     let (model, verb) = rest.rsplit_once(':')?;
     match verb {
         "generateContent" => Some((model.to_owned(), false)),
