@@ -265,3 +265,20 @@ async fn a_stream_cut_before_its_final_chunk_is_not_an_answer() {
     assert!(ctxlog::replay::verify(&*store, id).unwrap().problems.is_empty());
     p.shutdown().await;
 }
+
+/// Without `--budget`, a Gemini session's budget is its model's window (from the path) less
+/// the output its first request reserves (`generationConfig.maxOutputTokens`).
+#[tokio::test]
+async fn the_budget_comes_from_the_model_in_the_path() {
+    let up = FakeUpstream::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.models = Some(ctxlog_proxy::Models::default())).await;
+    let a = post(p.addr(), 0, &body(&[json!({"role": "user", "parts": [{"text": "hi"}]})])).await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    let budget = events(&*store, a.stream()).iter().find_map(|e| match e {
+        Event::SessionStarted(s) => Some(s.config.budget),
+        _ => None,
+    });
+    assert_eq!(budget, Some(1_048_576 - 256));
+    p.shutdown().await;
+}
