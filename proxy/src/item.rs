@@ -99,6 +99,10 @@ pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Me
             {
                 return Err(invalid(&it.field(), "type", "unknown item type \"instructions\"".into()));
             }
+            // `system` is ctxlog's role for `systemInstruction`, not one of `contents`.
+            if it.index.is_some() && format == WireFormat::Gemini && m.role.is_system() {
+                return Err(invalid(&it.field(), "role", "Please use a valid role: user, model.".into()));
+            }
             Ok(m)
         })
         .collect()

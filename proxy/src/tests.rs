@@ -390,6 +390,19 @@ async fn a_gemini_answer_whose_commit_fails_reaches_the_client_as_an_error() {
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("finishReason"), "{answer}");
     committed(&proxy, 1).await;
+    // New contents that cannot be logged are not forwarded: Google's 503, retry-after.
+    flaky.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let forwarded = fake.requests().len();
+    for stream in [false, true] {
+        let (status, answer) = post(turn(0), stream).await;
+        assert_eq!(status, 503, "{answer}");
+        assert!(
+            answer.contains(r#""status":"UNAVAILABLE""#) && answer.contains("nothing was sent upstream"),
+            "{answer}"
+        );
+    }
+    assert_eq!(fake.requests().len(), forwarded, "a call whose contents were not logged went upstream");
+    flaky.fail.store(false, std::sync::atomic::Ordering::SeqCst);
     flaky.fail_commits.store(true, std::sync::atomic::Ordering::SeqCst);
     let (status, answer) = post(turn(0), true).await;
     assert_eq!(status, 200, "a stream's status is sent before its end");

@@ -111,6 +111,7 @@ fn reported(x: &Exchange) -> Usage {
 }
 
 const SYSTEM: &str = "You are a coding agent. Be brief.";
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
 fn body(contents: &[Value]) -> String {
     json!({
@@ -148,9 +149,12 @@ async fn a_tool_loop_of_forty_calls_compacts_and_every_call_is_the_logged_one() 
         contents.push(content);
         if called.is_empty() {
             turn += 1;
-            contents.push(
-                json!({"role": "user", "parts": [{"text": format!("Turn {turn}: next module. [[tool:read_file]]")}]}),
-            );
+            let mut parts = vec![json!({"text": format!("Turn {turn}: next module. [[tool:read_file]]")})];
+            if turn % 4 == 1 {
+                // A screenshot now and then: logged as a blob, sent inline.
+                parts.push(json!({"inlineData": {"mimeType": "image/png", "data": PNG}}));
+            }
+            contents.push(json!({"role": "user", "parts": parts}));
         } else {
             let output = format!("file {call}: {}", "fn main() { println!(\"hello\"); }\n".repeat(40));
             let responses: Vec<Value> = called
@@ -179,8 +183,14 @@ async fn a_tool_loop_of_forty_calls_compacts_and_every_call_is_the_logged_one() 
         assert_eq!(sent["systemInstruction"]["parts"][0]["text"], SYSTEM, "call {}", call.call);
         assert_eq!(sent["generationConfig"], json!({"temperature": 0, "maxOutputTokens": 256}));
         assert_eq!(call.usage, Some(reported(&x)), "call {}: the logged usage is not the upstream's", call.call);
-        // The key never reaches the body the log rebuilds.
-        assert!(!String::from_utf8_lossy(&x.request.body).contains(KEY));
+        // The key never reaches the body the log rebuilds; a screenshot the view shows goes inline.
+        let text = String::from_utf8_lossy(&x.request.body);
+        assert!(!text.contains(KEY));
+        assert!(
+            !text.contains("ctxlog-blob") && !text.contains("\"blob\""),
+            "call {}: a blob reference was sent",
+            call.call
+        );
     }
     // A compacting call forwards fewer contents than the client sent (summaries, placeholders).
     let forwarded: Vec<usize> = seqs
@@ -193,6 +203,10 @@ async fn a_tool_loop_of_forty_calls_compacts_and_every_call_is_the_logged_one() 
     let compacting = forwarded.iter().zip(&sent_by_client).filter(|(f, c)| f < c).count();
     assert!(compacting >= 20, "{compacting} compacting calls: forwarded {forwarded:?} of {sent_by_client:?}");
     assert!(evs.iter().any(|e| matches!(e, Event::Flushed(_))), "no flush to summaries");
+    let images =
+        seqs.iter().filter(|s| String::from_utf8_lossy(&exchange(&up, **s).request.body).contains(PNG)).count();
+    assert!(images > 0, "no screenshot was ever forwarded");
+    assert!(store.get_blob(&ctxlog::BlobId::of(&ctxlog::wire::decode_base64(PNG).unwrap())).unwrap().is_some());
     assert!(served.iter().any(|c| c.usage.is_some_and(|u| u.cache_read > 0)), "the implicit cache never hit");
     let answers = evs.iter().filter(|e| matches!(e, Event::AnswerReceived(_))).count();
     assert_eq!(answers, CALLS, "every answer is in the log");
@@ -218,6 +232,7 @@ async fn client_mistakes_are_4xx_in_googles_shape_and_write_nothing() {
     let orphan = json!({"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {}}}]});
     let cases = [
         (body(&[json!({"role": "assistant", "parts": [{"text": "x"}]})]), "contents[0].role"),
+        (body(&[json!({"role": "system", "parts": [{"text": "x"}]})]), "contents[0].role"),
         (body(&[json!({"role": "user", "parts": []})]), "contents[0].parts"),
         (body(&[user.clone(), orphan]), "contents"),
         (json!({"contents": [], "systemInstruction": {"parts": [{"text": "s"}]}}).to_string(), "contents"),
