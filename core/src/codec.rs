@@ -103,9 +103,11 @@ pub mod kind {
     pub const CALL_REJECTED: u8 = 27;
     /// `LimitLearned`.
     pub const LIMIT_LEARNED: u8 = 28;
-    // 29 is left to other branches of the same release.
+    // 29 and 31–33 are left to other branches of the same release.
     /// `RequestServed` whose request record has the breakpoints placed by position.
     pub const REQUEST_SERVED: u8 = 30;
+    /// `ProviderCompacted`.
+    pub const PROVIDER_COMPACTED: u8 = 34;
 }
 
 /// An event bincode could not encode: a bug, not bad input (every event's fields have a
@@ -142,6 +144,7 @@ pub fn encode(event: &Event) -> Result<Record, EncodeError> {
         Event::SessionNamed(e) => payload(kind::SESSION_NAMED, e),
         Event::CallRejected(e) => payload(kind::CALL_REJECTED, e),
         Event::LimitLearned(e) => payload(kind::LIMIT_LEARNED, e),
+        Event::ProviderCompacted(e) => payload(kind::PROVIDER_COMPACTED, e),
     }
 }
 
@@ -190,6 +193,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::SESSION_NAMED => body(rest).map(Event::SessionNamed),
         kind::CALL_REJECTED => body(rest).map(Event::CallRejected),
         kind::LIMIT_LEARNED => body(rest).map(Event::LimitLearned),
+        kind::PROVIDER_COMPACTED => body(rest).map(Event::ProviderCompacted),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V4 => body::<legacy::RequestServedV4>(rest).map(|e| Event::RequestServed(e.into())),

@@ -227,7 +227,7 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     let api = match path.split('?').next() {
         Some("/v1/messages") => Some(Api::Anthropic),
         Some("/v1/chat/completions") => Some(Api::OpenAi),
-        Some("/v1/responses") => Some(Api::Responses),
+        Some("/v1/responses" | "/v1/responses/compact") => Some(Api::Responses),
         _ if crate::gemini::method_of(&path).is_some() => Some(Api::Gemini),
         _ => None,
     };
@@ -427,6 +427,24 @@ fn serve_responses(
     let checked = responses::check(&lock(&shared.strict), parsed, &items, prompt);
     if let Err(r) = checked {
         return reject(tracker, r);
+    }
+    if request.path.split('?').next() == Some("/v1/responses/compact") {
+        // No stream, nothing stored: the compacted history is the client's to send back.
+        if parsed.get("stream").is_some() {
+            return reject(
+                tracker,
+                Rejection {
+                    status: 400,
+                    message: "Unknown parameter: 'stream'.".into(),
+                    param: Some("stream".into()),
+                    code: Some("unknown_parameter".into()),
+                },
+            );
+        }
+        let mut tokens = cache_tokens(shared, request, parsed, body, &Reply::Text(String::new()), api, None);
+        tokens.prompt = prompt;
+        let b = Bytes::from(responses::compacted(&items, seq, &tokens).to_string());
+        return respond(tracker, 200, vec![b], End::Finish, false, api, None, None);
     }
     let model = parsed.get("model").and_then(|m| m.as_str()).unwrap_or("fake-model").to_owned();
     let streaming = parsed.get("stream").and_then(serde_json::Value::as_bool) == Some(true);

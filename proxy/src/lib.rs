@@ -19,6 +19,7 @@ mod api;
 mod body;
 mod breakpoints;
 mod canonical;
+mod compact;
 mod compaction;
 mod count_tokens;
 mod forward;

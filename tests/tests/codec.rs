@@ -284,6 +284,15 @@ fn build_every_kind() -> Vec<Event> {
             limit: 200_000,
             budget: 171_428,
         }),
+        Event::ProviderCompacted(ctxlog::event::ProviderCompacted {
+            at: 1_767_225_700_000,
+            endpoint: "/v1/responses/compact".into(),
+            model: Some("gpt-5".into()),
+            response_id: Some("resp_0a1b".into()),
+            input_items: 41,
+            output_items: 4,
+            usage: Some(ctxlog::Usage { input: 9_000, cache_read: 30_000, cache_write: 0, output: 1_200 }),
+        }),
     ]
 }
 
@@ -321,6 +330,7 @@ fn every_event_kind_round_trips_through_the_envelope() {
         SESSION_NAMED,
         CALL_REJECTED,
         LIMIT_LEARNED,
+        PROVIDER_COMPACTED,
     ];
     assert_eq!(kinds, current.into_iter().collect(), "written kinds");
 }
@@ -341,7 +351,7 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
             | Event::AnswerReceived(_)
             | Event::Branched(_)
             | Event::SessionNamed(_) => false,
-            Event::CallRejected(_) | Event::LimitLearned(_) => false,
+            Event::CallRejected(_) | Event::LimitLearned(_) | Event::ProviderCompacted(_) => false,
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty() && e.prefix_call.is_none() && e.usage.is_none(),
             Event::Flushed(e) => e.condensed.is_empty(),

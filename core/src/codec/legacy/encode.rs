@@ -85,7 +85,8 @@ pub fn encode(event: &Event) -> Option<Result<Record, EncodeError>> {
         | Event::Branched(_)
         | Event::SessionNamed(_)
         | Event::CallRejected(_)
-        | Event::LimitLearned(_) => return None,
+        | Event::LimitLearned(_)
+        | Event::ProviderCompacted(_) => return None,
         other => crate::codec::encode(other),
     })
 }
