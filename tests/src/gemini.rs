@@ -59,7 +59,7 @@ pub fn answer(i: usize) -> Value {
 pub fn next_input(i: usize) -> Value {
     if i % 3 == 2 {
         let mut parts = vec![json!({"text": format!("Next: handler {}.", i + 1)})];
-        if i % 4 == 0 {
+        if i.is_multiple_of(4) {
             parts.push(json!({"inlineData": {"mimeType": "image/png", "data": crate::engine_fixtures::PNG_1X1}}));
         }
         json!({"role": "user", "parts": parts})
