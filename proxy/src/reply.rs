@@ -34,7 +34,8 @@ impl Shape {
             Shape::Anthropic
         } else if path.starts_with("/v1/responses") {
             Shape::Responses
-        } else if path.starts_with("/v1beta/") || path.starts_with("/v1/models/") {
+        } else if path.starts_with("/v1beta/") || crate::gemini::method_of(path).is_some() {
+            // `/v1/models/{model}:generateContent` is Gemini's; `/v1/models/gpt-4o` OpenAI's.
             Shape::Gemini
         } else {
             Shape::OpenAi
@@ -142,6 +143,13 @@ mod tests {
         assert_eq!(a["error"]["type"], "request_too_large");
         assert_eq!(a["error"]["message"], "too \"big\"");
         let o = json(error(Shape::OpenAi, StatusCode::BAD_REQUEST, "invalid_message", "m")).await;
+        let g = json(error(Shape::Gemini, StatusCode::BAD_REQUEST, "invalid_request_error", "contents: x")).await;
+        assert_eq!(
+            g,
+            serde_json::json!({"error": {"code": 400, "message": "contents: x", "status": "INVALID_ARGUMENT"}})
+        );
+        assert_eq!(Shape::of_path("/v1/models/gemini-2.5-flash:generateContent"), Shape::Gemini);
+        assert_eq!(Shape::of_path("/v1/models/gpt-4o"), Shape::OpenAi);
         assert_eq!(o["error"]["code"], "invalid_message");
         assert_eq!(o["error"]["type"], "invalid_request_error");
         assert_eq!(o["error"]["message"], "m");
