@@ -34,7 +34,11 @@ pub fn content(v: Value, seq: u64) -> Message {
 
 /// The session, with its system instruction and first user turn appended.
 pub fn start<S: Store>(store: S, id: StreamId) -> Session<S> {
-    let config = Config { budget: 8_000, ..Config::default() };
+    start_with(store, id, Config { budget: 8_000, ..Config::default() })
+}
+
+/// [`start`] with other knobs.
+pub fn start_with<S: Store>(store: S, id: StreamId, config: Config) -> Session<S> {
     let mut s = Session::create(store, id, WireFormat::Gemini, config, Timestamp::from_millis(T0)).unwrap();
     s.append(vec![
         content(json!({"role": "system", "parts": [{"text": "You are a coding agent. Be brief."}]}), 0),

@@ -50,6 +50,36 @@ fn every_request_is_one_the_api_accepts_through_every_compaction() {
     assert!(!verify.contains("\"problems\":[{"), "{verify}");
 }
 
+/// Without summaries the ladder does the work: tool responses cut (sent as `{"output": …}`),
+/// function pairs removed together behind a placeholder; every request is still one the API
+/// accepts, and the first user turn and the system instruction stay.
+#[test]
+fn the_ladder_on_contents_sends_only_what_the_api_accepts() {
+    let store = ctxlog::MemoryStore::new();
+    let config = ctxlog::config::Config {
+        budget: 6_000,
+        summarizer: ctxlog::config::SummarizerKind::None,
+        ..ctxlog::config::Config::default()
+    };
+    let mut s = ctxlog_tests::gemini::start_with(&store, SESSION.parse().unwrap(), config);
+    let bodies = run(&mut s, CALLS);
+    let strict = Strictness::default();
+    let (mut cut, mut placeholders) = (0, 0);
+    for (i, b) in bodies.iter().enumerate() {
+        let v: Value = serde_json::from_slice(b).unwrap();
+        if let Err(e) = gemini::check(&strict, &v, 1) {
+            panic!("call {i}: the API would refuse this request: {e:?}\n{}", String::from_utf8_lossy(b));
+        }
+        let text = String::from_utf8_lossy(b);
+        assert!(text.contains("Port every handler to the new router."), "call {i}");
+        assert_eq!(v["systemInstruction"]["parts"][0]["text"], "You are a coding agent. Be brief.");
+        cut += usize::from(text.contains(r#""response":{"output":"[truncated"#));
+        placeholders += usize::from(text.contains("[ctxlog: "));
+    }
+    assert!(cut > 0 && placeholders > 0, "{cut} requests with a cut response, {placeholders} with a placeholder");
+    assert!(ctxlog::replay::verify(&store, SESSION.parse().unwrap()).unwrap().problems.is_empty());
+}
+
 #[test]
 fn rerun_request_and_export_read_a_gemini_session() {
     let (r, bodies) = record();
