@@ -234,7 +234,9 @@ async fn bare_forwarder(upstream: String, client: HttpClient) -> std::net::Socke
                 async move {
                     let (parts, body) = req.into_parts();
                     let bytes = body.collect().await?.to_bytes();
-                    let mut up = http::Request::post(format!("{upstream}{}", parts.uri.path()));
+                    // The query too: Gemini streams by `?alt=sse`.
+                    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                    let mut up = http::Request::post(format!("{upstream}{pq}"));
                     for (k, v) in &parts.headers {
                         if k != http::header::HOST && k != http::header::CONTENT_LENGTH {
                             up = up.header(k, v);
