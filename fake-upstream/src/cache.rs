@@ -330,4 +330,22 @@ mod tests {
         assert_eq!(c.openai(b"other", &long, t), 0);
         assert_eq!(c.openai(b"k", &long, t + Duration::from_secs(601)), 0, "expired");
     }
+
+    #[test]
+    fn gemini_caches_whole_tokens_from_the_models_minimum() {
+        let mut c = Caches::default();
+        let t = Instant::now();
+        let flash = crate::gemini::cache_min("gemini-2.5-flash");
+        let pro = crate::gemini::cache_min("gemini-2.5-pro");
+        assert_eq!((flash, pro), (1_024, 4_096));
+        let short = big(4_000).into_bytes();
+        assert_eq!(c.gemini(b"k", &short, flash, t), 0);
+        assert_eq!(c.gemini(b"k", &short, flash, t), 0, "under 1,024 tokens: never cached");
+        let mut long = big(5_000).into_bytes();
+        assert_eq!(c.gemini(b"k", &long, flash, t), 0, "nothing to share yet");
+        long.extend_from_slice(b"more");
+        assert_eq!(c.gemini(b"k", &long, flash, t), 1_250, "the whole shared prefix, no step");
+        assert_eq!(c.gemini(b"k", &long, pro, t), 0, "a Pro model's minimum is 4,096");
+        assert_eq!(c.gemini(b"other", &long, flash, t), 0, "per key");
+    }
 }
