@@ -116,6 +116,9 @@ pub mod kind {
     /// `Edited` whose kind is `cleared` or `trimmed` (the same struct as kind 5, whose
     /// layout cannot hold those two kinds).
     pub const EDITED_CLEARS: u8 = 32;
+    // 33 is left to other branches of the same release.
+    /// `ProviderCompacted`.
+    pub const PROVIDER_COMPACTED: u8 = 34;
 }
 
 /// An event bincode could not encode: a bug, not bad input (every event's fields have a
@@ -154,6 +157,7 @@ pub fn encode(event: &Event) -> Result<Record, EncodeError> {
         Event::CallRejected(e) => payload(kind::CALL_REJECTED, e),
         Event::LimitLearned(e) => payload(kind::LIMIT_LEARNED, e),
         Event::Pinned(e) => payload(kind::PINNED, e),
+        Event::ProviderCompacted(e) => payload(kind::PROVIDER_COMPACTED, e),
     }
 }
 
@@ -210,6 +214,7 @@ pub fn decode(stream: StreamId, version: Version, record: &Record) -> Result<Eve
         kind::CALL_REJECTED => body(rest).map(Event::CallRejected),
         kind::LIMIT_LEARNED => body(rest).map(Event::LimitLearned),
         kind::PINNED => body(rest).map(Event::Pinned),
+        kind::PROVIDER_COMPACTED => body(rest).map(Event::ProviderCompacted),
         kind::REQUEST_SERVED_V2 => body::<legacy::RequestServedV2>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V3 => body::<legacy::RequestServedV3>(rest).map(|e| Event::RequestServed(e.into())),
         kind::REQUEST_SERVED_V4 => body::<legacy::RequestServedV4>(rest).map(|e| Event::RequestServed(e.into())),

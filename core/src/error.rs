@@ -156,8 +156,9 @@ impl StaleCause {
             | Event::ImportCompleted(_)
             | Event::AnswerReceived(_)
             | Event::SessionNamed(_) => None,
-            // A rejection records a call that was not served; it changes no view.
-            Event::CallRejected(_) => None,
+            // A rejection records a call that was not served, a provider's compaction a call
+            // outside the engine: neither changes a view.
+            Event::CallRejected(_) | Event::ProviderCompacted(_) => None,
             // A failed summary attempt and the summarizer's guards change no view.
             Event::SummaryFailed(_) => None,
             Event::GuardRaised(g) if matches!(g.kind, GuardKind::ForkRefused { .. } | GuardKind::SummarizerPaused) => {

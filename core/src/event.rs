@@ -57,6 +57,10 @@ pub enum Event {
     /// A message was pinned (or unpinned) by a person: from then on no ladder level edits it
     /// and no flush hides it, until it is unpinned (see [`Pinned`]).
     Pinned(Pinned),
+    /// The provider compacted the conversation on the client's request, outside a call
+    /// (OpenAI `POST /v1/responses/compact`); it changes nothing else (see
+    /// [`ProviderCompacted`]).
+    ProviderCompacted(ProviderCompacted),
 }
 
 impl Event {
@@ -80,6 +84,7 @@ impl Event {
             Event::CallRejected(_) => "CallRejected",
             Event::LimitLearned(_) => "LimitLearned",
             Event::Pinned(_) => "Pinned",
+            Event::ProviderCompacted(_) => "ProviderCompacted",
         }
     }
 }
@@ -203,6 +208,29 @@ pub struct LimitLearned {
     /// The budget it sets, in the engine's tokens: the limit scaled by how much the provider
     /// counted over our estimate of the rejected view (never above the limit).
     pub budget: u64,
+}
+
+/// `ProviderCompacted`: a host relayed a compaction the client asked the provider for, outside
+/// any call of the engine (OpenAI `POST /v1/responses/compact`: the provider returns a shorter
+/// history, its opaque `compaction` item last, that the client sends from then on). It is a
+/// record for people (`replay` shows it after the call it follows); the fold only counts it.
+/// Written by a host (the proxy), never by the engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderCompacted {
+    /// When the provider's answer arrived (ms since the Unix epoch).
+    pub at: u64,
+    /// The endpoint called (`/v1/responses/compact`).
+    pub endpoint: String,
+    /// The model the client asked, when it named one.
+    pub model: Option<String>,
+    /// The compacted response's id.
+    pub response_id: Option<String>,
+    /// History items the client sent.
+    pub input_items: u64,
+    /// Items the provider returned in their place.
+    pub output_items: u64,
+    /// What the provider billed for it.
+    pub usage: Option<crate::usage::Usage>,
 }
 
 /// `ImportCompleted`: the last record an import writes; before it, the session is an unfinished

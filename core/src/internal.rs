@@ -54,9 +54,13 @@ pub mod view {
 /// The wire formats: parsing a client's messages, rendering them back.
 pub mod wire {
     pub use crate::wire::{
-        check_format, decode_base64, detect, encode_base64, parse_in, parse_message, parse_timestamp_ms, to_json,
-        to_json_in, usage_of, BlobSource, Media, RenderOpts, WireError, WireFormat, MAX_CONTENT_NESTING,
+        check_format, decode_base64, detect, encode_base64, parse_at, parse_in, parse_message, parse_timestamp_ms,
+        to_json, to_json_in, usage_of, BlobSource, Media, RenderOpts, WireError, WireFormat, MAX_CONTENT_NESTING,
     };
+    /// Gemini contents.
+    pub mod gemini {
+        pub use crate::wire::gemini::parse_content_at;
+    }
     /// OpenAI Responses items.
     pub mod responses {
         pub use crate::wire::responses::{is_instructions, parse_item};

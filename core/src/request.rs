@@ -11,6 +11,8 @@
 //!   `developer` are roles there); OpenAI caches prefixes without markers.
 //! * **OpenAI Responses** `{…fields, "instructions": …, "input": [...]}`: the message tagged
 //!   as the request's instructions goes back to `instructions`, every other item in place.
+//! * **Gemini** `{…fields, "systemInstruction": …, "contents": [...]}`: system messages leave
+//!   `contents` for `systemInstruction` (their parts, in order); the model is in the URL.
 //!
 //! The other fields (`model`, `max_tokens`, `tools`, `stream`, …) are the host's, passed
 //! through byte for byte in the order given. `messages` is written last.
@@ -62,8 +64,8 @@ pub struct RequestOptions {
 }
 
 /// Fields ctxlog writes itself (Anthropic's `system`, the messages; Responses' `instructions`
-/// and `input`).
-const OWN_FIELDS: [&str; 4] = ["system", "messages", "instructions", "input"];
+/// and `input`; Gemini's `systemInstruction` and `contents`).
+const OWN_FIELDS: [&str; 6] = ["system", "messages", "instructions", "input", "systemInstruction", "contents"];
 
 impl RequestOptions {
     /// No fields, no breakpoints.
@@ -324,6 +326,30 @@ pub(crate) fn render(
             body.push(b',');
         }
     }
+    let gemini = format == WireFormat::Gemini;
+    if gemini {
+        let parts: Vec<Block> = view
+            .items
+            .iter()
+            .filter(|it| is_system(it))
+            .filter_map(|it| item_message(view.state, it.item))
+            .flat_map(|m| match m.content.clone() {
+                Some(Content::Blocks(b)) => b,
+                Some(Content::Text(text)) => vec![Block::Text { text, extra: Vec::new() }],
+                Some(Content::Null) | None => Vec::new(),
+            })
+            .collect();
+        if !parts.is_empty() {
+            body.extend_from_slice(br#""systemInstruction":"#);
+            let start = body.len();
+            let mut w = JsonWriter::new();
+            let m = Message { content: Some(Content::Blocks(parts)), ..Message::text(Role::System, "") };
+            wire::gemini::write_system_instruction(&mut w, &m, inline(blobs), &mut missing);
+            body.extend_from_slice(&w.into_bytes());
+            system = Some(start..body.len());
+            body.push(b',');
+        }
+    }
     if anthropic {
         let mut system_msgs: Vec<Message> = view
             .items
@@ -349,7 +375,11 @@ pub(crate) fn render(
             body.push(b',');
         }
     }
-    body.extend_from_slice(if responses { br#""input":"# } else { br#""messages":"# });
+    body.extend_from_slice(match format {
+        WireFormat::OpenAiResponses => br#""input":"#,
+        WireFormat::Gemini => br#""contents":"#,
+        WireFormat::Anthropic | WireFormat::OpenAi => br#""messages":"#,
+    });
     let start = body.len();
     body.push(b'[');
     let sent: Vec<(usize, &ViewItem, &Arc<[u8]>)> = view
@@ -357,7 +387,7 @@ pub(crate) fn render(
         .iter()
         .zip(view.bytes)
         .enumerate()
-        .filter(|(_, (it, _))| !(is_instructions(it) || anthropic && is_system(it)))
+        .filter(|(_, (it, _))| !(is_instructions(it) || (anthropic || gemini) && is_system(it)))
         .map(|(j, (it, b))| (j, it, b))
         .collect();
     let marked: Vec<(usize, Message)> = match placement {

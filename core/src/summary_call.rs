@@ -271,6 +271,11 @@ fn fork(
     if format == WireFormat::OpenAiResponses {
         return Err(ForkRefusal::Unbuildable("forks of OpenAI Responses requests are not built".into()));
     }
+    // A Gemini request has no `max_tokens` a fork could bound (its bound sits in
+    // `generationConfig`): standalone instead.
+    if format == WireFormat::Gemini {
+        return Err(ForkRefusal::Unbuildable("forks of Gemini requests are not built".into()));
+    }
     let last = state.last_served();
     // 1. Tools never recorded (for the request a fork would append to).
     if let Some(l) = last.filter(|l| l.request.is_none()) {
@@ -497,6 +502,15 @@ fn standalone_body(
 /// The standalone body for a rendered span.
 pub fn standalone_json(format: WireFormat, model: Option<&str>, max_tokens: u64, span_text: &str) -> Vec<u8> {
     let mut w = JsonWriter::new();
+    if format == WireFormat::Gemini {
+        // The model is in the URL; the bound in `generationConfig`.
+        w.raw(r#"{"systemInstruction":{"parts":[{"text":"#);
+        w.string(STANDALONE_PROMPT);
+        w.raw(r#"}]},"contents":[{"role":"user","parts":[{"text":"#);
+        w.string(span_text);
+        w.raw(&format!(r#"}}]}}],"generationConfig":{{"maxOutputTokens":{max_tokens}}}}}"#));
+        return w.into_bytes();
+    }
     w.raw("{");
     if let Some(m) = model {
         w.raw(r#""model":"#);
@@ -521,7 +535,7 @@ pub fn standalone_json(format: WireFormat, model: Option<&str>, max_tokens: u64,
             w.string(span_text);
             w.raw("}]}");
         }
-        WireFormat::OpenAi => {
+        WireFormat::OpenAi | WireFormat::Gemini => {
             w.raw(r#""messages":[{"role":"system","content":"#);
             w.string(STANDALONE_PROMPT);
             w.raw(r#"},{"role":"user","content":"#);

@@ -51,6 +51,9 @@ pub enum UsageFormat {
     /// OpenAI Responses: `input_tokens` (cached included), `input_tokens_details.cached_tokens`,
     /// `output_tokens`.
     OpenAiResponses,
+    /// Google Gemini `usageMetadata`: `promptTokenCount` (cached included),
+    /// `cachedContentTokenCount`, `candidatesTokenCount` (+ `thoughtsTokenCount`).
+    Gemini,
 }
 
 impl Usage {
@@ -120,6 +123,25 @@ impl Usage {
         Self::split_openai(obj, prompt, "input_tokens", "output_tokens")
     }
 
+    /// From a Gemini `usageMetadata` object (a response's, or a stream chunk's: each carries
+    /// the call's counts so far, the last one the whole call's). Thinking tokens are billed
+    /// as output.
+    pub fn from_gemini(usage: &Value) -> Result<Usage, UsageError> {
+        let obj = object(usage)?;
+        let prompt = count(obj, "promptTokenCount")?.ok_or_else(|| fail("promptTokenCount", "missing"))?;
+        let cached = count(obj, "cachedContentTokenCount")?.unwrap_or(0);
+        if cached > prompt {
+            return Err(fail(
+                "cachedContentTokenCount",
+                format!("{cached} cached tokens is more than the {prompt} of `promptTokenCount`"),
+            ));
+        }
+        let output = count(obj, "candidatesTokenCount")?
+            .unwrap_or(0)
+            .saturating_add(count(obj, "thoughtsTokenCount")?.unwrap_or(0));
+        Ok(Usage { input: prompt - cached, cache_read: cached, cache_write: 0, output })
+    }
+
     fn split_openai(obj: &Map<String, Value>, prompt: u64, total: &str, output: &str) -> Result<Usage, UsageError> {
         let details = format!("{total}_details");
         let cached = match obj.get(&details) {
@@ -148,6 +170,8 @@ impl Usage {
             Some(UsageFormat::OpenAiResponses)
         } else if obj.contains_key("input_tokens") {
             Some(UsageFormat::Anthropic)
+        } else if obj.contains_key("promptTokenCount") {
+            Some(UsageFormat::Gemini)
         } else {
             None
         }
@@ -161,6 +185,7 @@ impl Usage {
             Some(UsageFormat::Anthropic) => Self::from_anthropic(usage).map(Some),
             Some(UsageFormat::OpenAiChat) => Self::from_openai_chat(usage).map(Some),
             Some(UsageFormat::OpenAiResponses) => Self::from_openai_responses(usage).map(Some),
+            Some(UsageFormat::Gemini) => Self::from_gemini(usage).map(Some),
             None => Ok(None),
         }
     }
@@ -186,6 +211,19 @@ fn count(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, UsageError>
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn gemini_counts_the_cache_inside_the_prompt() {
+        let u = json!({"promptTokenCount": 5_000, "cachedContentTokenCount": 4_096,
+                       "candidatesTokenCount": 12, "thoughtsTokenCount": 30, "totalTokenCount": 5_042});
+        let usage = Usage::from_gemini(&u).unwrap();
+        assert_eq!(usage, Usage { input: 904, cache_read: 4_096, cache_write: 0, output: 42 });
+        assert_eq!(usage.prompt_total(), 5_000);
+        assert_eq!(Usage::detect(&u), Some(UsageFormat::Gemini));
+        assert_eq!(Usage::from_json(&u).unwrap(), Some(usage));
+        assert!(Usage::from_gemini(&json!({"promptTokenCount": 1, "cachedContentTokenCount": 2})).is_err());
+        assert!(Usage::from_gemini(&json!({"candidatesTokenCount": 1})).is_err());
+    }
 
     #[test]
     fn anthropic_counts_the_cache_as_prompt() {

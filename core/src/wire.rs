@@ -1,7 +1,8 @@
 //! The wire formats: parsing one JSON message into the model, validating it against a
 //! format, and writing it back (to a view, or losslessly for export). OpenAI Responses items
-//! have their own reader and writer in [`responses`].
+//! have their own reader and writer in [`responses`], Gemini contents in [`gemini`].
 
+pub(crate) mod gemini;
 pub(crate) mod responses;
 
 use std::collections::BTreeMap;
@@ -26,6 +27,9 @@ pub enum WireFormat {
     OpenAi,
     /// OpenAI Responses style: `input` items (see [`responses`]).
     OpenAiResponses,
+    /// Google Gemini style: `contents` (see [`gemini`]). Appended last: the variant index is
+    /// the log's, so the earlier ones keep theirs.
+    Gemini,
 }
 
 impl WireFormat {
@@ -35,6 +39,7 @@ impl WireFormat {
             WireFormat::Anthropic => "anthropic",
             WireFormat::OpenAi => "openai",
             WireFormat::OpenAiResponses => "responses",
+            WireFormat::Gemini => "gemini",
         }
     }
 }
@@ -124,9 +129,17 @@ pub fn parse_message(json: &str) -> Result<Message, WireError> {
 }
 
 /// Parses one message of `format`: a chat or Anthropic message, or a Responses `input` item.
+/// A Gemini content is read as the first of its session ([`parse_at`] gives its place).
 pub fn parse_in(json: &str, format: WireFormat) -> Result<Message, WireError> {
+    parse_at(json, format, 0)
+}
+
+/// Parses one message of `format` that has (or will have) `seq` in its session: Gemini's tool
+/// pairs are keyed by position ([`gemini`]); the other formats ignore it.
+pub fn parse_at(json: &str, format: WireFormat, seq: u64) -> Result<Message, WireError> {
     match format {
         WireFormat::OpenAiResponses => responses::parse_item(json),
+        WireFormat::Gemini => gemini::parse_content_at(json, seq),
         WireFormat::Anthropic | WireFormat::OpenAi => parse_message(json),
     }
 }
@@ -236,7 +249,7 @@ pub(crate) fn parse_image_url(url: String, path: &str) -> Result<ImageUrl, WireE
     Ok(ImageUrl::Data { media_type: media_type.to_owned(), data: MediaData::Inline(data.to_owned()) })
 }
 
-fn check_base64(data: &str, path: &str) -> Result<(), WireError> {
+pub(crate) fn check_base64(data: &str, path: &str) -> Result<(), WireError> {
     decode_base64(data).map(|_| ()).map_err(|e| err(path, format!("invalid base64: {e}")))
 }
 
@@ -332,6 +345,7 @@ pub fn check_format(m: &Message, format: WireFormat) -> Result<(), WireError> {
             }
         }
         WireFormat::OpenAiResponses => responses::check(m)?,
+        WireFormat::Gemini => gemini::check(m)?,
     }
     Ok(())
 }
@@ -597,6 +611,7 @@ pub(crate) fn write_in(
 ) {
     match format {
         WireFormat::OpenAiResponses => responses::write_item(w, m, opts, missing),
+        WireFormat::Gemini => gemini::write_content(w, m, opts, missing),
         WireFormat::Anthropic | WireFormat::OpenAi => write_message(w, m, opts, missing),
     }
 }

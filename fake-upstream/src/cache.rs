@@ -44,6 +44,7 @@ pub struct Cached {
 pub struct Caches {
     anthropic: HashMap<[u8; 32], (u64, Instant)>,
     openai: HashMap<Vec<u8>, Vec<(Vec<u8>, Instant)>>,
+    gemini: HashMap<Vec<u8>, Vec<(Vec<u8>, Instant)>>,
 }
 
 struct Block {
@@ -180,6 +181,25 @@ impl Caches {
         Cached { read, written: top.min(prompt) - read }
     }
 
+    /// Gemini's implicit cache: the tokens of the longest prefix this prompt shares with a
+    /// recent one of the same key, when both the prompt and that prefix reach `min`; remembers
+    /// the prompt (Google keeps no finer granularity than tokens).
+    pub fn gemini(&mut self, key: &[u8], body: &[u8], min: u64, now: Instant) -> u64 {
+        let prompt = (body.len() as u64).div_ceil(4);
+        let recent = self.gemini.entry(key.to_vec()).or_default();
+        recent.retain(|(_, exp)| *exp > now);
+        let best = recent.iter().map(|(p, _)| p.iter().zip(body).take_while(|(a, b)| a == b).count()).max();
+        let lcp_tokens = (best.unwrap_or(0) as u64 / 4).min(prompt);
+        let cached = if prompt >= min && lcp_tokens >= min { lcp_tokens } else { 0 };
+        if prompt >= min {
+            recent.push((body.to_vec(), now + OPENAI_TTL));
+            if recent.len() > OPENAI_KEEP {
+                recent.remove(0);
+            }
+        }
+        cached
+    }
+
     /// OpenAI: the cached tokens of this prompt; remembers it.
     pub fn openai(&mut self, key: &[u8], body: &[u8], now: Instant) -> u64 {
         let prompt = (body.len() as u64).div_ceil(4);
@@ -309,5 +329,23 @@ mod tests {
         assert_eq!(c.openai(b"k", &long, t), 1152, "5000 bytes = 1250 tokens shared -> 1152");
         assert_eq!(c.openai(b"other", &long, t), 0);
         assert_eq!(c.openai(b"k", &long, t + Duration::from_secs(601)), 0, "expired");
+    }
+
+    #[test]
+    fn gemini_caches_whole_tokens_from_the_models_minimum() {
+        let mut c = Caches::default();
+        let t = Instant::now();
+        let flash = crate::gemini::cache_min("gemini-2.5-flash");
+        let pro = crate::gemini::cache_min("gemini-2.5-pro");
+        assert_eq!((flash, pro), (1_024, 4_096));
+        let short = big(4_000).into_bytes();
+        assert_eq!(c.gemini(b"k", &short, flash, t), 0);
+        assert_eq!(c.gemini(b"k", &short, flash, t), 0, "under 1,024 tokens: never cached");
+        let mut long = big(5_000).into_bytes();
+        assert_eq!(c.gemini(b"k", &long, flash, t), 0, "nothing to share yet");
+        long.extend_from_slice(b"more");
+        assert_eq!(c.gemini(b"k", &long, flash, t), 1_250, "the whole shared prefix, no step");
+        assert_eq!(c.gemini(b"k", &long, pro, t), 0, "a Pro model's minimum is 4,096");
+        assert_eq!(c.gemini(b"other", &long, flash, t), 0, "per key");
     }
 }

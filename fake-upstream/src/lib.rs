@@ -13,6 +13,7 @@ mod anthropic;
 mod cache;
 pub mod context_editing;
 mod faults;
+pub mod gemini;
 mod openai;
 mod record;
 pub mod reply;

@@ -279,6 +279,20 @@ pub fn output(body: &Value, reply: &Reply, seq: u64, compaction: bool) -> Vec<Va
     out
 }
 
+/// `POST /v1/responses/compact`'s answer: the input's user messages as they came, then one
+/// signed `compaction` item standing for everything else (`object: "response.compaction"`).
+pub fn compacted(items: &[Value], seq: u64, t: &Tokens) -> Value {
+    let mut output: Vec<Value> = items
+        .iter()
+        .filter(|i| kind(i) == "message" && i.get("role").and_then(Value::as_str) == Some("user"))
+        .cloned()
+        .collect();
+    let id = format!("cmp_fake_{seq}");
+    output.push(json!({"id": id, "type": "compaction", "encrypted_content": sign(&id)}));
+    json!({"id": format!("resp_fake_{seq}"), "object": "response.compaction", "created_at": CREATED,
+        "output": output, "usage": usage(t)})
+}
+
 /// The response object (`status` completed, or in progress with no output or usage yet).
 pub fn response(body: &Value, model: &str, seq: u64, output: &[Value], t: Option<&Tokens>) -> Value {
     let field = |k: &str, default: Value| body.get(k).cloned().unwrap_or(default);

@@ -199,6 +199,7 @@ enum Api {
     Anthropic,
     OpenAi,
     Responses,
+    Gemini,
 }
 
 fn json_response(status: u16, body: Bytes) -> Response<FakeBody> {
@@ -226,7 +227,8 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     let api = match path.split('?').next() {
         Some("/v1/messages") => Some(Api::Anthropic),
         Some("/v1/chat/completions") => Some(Api::OpenAi),
-        Some("/v1/responses") => Some(Api::Responses),
+        Some("/v1/responses" | "/v1/responses/compact") => Some(Api::Responses),
+        _ if crate::gemini::method_of(&path).is_some() => Some(Api::Gemini),
         _ => None,
     };
     let api = api.filter(|_| parts.method == hyper::Method::POST);
@@ -255,6 +257,7 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     let error = |status: u16, msg: &str| match shape {
         Api::Anthropic => anthropic::error(status, msg),
         Api::OpenAi | Api::Responses => openai::error(status, msg),
+        Api::Gemini => crate::gemini::error(status, msg),
     };
     if parts.method == hyper::Method::POST && path.split('?').next() == Some("/v1/messages/count_tokens") {
         let (status, b) = count_tokens(&shared, &body);
@@ -308,6 +311,9 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
     if api == Api::Responses {
         return Ok(serve_responses(&shared, tracker, &request, &parsed, &body, fault, seq));
     }
+    if api == Api::Gemini {
+        return Ok(serve_gemini(&shared, tracker, &request, &parsed, &body, fault, seq));
+    }
     if !parsed.get("messages").is_some_and(serde_json::Value::is_array) {
         return Ok(respond(
             tracker,
@@ -336,7 +342,7 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
             Api::Anthropic => strict
                 .anthropic(&parsed, prompt)
                 .and_then(|()| crate::context_editing::checked(&strict, &parsed, request.header("anthropic-beta"))),
-            Api::OpenAi | Api::Responses => strict.openai(&parsed, prompt),
+            Api::OpenAi | Api::Responses | Api::Gemini => strict.openai(&parsed, prompt),
         }
     };
     if let Err(Rejection { status, message, param, code }) = checked {
@@ -345,7 +351,7 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
             Api::OpenAi if code.as_deref() == Some(crate::strict::LLAMA_CONTEXT_CODE) => {
                 openai::llama_context_error(prompt, lock(&shared.strict).context_of(false))
             }
-            Api::OpenAi | Api::Responses => openai::invalid(&message, param.as_deref(), code.as_deref()),
+            Api::OpenAi | Api::Responses | Api::Gemini => openai::invalid(&message, param.as_deref(), code.as_deref()),
         };
         return Ok(respond(tracker, status, vec![b], End::Finish, false, api, None, None));
     }
@@ -373,8 +379,8 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
             vec![anthropic::message(&model, &reply, thinking.as_deref(), &tokens, seq, &extras)]
         }
         (Api::Anthropic, true) => anthropic::stream(&model, &reply, thinking.as_deref(), &tokens, seq, &extras),
-        (Api::OpenAi | Api::Responses, false) => vec![openai::completion(&model, &reply, &tokens, seq)],
-        (Api::OpenAi | Api::Responses, true) => {
+        (Api::OpenAi | Api::Responses | Api::Gemini, false) => vec![openai::completion(&model, &reply, &tokens, seq)],
+        (Api::OpenAi | Api::Responses | Api::Gemini, true) => {
             let usage =
                 parsed.pointer("/stream_options/include_usage").and_then(serde_json::Value::as_bool) == Some(true);
             openai::stream(&model, &reply, &tokens, seq, usage)
@@ -395,7 +401,7 @@ pub(crate) async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Resul
             chunks.truncate(after_events);
             chunks.push(match api {
                 Api::Anthropic => anthropic::stream_error(),
-                Api::OpenAi | Api::Responses => openai::stream_error(),
+                Api::OpenAi | Api::Responses | Api::Gemini => openai::stream_error(),
             });
         }
         _ => end = late_end(&fault),
@@ -442,6 +448,24 @@ fn serve_responses(
     if let Err(r) = checked {
         return reject(tracker, r);
     }
+    if request.path.split('?').next() == Some("/v1/responses/compact") {
+        // No stream, nothing stored: the compacted history is the client's to send back.
+        if parsed.get("stream").is_some() {
+            return reject(
+                tracker,
+                Rejection {
+                    status: 400,
+                    message: "Unknown parameter: 'stream'.".into(),
+                    param: Some("stream".into()),
+                    code: Some("unknown_parameter".into()),
+                },
+            );
+        }
+        let mut tokens = cache_tokens(shared, request, parsed, body, &Reply::Text(String::new()), api, None);
+        tokens.prompt = prompt;
+        let b = Bytes::from(responses::compacted(&items, seq, &tokens).to_string());
+        return respond(tracker, 200, vec![b], End::Finish, false, api, None, None);
+    }
     let model = parsed.get("model").and_then(|m| m.as_str()).unwrap_or("fake-model").to_owned();
     let streaming = parsed.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
     let reply = responses::decide(&items);
@@ -472,6 +496,63 @@ fn serve_responses(
         Some(Fault::StreamError { after_events }) if streaming => {
             chunks.truncate(after_events);
             chunks.push(responses::stream_error(after_events as u64));
+        }
+        _ => end = late_end(&fault),
+    }
+    respond(tracker, 200, chunks, end, streaming, api, None, full_len)
+}
+
+/// `POST /v1beta/models/{model}:generateContent` / `:streamGenerateContent`: checked, answered.
+fn serve_gemini(
+    shared: &Shared,
+    tracker: Tracker,
+    request: &RecordedRequest,
+    parsed: &serde_json::Value,
+    body: &[u8],
+    fault: Option<Fault>,
+    seq: u64,
+) -> Response<FakeBody> {
+    let api = Api::Gemini;
+    let (model, streaming) = crate::gemini::method_of(&request.path).unwrap_or_default();
+    let prompt = (body.len() as u64).div_ceil(4);
+    if let Err(r) = crate::gemini::check(&lock(&shared.strict), parsed, prompt) {
+        return respond(
+            tracker,
+            r.status,
+            vec![crate::gemini::error(r.status, &r.message)],
+            End::Finish,
+            false,
+            api,
+            None,
+            None,
+        );
+    }
+    if streaming && !request.path.contains("alt=sse") {
+        // Google streams a JSON array then; the fake speaks only the SSE form.
+        let b = crate::gemini::error(400, "the fake serves :streamGenerateContent with alt=sse only");
+        return respond(tracker, 400, vec![b], End::Finish, false, api, None, None);
+    }
+    let reply = crate::gemini::decide(parsed);
+    let tokens = cache_tokens(shared, request, parsed, body, &reply, api, None);
+    let mut chunks = if streaming {
+        crate::gemini::stream(&model, &reply, &tokens, seq)
+    } else {
+        vec![Bytes::from(crate::gemini::response(&model, &reply, &tokens, seq).to_string())]
+    };
+    let full_len = (!streaming).then(|| chunks.iter().map(|c| c.len() as u64).sum::<u64>());
+    let mut end = End::Finish;
+    match fault {
+        Some(Fault::Disconnect { after_events }) | Some(Fault::Stall { after_events }) => {
+            if streaming {
+                chunks.truncate(after_events);
+            } else if let Some(b) = chunks.first().cloned() {
+                chunks = vec![b.slice(..b.len() / 2)];
+            }
+            end = if matches!(fault, Some(Fault::Stall { .. })) { End::Stall } else { End::Abort };
+        }
+        Some(Fault::StreamError { after_events }) if streaming => {
+            chunks.truncate(after_events);
+            chunks.push(crate::gemini::stream_error());
         }
         _ => end = late_end(&fault),
     }
@@ -524,6 +605,7 @@ fn cache_tokens(
         .iter()
         .find(|(n, _)| n == "x-api-key")
         .or_else(|| req.headers.iter().find(|(n, _)| n == "authorization"))
+        .or_else(|| req.headers.iter().find(|(n, _)| n == "x-goog-api-key"))
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     let prompt = (body.len() as u64).div_ceil(4);
@@ -535,6 +617,10 @@ fn cache_tokens(
             (c.read, c.written)
         }
         Api::OpenAi | Api::Responses => (caches.openai(&key, body, now), 0),
+        Api::Gemini => {
+            let model = crate::gemini::method_of(&req.path).map(|(m, _)| m).unwrap_or_default();
+            (caches.gemini(&key, body, crate::gemini::cache_min(&model), now), 0)
+        }
     };
     let output = reply.output_tokens() + thinking.map_or(0, |t| (t.len() as u64).div_ceil(4));
     Tokens { prompt, cache_read, cache_creation, output }
@@ -560,7 +646,7 @@ fn respond(
     }
     let id = match api {
         Api::Anthropic => "request-id",
-        Api::OpenAi | Api::Responses => "x-request-id",
+        Api::OpenAi | Api::Responses | Api::Gemini => "x-request-id",
     };
     headers.push((id.into(), format!("req_fake_{}", tracker.seq)));
     if let Some(s) = retry_after {

@@ -32,12 +32,23 @@ pub(crate) async fn call(
         WireFormat::Anthropic => Shape::Anthropic,
         WireFormat::OpenAi => Shape::OpenAi,
         WireFormat::OpenAiResponses => Shape::Responses,
+        WireFormat::Gemini => Shape::Gemini,
     };
     let bad = |field: &str, message: &str| {
         error(shape, StatusCode::BAD_REQUEST, "invalid_request_error", &format!("{field}: {message}"))
     };
     let responses = format == WireFormat::OpenAiResponses;
-    let keys = if responses { Keys::RESPONSES } else { Keys::MESSAGES };
+    let gemini = crate::gemini::method_of(parts.uri.path());
+    let keys = match format {
+        WireFormat::OpenAiResponses => Keys::RESPONSES,
+        WireFormat::Gemini => Keys::GEMINI,
+        WireFormat::Anthropic | WireFormat::OpenAi => Keys::MESSAGES,
+    };
+    // Gemini: a `?key=` names the caller as `x-goog-api-key` does.
+    let id_headers = match &gemini {
+        Some(_) => std::borrow::Cow::Owned(crate::gemini::identity_headers(&parts.headers, parts.uri.query())),
+        None => std::borrow::Cow::Borrowed(&parts.headers),
+    };
     // The client's own bytes: what a provider-held call forwards.
     let original = bytes;
     let parsed = match ClientBody::parse_as(&original, keys) {
@@ -111,7 +122,11 @@ pub(crate) async fn call(
     // The history as spans of the body and their digests: the blocking task below rebuilds
     // borrowed items from the (refcounted) body instead of copying 600 KB into owned strings.
     let system = body.system.map(|s| {
-        let raw = if responses { crate::responses::instructions_message(s) } else { system_message(s) };
+        let raw = match format {
+            WireFormat::OpenAiResponses => crate::responses::instructions_message(s),
+            WireFormat::Gemini => crate::gemini::system_message(s),
+            WireFormat::Anthropic | WireFormat::OpenAi => system_message(s),
+        };
         let d = digest(raw.as_bytes());
         (raw, d)
     });
@@ -128,7 +143,7 @@ pub(crate) async fn call(
     let asked = Arc::new(crate::breakpoints::Asked::of(&body, format, proxy.cfg.cache_breakpoints));
     // `previous_response_id`: the provider holds the history; the call joins its chain.
     let previous = if responses { crate::responses::previous_of(&body) } else { None };
-    let tenant = crate::identity::key_hash(&parts.headers);
+    let tenant = crate::identity::key_hash(&id_headers);
     let (base, earlier) = match &previous {
         Some(p) => proxy.chains.resolve(&tenant, p),
         None => {
@@ -136,7 +151,7 @@ pub(crate) async fn call(
             let named = parts.headers.contains_key(crate::SESSION_HEADER);
             let after =
                 body.messages.first().filter(|_| !named).and_then(|m| proxy.aliases.resolve(&tenant, m.as_bytes()));
-            (after.unwrap_or_else(|| session_of(&parts.headers, format, &body, &proxy.sessions.derived)), Vec::new())
+            (after.unwrap_or_else(|| session_of(&id_headers, format, &body, &proxy.sessions.derived)), Vec::new())
         }
     };
     let held_chain = previous.is_some();
@@ -144,17 +159,24 @@ pub(crate) async fn call(
     let leading = body.messages.get(..body.messages.len().min(LEADING)).unwrap_or_default();
     let answered = proxy.aliases.answered(&tenant, base, leading);
     let earlier = Arc::new(earlier);
-    let model = opts.model_name();
+    // Gemini's model is in the path.
+    let model = gemini.as_ref().map(|g| g.model.clone()).or_else(|| opts.model_name());
     // The output the request reserves (OpenAI's newer name included).
     let max_tokens = body
         .fields
         .iter()
         .find(|(k, _)| matches!(*k, "max_tokens" | "max_completion_tokens" | "max_output_tokens"))
-        .and_then(|(_, v)| v.get().parse().ok());
+        .and_then(|(_, v)| v.get().parse().ok())
+        .or_else(|| gemini.as_ref().and_then(|_| crate::gemini::max_output(&body.fields)));
     // The header's bytes as text (a header value is visible ASCII in practice; anything else
     // is kept readable rather than refused: the id already depends on the exact bytes).
     let name = parts.headers.get(crate::SESSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let sse = body.streams();
+    let sse = body.streams() || gemini.as_ref().is_some_and(|g| g.stream);
+    // Without `alt=sse` Google streams one JSON array, which has no event to hold back.
+    let alt_sse = parts.uri.query().is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
+    if gemini.as_ref().is_some_and(|g| g.stream) && !alt_sse {
+        return bad("alt", "ctxlog serves :streamGenerateContent as server-sent events only: add ?alt=sse");
+    }
     // Shutdown waits for this call, through its commit and summaries.
     let ticket = Ticket::new(&proxy);
     let unavailable = |why: &str| crate::reply::unavailable(shape, &format!("ctxlog: {why}"), 1);

@@ -37,6 +37,8 @@ impl Keys {
     pub const MESSAGES: Keys = Keys { list: "messages", system: "system" };
     /// Responses: `input` and `instructions`.
     pub const RESPONSES: Keys = Keys { list: "input", system: "instructions" };
+    /// Gemini: `contents` and `systemInstruction`.
+    pub const GEMINI: Keys = Keys { list: "contents", system: "systemInstruction" };
 }
 
 /// A body that is not a request: the field and what is wrong.

@@ -91,7 +91,7 @@ impl Branch {
 /// they became), else equal in canonical form. The item is read in the session's format (a
 /// Responses item is not a chat message).
 fn same(item: &Item<'_>, logged: &Message, format: WireFormat) -> bool {
-    let Some(m) = item.text().ok().and_then(|t| ctxlog::internal::wire::parse_in(t, format).ok()) else { return false };
+    let Ok(m) = item.parse(format) else { return false };
     same_parsed(&m, logged) || crate::canonical::digest(&m) == crate::canonical::digest(logged)
 }
 

@@ -71,6 +71,7 @@ fn format_tag(format: WireFormat) -> &'static [u8] {
     match format {
         WireFormat::Anthropic => b"anthropic",
         WireFormat::OpenAiResponses => b"responses",
+        WireFormat::Gemini => b"gemini",
         _ => b"openai",
     }
 }

@@ -33,6 +33,18 @@ impl Item<'_> {
         }
     }
 
+    /// Where the item sits among the request's history items (`system` first): the position a
+    /// Gemini content's tool pairs are keyed by.
+    pub fn position(&self) -> u64 {
+        self.index.map_or(0, |i| i as u64)
+    }
+
+    /// Parses the item in `format` (not checked).
+    pub fn parse(&self, format: WireFormat) -> Result<Message, PrepareError> {
+        ctxlog::internal::wire::parse_at(self.text()?, format, self.position())
+            .map_err(|e| invalid(&self.field(), &e.field, e.message))
+    }
+
     /// The raw JSON as text (the whole body was checked to be UTF-8; checked again, cheaply,
     /// only for the items that are parsed).
     pub fn text(&self) -> Result<&str, PrepareError> {
@@ -78,8 +90,7 @@ pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Me
     items
         .iter()
         .map(|it| {
-            let m = ctxlog::internal::wire::parse_in(it.text()?, format)
-                .map_err(|e| invalid(&it.field(), &e.field, e.message))?;
+            let m = it.parse(format)?;
             ctxlog::internal::wire::check_format(&m, format).map_err(|e| invalid(&it.field(), &e.field, e.message))?;
             // ctxlog's tag for `instructions` is not an item a client may send.
             if it.index.is_some()
@@ -87,6 +98,10 @@ pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Me
                 && format == WireFormat::OpenAiResponses
             {
                 return Err(invalid(&it.field(), "type", "unknown item type \"instructions\"".into()));
+            }
+            // `system` is ctxlog's role for `systemInstruction`, not one of `contents`.
+            if it.index.is_some() && format == WireFormat::Gemini && m.role.is_system() {
+                return Err(invalid(&it.field(), "role", "Please use a valid role: user, model.".into()));
             }
             Ok(m)
         })
@@ -96,8 +111,8 @@ pub(crate) fn parse_all(items: &[Item<'_>], format: WireFormat) -> Result<Vec<Me
 pub(crate) fn invalid(item: &str, inner: &str, message: String) -> PrepareError {
     let field = match (item, inner) {
         // The Anthropic `system` field was wrapped as a message: its `content` is the field.
-        ("system" | "instructions", "content") | (_, "") => item.to_owned(),
-        (field @ ("system" | "instructions"), rest) => {
+        ("system" | "instructions", "content") | ("systemInstruction", "parts") | (_, "") => item.to_owned(),
+        (field @ ("system" | "instructions" | "systemInstruction"), rest) => {
             format!("{field}{}", rest.strip_prefix("content").unwrap_or(rest))
         }
         (item, rest) => format!("{item}.{rest}"),

@@ -36,8 +36,19 @@ impl Metrics {
     pub(crate) fn request(&self, path: &str, status: u16) {
         // Paths are labels: only the ones the proxy knows, so a client cannot grow the map.
         let path = match path {
-            "/v1/messages" | "/v1/chat/completions" | "/v1/responses" | "/healthz" | "/readyz" | "/metrics" => path,
-            _ => "other",
+            "/v1/messages"
+            | "/v1/chat/completions"
+            | "/v1/responses"
+            | "/v1/responses/compact"
+            | "/healthz"
+            | "/readyz"
+            | "/metrics" => path,
+            // Gemini's paths name the model: one label per method.
+            p => match crate::gemini::method_of(p) {
+                Some(m) if m.stream => "/v1beta/models/*:streamGenerateContent",
+                Some(_) => "/v1beta/models/*:generateContent",
+                None => "other",
+            },
         };
         if let Ok(mut m) = self.requests.lock() {
             *m.entry((path.to_owned(), status)).or_default() += 1;

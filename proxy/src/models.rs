@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 /// Context windows (input + output tokens) as the providers document them.
-const WINDOWS: [(&str, u64); 27] = [
+const WINDOWS: [(&str, u64); 29] = [
     // Anthropic: 200k for every current model (Sonnet's 1M is a beta header away).
     ("claude-", 200_000),
     ("claude-2.0", 100_000),
@@ -33,6 +33,9 @@ const WINDOWS: [(&str, u64); 27] = [
     ("o4-mini", 200_000),
     ("gpt-oss", 131_072),
     ("codex-mini", 200_000),
+    // Google: 1M tokens for every current Gemini (2.0, 2.5, 3), 2M for 1.5 Pro.
+    ("gemini-", 1_048_576),
+    ("gemini-1.5-pro", 2_097_152),
     // Open models as served by vLLM, Ollama or llama.cpp under their usual names.
     ("llama-3.1", 131_072),
     ("llama-3.3", 131_072),
@@ -113,6 +116,8 @@ mod tests {
         assert_eq!(m.window("gpt-4-0613"), Some(8_192));
         assert_eq!(m.window("o3-mini-2025-01-31"), Some(200_000));
         assert_eq!(m.window("o1-mini"), Some(128_000));
+        assert_eq!(m.window("gemini-2.5-flash"), Some(1_048_576), "the model from a Gemini path");
+        assert_eq!(m.window("gemini-1.5-pro-002"), Some(2_097_152));
         assert_eq!(m.window("unknown-model"), None);
         assert_eq!(m.budget("claude-opus-4-1", Some(8_192)), Some(191_808));
         assert_eq!(m.budget("gpt-4", Some(100_000)), Some(4_096), "at most half the window is reserved");

@@ -23,6 +23,8 @@ pub(crate) enum Shape {
     OpenAi,
     /// OpenAI's, with Responses' stream events (`event: error`).
     Responses,
+    /// Google's `{"error":{"code":..,"message":..,"status":..}}`.
+    Gemini,
 }
 
 impl Shape {
@@ -32,6 +34,9 @@ impl Shape {
             Shape::Anthropic
         } else if path.starts_with("/v1/responses") {
             Shape::Responses
+        } else if path.starts_with("/v1beta/") || crate::gemini::method_of(path).is_some() {
+            // `/v1/models/{model}:generateContent` is Gemini's; `/v1/models/gpt-4o` OpenAI's.
+            Shape::Gemini
         } else {
             Shape::OpenAi
         }
@@ -46,6 +51,13 @@ pub(crate) fn error(shape: Shape, status: StatusCode, kind: &str, message: &str)
         Shape::OpenAi | Shape::Responses => {
             let ty = if status.is_server_error() { "server_error" } else { "invalid_request_error" };
             format!(r#"{{"error":{{"message":{message},"type":"{ty}","code":"{kind}"}}}}"#)
+        }
+        Shape::Gemini => {
+            format!(
+                r#"{{"error":{{"code":{},"message":{message},"status":"{}"}}}}"#,
+                status.as_u16(),
+                google_status(status)
+            )
         }
     };
     let mut r = Response::new(full(body));
@@ -64,7 +76,7 @@ pub(crate) fn unavailable(shape: Shape, message: &str, retry_after: u32) -> Resp
             let status = StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
             error(shape, status, "overloaded_error", message)
         }
-        Shape::OpenAi | Shape::Responses => {
+        Shape::OpenAi | Shape::Responses | Shape::Gemini => {
             error(shape, StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
         }
     };
@@ -90,6 +102,28 @@ pub(crate) fn stream_error(shape: Shape, message: &str) -> Bytes {
             "event: error\ndata: {{\"type\":\"error\",\"code\":\"ctxlog_not_recorded\",\"message\":{message},\"param\":null}}\n\n"
         )
         .into(),
+        // In place of the chunk with `finishReason`: an error object, as Google ends a stream.
+        Shape::Gemini => {
+            format!("data: {{\"error\":{{\"code\":503,\"message\":{message},\"status\":\"UNAVAILABLE\"}}}}\r\n\r\n").into()
+        }
+    }
+}
+
+/// Google's canonical status name of an HTTP status.
+fn google_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        503 | 529 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        s if s >= 500 => "INTERNAL",
+        _ => "FAILED_PRECONDITION",
     }
 }
 
@@ -109,6 +143,13 @@ mod tests {
         assert_eq!(a["error"]["type"], "request_too_large");
         assert_eq!(a["error"]["message"], "too \"big\"");
         let o = json(error(Shape::OpenAi, StatusCode::BAD_REQUEST, "invalid_message", "m")).await;
+        let g = json(error(Shape::Gemini, StatusCode::BAD_REQUEST, "invalid_request_error", "contents: x")).await;
+        assert_eq!(
+            g,
+            serde_json::json!({"error": {"code": 400, "message": "contents: x", "status": "INVALID_ARGUMENT"}})
+        );
+        assert_eq!(Shape::of_path("/v1/models/gemini-2.5-flash:generateContent"), Shape::Gemini);
+        assert_eq!(Shape::of_path("/v1/models/gpt-4o"), Shape::OpenAi);
         assert_eq!(o["error"]["code"], "invalid_message");
         assert_eq!(o["error"]["type"], "invalid_request_error");
         assert_eq!(o["error"]["message"], "m");

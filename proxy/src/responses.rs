@@ -84,6 +84,12 @@ impl Chains {
         map.insert(response, (session, Some(output)));
     }
 
+    /// The session a call continuing `previous` goes to, leaving what its next call logs.
+    pub fn session_of(&self, key: &[u8; 32], previous: &str) -> StreamId {
+        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(previous).and_then(|(id, _)| *id).unwrap_or_else(|| chain_id(key, previous))
+    }
+
     /// The session a call continuing `previous` goes to, and the items to log before its input.
     pub fn resolve(&self, key: &[u8; 32], previous: &str) -> (StreamId, Vec<String>) {
         match self.take(previous) {

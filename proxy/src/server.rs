@@ -271,7 +271,8 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
         }
         (&Method::POST, "/v1/messages" | "/v1/messages/count_tokens") => WireFormat::Anthropic,
         (&Method::POST, "/v1/chat/completions") => WireFormat::OpenAi,
-        (&Method::POST, "/v1/responses") => WireFormat::OpenAiResponses,
+        (&Method::POST, "/v1/responses" | crate::compact::PATH) => WireFormat::OpenAiResponses,
+        (&Method::POST, path) if crate::gemini::method_of(path).is_some() => WireFormat::Gemini,
         _ => {
             let (parts, body) = req.into_parts();
             return crate::forward::forward(proxy, parts, body.map_err(Into::into).boxed(), false).await;
@@ -306,6 +307,9 @@ async fn route(proxy: &Arc<Proxy>, req: Request<Incoming>, started: Instant, bod
     };
     if parts.uri.path() == "/v1/messages/count_tokens" {
         return crate::count_tokens::count(Arc::clone(proxy), parts, bytes).await;
+    }
+    if parts.uri.path() == crate::compact::PATH {
+        return crate::compact::compact(Arc::clone(proxy), parts, bytes).await;
     }
     crate::api::call(Arc::clone(proxy), parts, bytes, format, started).await
 }

@@ -20,7 +20,7 @@ use ctxlog::{Config, Plan, RequestOptions, Session, SessionError, StreamId, Time
 
 use crate::history::{Branch, Fork, Relation};
 use crate::identity::branch_of;
-use crate::item::{invalid, parse_all};
+use crate::item::parse_all;
 pub(crate) use crate::item::{Item, PrepareError, Sess, Store};
 
 /// Branches of one lineage kept open at once; past it the least recently used are shrunk to
@@ -439,8 +439,7 @@ fn append_new(b: &mut Branch, items: &[Item<'_>], format: WireFormat) -> Result<
 
 /// The canonical digest of a client's item (what names the branch it starts).
 fn canonical_of(item: &Item<'_>, format: WireFormat) -> Result<u128, PrepareError> {
-    let m = ctxlog::internal::wire::parse_in(item.text()?, format)
-        .map_err(|e| invalid(&item.field(), &e.field, e.message))?;
+    let m = item.parse(format)?;
     Ok(crate::canonical::digest(&m))
 }
 
@@ -493,10 +492,13 @@ impl Slot {
             (WireFormat::OpenAiResponses, Some(a)) => crate::answer::answer_parts(a).map(|p| p.1).unwrap_or_default(),
             (_, a) => a.map(str::to_owned).into_iter().collect(),
         };
+        // A Gemini answer follows the request's contents: its position is their number.
+        let state = s.state();
+        let position = state.message_count() - u64::from(state.entry(0).is_some_and(|e| e.is_system()));
         let parsed: Option<Vec<Message>> = raw
             .iter()
             .map(|a| {
-                ctxlog::internal::wire::parse_in(a, format)
+                ctxlog::internal::wire::parse_at(a, format, position)
                     .ok()
                     .filter(|m| ctxlog::internal::wire::check_format(m, format).is_ok())
             })

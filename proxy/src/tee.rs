@@ -71,6 +71,8 @@ pub(crate) struct Scan {
     error: Option<String>,
     /// Responses: the answer (`{"id","output"}`) of the final event's response.
     response: Option<String>,
+    /// Gemini: the chunks' parts so far (`None` for the other formats).
+    gemini: Option<crate::gemini::Chunks>,
 }
 
 impl Scan {
@@ -83,6 +85,7 @@ impl Scan {
             terminal: false,
             error: None,
             response: None,
+            gemini: (format == WireFormat::Gemini).then(Default::default),
         }
     }
 
@@ -105,6 +108,19 @@ impl Scan {
         }
         // Every event is parsed: its deltas make the answer the call records.
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else { return };
+        if let Some(chunks) = &mut self.gemini {
+            // Every chunk carries the counts so far; the final one (`finishReason`) the call's.
+            if let Some(u) = v.get("usageMetadata").and_then(|u| Usage::from_gemini(u).ok()) {
+                self.usage = Some(u);
+            }
+            if let Some(e) = v.get("error") {
+                self.error = Some(e.to_string());
+            }
+            if chunks.take(&v) {
+                self.terminal = true;
+            }
+            return;
+        }
         if self.responses {
             // The final event carries the whole response: its output is the answer.
             match v.get("type").and_then(|t| t.as_str()) {
@@ -166,6 +182,9 @@ impl Scan {
         if self.responses {
             return Outcome::Complete(self.usage, self.response.take());
         }
+        if let Some(chunks) = self.gemini.take() {
+            return Outcome::Complete(self.usage, chunks.finish());
+        }
         Outcome::Complete(self.usage, std::mem::take(&mut self.answer).finish(self.anthropic))
     }
 }
@@ -175,10 +194,15 @@ pub(crate) fn json_outcome(format: WireFormat, body: &[u8]) -> Outcome {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Outcome::Failed(Incomplete::NotJson);
     };
+    if format == WireFormat::Gemini {
+        let usage = v.get("usageMetadata").and_then(|u| Usage::from_gemini(u).ok());
+        return Outcome::Complete(usage, crate::gemini::answer_of(&v));
+    }
     let usage = v.get("usage").and_then(|u| match format {
         WireFormat::Anthropic => Usage::from_anthropic(u).ok(),
         WireFormat::OpenAi => Usage::from_openai_chat(u).ok(),
         WireFormat::OpenAiResponses => Usage::from_openai_responses(u).ok(),
+        WireFormat::Gemini => None,
     });
     if format == WireFormat::OpenAiResponses {
         return Outcome::Complete(usage, crate::answer::of_response(&v));

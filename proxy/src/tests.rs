@@ -121,6 +121,8 @@ struct FlakyStore {
     fail_commits: std::sync::atomic::AtomicBool,
     /// Every read fails: the database is down.
     down: std::sync::atomic::AtomicBool,
+    /// Every append of a `ProviderCompacted` record fails.
+    fail_compactions: std::sync::atomic::AtomicBool,
 }
 
 impl Store for FlakyStore {
@@ -132,7 +134,9 @@ impl Store for FlakyStore {
     ) -> Result<ctxlog::Version, ctxlog::StoreError> {
         let commit = records.iter().any(|r| r.body().get(1) == Some(&ctxlog::codec::kind::REQUEST_SERVED));
         let appending = records.len() >= 2 && !commit;
-        let failing = (commit && self.fail_commits.load(std::sync::atomic::Ordering::SeqCst))
+        let compaction = records.iter().any(|r| r.body().get(1) == Some(&ctxlog::codec::kind::PROVIDER_COMPACTED));
+        let failing = (compaction && self.fail_compactions.load(std::sync::atomic::Ordering::SeqCst))
+            || (commit && self.fail_commits.load(std::sync::atomic::Ordering::SeqCst))
             || (appending && self.fail.load(std::sync::atomic::Ordering::SeqCst));
         if failing {
             return Err(ctxlog::StoreError::Unavailable {
@@ -413,4 +417,128 @@ fn a_lease_being_released_is_taken_within_the_quick_tries() {
         assert_eq!(lease.is_some(), got, "taken for {taken} tries");
         assert_eq!(metrics.lease_waits(), waits, "taken for {taken} tries");
     }
+}
+
+/// Gemini: the chunk with `finishReason` is the final event, held until the commit; when the
+/// commit fails the stream ends in Google's error object in its place (the text chunks before
+/// it went on), and a JSON answer becomes a 503 in Google's shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_answer_whose_commit_fails_reaches_the_client_as_an_error() {
+    let fake = FakeUpstream::start().unwrap();
+    let flaky = Arc::new(FlakyStore::default());
+    let store: Arc<dyn Store> = flaky.clone();
+    let proxy = serve(ProxyConfig::new("127.0.0.1:0".parse().unwrap(), &fake.url()), Arc::clone(&store)).await.unwrap();
+    let post = |contents: String, stream: bool| {
+        let body = format!(r#"{{"systemInstruction":{{"parts":[{{"text":"Be terse."}}]}},"contents":[{contents}]}}"#);
+        let verb = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+        let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let req = http::Request::post(format!("http://{}/v1beta/models/gemini-2.5-flash:{verb}", proxy.addr()))
+            .header("content-type", "application/json")
+            .header("x-goog-api-key", "test-key")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        async move {
+            let resp = client.request(req).await.unwrap();
+            let (parts, b) = resp.into_parts();
+            let bytes = b.collect().await.unwrap().to_bytes();
+            (parts.status.as_u16(), String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    // The fake answers `ack N` for N contents: the client sends back what it was answered.
+    let turn = |i: usize| {
+        (0..=i)
+            .map(|t| {
+                format!(
+                    r#"{{"role":"user","parts":[{{"text":"step {t} of a longer task"}}]}},{{"role":"model","parts":[{{"text":"ack {}"}}]}}"#,
+                    2 * t + 1
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+            + &format!(r#",{{"role":"user","parts":[{{"text":"step {} of a longer task"}}]}}"#, i + 1)
+    };
+    let (status, answer) = post(r#"{"role":"user","parts":[{"text":"step 0 of a longer task"}]}"#.into(), true).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("finishReason"), "{answer}");
+    committed(&proxy, 1).await;
+    // New contents that cannot be logged are not forwarded: Google's 503, retry-after.
+    flaky.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let forwarded = fake.requests().len();
+    for stream in [false, true] {
+        let (status, answer) = post(turn(0), stream).await;
+        assert_eq!(status, 503, "{answer}");
+        assert!(
+            answer.contains(r#""status":"UNAVAILABLE""#) && answer.contains("nothing was sent upstream"),
+            "{answer}"
+        );
+    }
+    assert_eq!(fake.requests().len(), forwarded, "a call whose contents were not logged went upstream");
+    flaky.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    flaky.fail_commits.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (status, answer) = post(turn(0), true).await;
+    assert_eq!(status, 200, "a stream's status is sent before its end");
+    assert!(answer.contains(r#"{"text":"ack "#), "the chunks before the end were held: {answer}");
+    assert!(!answer.contains("finishReason"), "the final chunk reached the client: {answer}");
+    assert!(answer.contains(r#""status":"UNAVAILABLE""#), "{answer}");
+    let (status, answer) = post(turn(1), false).await;
+    assert_eq!(status, 503, "{answer}");
+    assert!(answer.contains(r#""status":"UNAVAILABLE""#), "{answer}");
+    flaky.fail_commits.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (status, answer) = post(turn(2), true).await;
+    assert_eq!(status, 200);
+    assert!(answer.contains("finishReason"), "{answer}");
+    assert_eq!(proxy.metrics().committed(), 2);
+    assert_eq!(proxy.metrics().failed_commits(), 2);
+    proxy.shutdown().await;
+    fake.shutdown();
+}
+
+/// `/v1/responses/compact`: a compaction that cannot be recorded never reaches its client (a
+/// 503 the SDK retries, the provider's answer held back); once the store writes again it is
+/// recorded and relayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_that_cannot_be_recorded_is_a_503() {
+    let fake = FakeUpstream::start().unwrap();
+    let flaky = Arc::new(FlakyStore::default());
+    let store: Arc<dyn Store> = flaky.clone();
+    let proxy = serve(ProxyConfig::new("127.0.0.1:0".parse().unwrap(), &fake.url()), Arc::clone(&store)).await.unwrap();
+    let post = || {
+        let body = r#"{"model":"gpt-x","instructions":"Be terse.","input":[{"role":"user","content":"step 0"}]}"#;
+        let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let req = http::Request::post(format!("http://{}/v1/responses/compact", proxy.addr()))
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer test-key")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        async move {
+            let resp = client.request(req).await.unwrap();
+            let (parts, b) = resp.into_parts();
+            let bytes = b.collect().await.unwrap().to_bytes();
+            (parts.status.as_u16(), String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    flaky.fail_compactions.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (status, answer) = post().await;
+    assert_eq!(status, 503, "{answer}");
+    assert!(answer.contains("could not be recorded") && !answer.contains("compaction\","), "{answer}");
+    flaky.fail_compactions.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (status, answer) = post().await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains(r#""object":"response.compaction""#), "{answer}");
+    let recorded: usize = store
+        .streams()
+        .unwrap()
+        .into_iter()
+        .map(|id| {
+            let n = store.read(id, 1, usize::MAX).unwrap();
+            n.iter()
+                .filter(|r| {
+                    matches!(ctxlog::codec::decode(id, r.version, &r.record), Ok(ctxlog::Event::ProviderCompacted(_)))
+                })
+                .count()
+        })
+        .sum();
+    assert_eq!(recorded, 1, "the refused write left a record, or the second none");
+    proxy.shutdown().await;
+    fake.shutdown();
 }

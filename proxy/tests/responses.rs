@@ -18,7 +18,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
 mod support;
-use support::{calls, proxy_on, served};
+use support::{calls, events, proxy_on, served};
 
 const PATH: &str = "/v1/responses";
 const AUTH: (&str, &str) = ("authorization", "Bearer sk-openai-SECRET-KEY-9876543210");
@@ -385,5 +385,84 @@ async fn an_anthropic_compaction_block_continues_one_session() {
         .any(|e| matches!(e, Event::GuardRaised(g) if matches!(g.kind, GuardKind::HistoryDiverged { .. }))));
     let x = exchange(&up, c.seq());
     assert!(String::from_utf8_lossy(&x.request.body).contains("Summary: the parser was ported"));
+    p.shutdown().await;
+}
+
+/// `POST /v1/responses/compact`: forwarded as the client sent it, answered byte for byte, and
+/// recorded in the conversation's session (`ProviderCompacted`, with the usage) before the
+/// client has the answer; the history the client sends next, from the compacted output, is
+/// served and logged.
+#[tokio::test]
+async fn a_compact_call_is_recorded_in_the_conversations_session() {
+    let up = FakeUpstream::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let p = proxy_on(Arc::clone(&store), &up.url(), |c| c.engine.budget = 50_000).await;
+    let mut input = vec![json!({"role": "user", "content": "Start the port. [[tool:read_file]]"})];
+    let mut stream = None;
+    for call in 0..3 {
+        let a = post(p.addr(), &body(&input, false)).await;
+        assert_eq!(a.status, 200, "{}", a.text());
+        assert_eq!(*stream.get_or_insert(a.stream()), a.stream());
+        let output = a.response()["output"].as_array().unwrap().clone();
+        let calls_made: Vec<Value> = output.iter().filter(|o| o["type"] == "function_call").cloned().collect();
+        input.extend(output);
+        for c in &calls_made {
+            input.push(json!({"type": "function_call_output", "call_id": c["call_id"], "output": "x".repeat(2_000)}));
+        }
+        if calls_made.is_empty() {
+            input.push(json!({"role": "user", "content": format!("Turn {call}. [[tool:read_file]]")}));
+        }
+    }
+    let id = stream.unwrap();
+    let b =
+        json!({"model": "gpt-fake-5", "instructions": "You are a coding agent. Be brief.", "input": input}).to_string();
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::post(format!("http://{}/v1/responses/compact", p.addr()))
+        .header(AUTH.0, AUTH.1)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(b.clone())))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let (parts, rb) = resp.into_parts();
+    let answer = rb.collect().await.unwrap().to_bytes().to_vec();
+    assert_eq!(parts.status.as_u16(), 200, "{}", String::from_utf8_lossy(&answer));
+    assert_eq!(parts.headers.get("x-ctxlog-stream").unwrap().to_str().unwrap(), id.to_string());
+    let seq: u64 = parts.headers["x-request-id"].to_str().unwrap().strip_prefix("req_fake_").unwrap().parse().unwrap();
+    let x = exchange(&up, seq);
+    assert_eq!(x.request.body, b.as_bytes(), "the compaction request is forwarded as the client sent it");
+    assert_eq!(answer, x.response.body(), "the client gets the provider's answer as it came");
+    let compacted: Value = serde_json::from_slice(&answer).unwrap();
+    let evs = events(&*store, id);
+    let recorded = evs
+        .iter()
+        .find_map(|e| match e {
+            Event::ProviderCompacted(c) => Some(c.clone()),
+            _ => None,
+        })
+        .expect("the compaction is not in the session's log");
+    assert_eq!(recorded.endpoint, "/v1/responses/compact");
+    assert_eq!(recorded.model.as_deref(), Some("gpt-fake-5"));
+    assert_eq!(recorded.input_items, input.len() as u64);
+    assert_eq!(recorded.output_items, compacted["output"].as_array().unwrap().len() as u64);
+    assert_eq!(recorded.response_id.as_deref(), compacted["id"].as_str());
+    let u = &compacted["usage"];
+    let cached = u["input_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert_eq!(
+        recorded.usage,
+        Some(Usage {
+            input: u["input_tokens"].as_u64().unwrap() - cached,
+            cache_read: cached,
+            cache_write: 0,
+            output: u["output_tokens"].as_u64().unwrap()
+        })
+    );
+    // The client goes on from the compacted history: served, logged, and the log verifies.
+    let mut next = compacted["output"].as_array().unwrap().clone();
+    next.push(json!({"role": "user", "content": "Go on from there."}));
+    let a = post(p.addr(), &body(&next, false)).await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    for s in [id, a.stream()] {
+        assert!(ctxlog::replay::verify(&*store, s).unwrap().problems.is_empty());
+    }
     p.shutdown().await;
 }

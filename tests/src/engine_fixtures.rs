@@ -76,6 +76,7 @@ impl Wire {
                 json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PNG_1X1}")}})
             }
             WireFormat::OpenAiResponses => panic!("Responses sessions are built by ctxlog_tests::responses"),
+            WireFormat::Gemini => panic!("Gemini sessions are built by ctxlog_tests::gemini"),
         };
         let mut blocks: Vec<Value> = Vec::new();
         if let Some((first, rest)) = texts.split_first() {
@@ -110,6 +111,7 @@ impl Wire {
                 msg(json!({"role": "assistant", "content": content, "tool_calls": calls}))
             }
             WireFormat::OpenAiResponses => panic!("Responses sessions are built by ctxlog_tests::responses"),
+            WireFormat::Gemini => panic!("Gemini sessions are built by ctxlog_tests::gemini"),
         }
     }
 
@@ -121,6 +123,7 @@ impl Wire {
             }
             WireFormat::OpenAi => msg(json!({"role": "tool", "tool_call_id": id, "content": text})),
             WireFormat::OpenAiResponses => panic!("Responses sessions are built by ctxlog_tests::responses"),
+            WireFormat::Gemini => panic!("Gemini sessions are built by ctxlog_tests::gemini"),
         }
     }
 }

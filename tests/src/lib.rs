@@ -12,6 +12,7 @@ pub mod conformance;
 pub mod conformance_fixtures;
 pub mod engine_fixtures;
 pub mod faulty_store;
+pub mod gemini;
 pub mod postgres;
 pub mod postmortem;
 pub mod provider;

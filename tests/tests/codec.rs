@@ -290,6 +290,15 @@ fn build_every_kind() -> Vec<Event> {
             by: "ctxlog restore --pin".into(),
             why: "the spec".into(),
         }),
+        Event::ProviderCompacted(ctxlog::event::ProviderCompacted {
+            at: 1_767_225_700_000,
+            endpoint: "/v1/responses/compact".into(),
+            model: Some("gpt-5".into()),
+            response_id: Some("resp_0a1b".into()),
+            input_items: 41,
+            output_items: 4,
+            usage: Some(ctxlog::Usage { input: 9_000, cache_read: 30_000, cache_write: 0, output: 1_200 }),
+        }),
     ]
 }
 
@@ -341,6 +350,7 @@ fn every_event_kind_round_trips_through_the_envelope() {
         CALL_REJECTED,
         LIMIT_LEARNED,
         PINNED,
+        PROVIDER_COMPACTED,
     ];
     assert_eq!(kinds, current.into_iter().collect(), "written kinds");
 }
@@ -361,7 +371,7 @@ fn first_release_layouts_decode_and_upcast_to_the_current_events() {
             | Event::AnswerReceived(_)
             | Event::Branched(_)
             | Event::SessionNamed(_) => false,
-            Event::CallRejected(_) | Event::LimitLearned(_) | Event::Pinned(_) => false,
+            Event::CallRejected(_) | Event::LimitLearned(_) | Event::Pinned(_) | Event::ProviderCompacted(_) => false,
             Event::GuardRaised(_) => true,
             Event::SummaryPrepared(e) => e.merged.is_empty() && e.prefix_call.is_none() && e.usage.is_none(),
             Event::Flushed(e) => e.condensed.is_empty(),
@@ -915,6 +925,51 @@ fn responses_values_round_trip_with_their_tags() {
             )
             .unwrap(),
         }),
+    ];
+    for (i, ev) in events.iter().enumerate() {
+        let rec = codec::encode(ev).unwrap();
+        let back = Record::from_stored(STREAM, i as u64 + 1, rec.as_bytes().to_vec()).unwrap();
+        assert_eq!(&codec::decode(STREAM, i as u64 + 1, &back).unwrap(), ev);
+    }
+}
+
+/// Gemini (issue 23 item 4): the session format `Gemini` is variant 3 of `WireFormat`, a new
+/// value inside the existing kind 18, appended after the others so that every earlier log
+/// keeps its tags (a chat session's record is byte for byte the same as before); a Gemini
+/// content is an ordinary message (kinds 2 and 23), ctxlog's pairing keys and the client's
+/// `thoughtSignature` inside it.
+#[test]
+fn gemini_values_round_trip_with_their_tags() {
+    use ctxlog::internal::wire::gemini::parse_content_at;
+    let started = |format| {
+        Event::SessionStarted(ctxlog::event::SessionStarted {
+            session: STREAM.0,
+            format,
+            config: ctxlog::Config::default(),
+            at: 1,
+            import: None,
+        })
+    };
+    let tag = |format| {
+        let rec = codec::encode(&started(format)).unwrap();
+        let chat = codec::encode(&started(ctxlog::WireFormat::OpenAi)).unwrap();
+        let differ: Vec<(u8, u8)> =
+            chat.body().iter().zip(rec.body()).filter(|(a, b)| a != b).map(|(a, b)| (*a, *b)).collect();
+        differ
+    };
+    assert_eq!(tag(ctxlog::WireFormat::Gemini), [(1, 3)], "the format is one varint tag, after the others");
+    assert_eq!(tag(ctxlog::WireFormat::OpenAiResponses), [(1, 2)], "the earlier tags are unchanged");
+    assert_eq!(tag(ctxlog::WireFormat::Anthropic), [(1, 0)]);
+    let call = r#"{"role":"model","parts":[{"functionCall":{"name":"ls","args":{}},"thoughtSignature":"c2ln+/=="}]}"#;
+    let answer = r#"{"role":"user","parts":[{"functionResponse":{"name":"ls","response":{"output":"a b"}}}]}"#;
+    let events = [
+        started(ctxlog::WireFormat::Gemini),
+        Event::MessageAppended(ctxlog::event::MessageAppended {
+            seq: 2,
+            message: parse_content_at(answer, 2).unwrap(),
+            tokens: 20,
+        }),
+        Event::AnswerReceived(ctxlog::event::AnswerReceived { call: 0, message: parse_content_at(call, 1).unwrap() }),
     ];
     for (i, ev) in events.iter().enumerate() {
         let rec = codec::encode(ev).unwrap();

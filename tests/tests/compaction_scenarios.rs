@@ -621,7 +621,7 @@ fn protected_tool_result_keeps_its_call_and_its_siblings() {
                         {"type": "tool_result", "tool_use_id": "b", "content": "x".repeat(800)},
                     ]
                 }))]),
-                WireFormat::OpenAi | WireFormat::OpenAiResponses => {
+                WireFormat::OpenAi | WireFormat::OpenAiResponses | WireFormat::Gemini => {
                     h.append(vec![w.result("a", &"x".repeat(800)), w.result("b", &"x".repeat(800))])
                 }
             }

@@ -25,6 +25,11 @@
 //!   messages, reasoning and compaction items verbatim; several `AnswerReceived` per call; a
 //!   `GuardRaised` of kind `ProviderHeldHistory`), written through the library by [`bless`]
 //!   from [`ctxlog_tests::responses`].
+//! * `v6-gemini-*`: a Gemini session (the format `Gemini`, variant 3, in kind 18; contents as
+//!   messages with `functionCall`/`functionResponse` pairs keyed by position, a
+//!   `thoughtSignature`, a screenshot as a blob), written through the library by
+//!   [`bless_gemini`] from [`ctxlog_tests::gemini`]: the v6 layout set, one new value in it
+//!   (so it is not a new set; named apart so a later layout set can still be `v7`).
 //!
 //! To write the newest golden set (only when a layout set is released):
 //! `CTXLOG_BLESS_GOLDEN=1 cargo test -p ctxlog-tests --test golden`. Blessing refuses to
@@ -106,6 +111,32 @@ fn bless() {
         }
     }
     std::fs::write(golden().join(format!("{NEWEST}-timeline.jsonl")), records).unwrap();
+}
+
+/// The Gemini set.
+const GEMINI: &str = "v6-gemini";
+
+/// Writes the Gemini golden set (refusing to overwrite it): 16 calls of
+/// [`ctxlog_tests::gemini::run`].
+fn bless_gemini() {
+    let timeline_file = golden().join(format!("{GEMINI}-timeline.jsonl"));
+    let exists = BACKENDS.iter().any(|b| store_path(&golden(), GEMINI, b).exists()) || timeline_file.exists();
+    assert!(!exists, "the golden set {GEMINI} exists: a released set is never rewritten");
+    let id: StreamId = SESSION.parse().unwrap();
+    let mem = MemoryStore::new();
+    let mut session = ctxlog_tests::gemini::start(&mem, id);
+    ctxlog_tests::gemini::run(&mut session, 16);
+    let records: String = replay(&mem, id, Mode::Strict, None).unwrap().timeline.iter().map(golden_line).collect();
+    for backend in BACKENDS {
+        let path = store_path(&golden(), GEMINI, backend);
+        let store = open(backend, &path);
+        ctxlog::transfer::copy_session(&mem, store.as_ref(), id).unwrap();
+        drop(store);
+        if backend == "fs" {
+            let _ = std::fs::remove_file(path.join("LOCK"));
+        }
+    }
+    std::fs::write(timeline_file, records).unwrap();
 }
 
 fn run(args: &[&str]) -> String {
@@ -399,4 +430,41 @@ fn golden_logs_of_a_responses_session_keep_decoding_on_every_backend() {
     assert_eq!(format, Some(ctxlog::WireFormat::OpenAiResponses));
     assert!(compaction && held, "(pinned compaction item, provider-held guard)");
     assert!(answers.windows(2).any(|w| w[0] == w[1]), "no call answered with several items");
+}
+
+#[test]
+fn golden_logs_of_a_gemini_session_keep_decoding_on_every_backend() {
+    if std::env::var_os("CTXLOG_BLESS_GEMINI").is_some() {
+        bless_gemini();
+    }
+    let kinds = check_set(GEMINI);
+    for k in ["SessionStarted", "MessageAppended", "RequestServed", "AnswerReceived", "Flushed"] {
+        assert!(kinds.contains(k), "{GEMINI} holds no {k}");
+    }
+    let (_dir, path) = copy_to_temp(GEMINI);
+    let store = open("sqlite", &path);
+    let (mut format, mut pairs, mut signed) = (None, 0, false);
+    ctxlog::replay::for_each_event(store.as_ref(), SESSION.parse().unwrap(), 1, None, |_, ev| {
+        if let ctxlog::Event::SessionStarted(s) = &ev {
+            format = Some(s.format);
+        }
+        if let ctxlog::Event::MessageAppended(m) = &ev {
+            pairs += m.message.result_ids().filter(|id| id.starts_with('~')).count();
+            let (json, _) = ctxlog::internal::wire::to_json_in(
+                ctxlog::WireFormat::Gemini,
+                &m.message,
+                ctxlog::internal::wire::RenderOpts { meta: false, media: ctxlog::internal::wire::Media::Refs },
+            );
+            signed |= json.contains(r#""thoughtSignature":"c2lnbmF0dXJl000+/==""#);
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(format, Some(ctxlog::WireFormat::Gemini));
+    assert!(pairs >= 5 && signed, "({pairs} results paired by position, a signature kept)");
+    // `rerun` of the golden session is identical to its log.
+    let from = path.display().to_string();
+    let out = run(&["ctxlog", "rerun", "--store", &format!("sqlite:{from}"), "--session", SESSION, "--json"]);
+    let diff: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(diff["identical"], true, "{out}");
 }

@@ -170,7 +170,7 @@ impl Run {
                             .collect();
                         vec![ctxlog_tests::engine_fixtures::msg(serde_json::json!({"role": "user", "content": blocks}))]
                     }
-                    WireFormat::OpenAi | WireFormat::OpenAiResponses => {
+                    WireFormat::OpenAi | WireFormat::OpenAiResponses | WireFormat::Gemini => {
                         ids.iter().zip(&outputs).map(|(id, o)| w.result(id, o)).collect()
                     }
                 };

@@ -41,6 +41,7 @@ fn options(format: WireFormat, breakpoints: bool) -> RequestOptions {
             RequestOptions::new().model("gpt-5").tools(tools).unwrap().field("stream", "true").unwrap()
         }
         WireFormat::OpenAiResponses => ctxlog_tests::responses::options(),
+        WireFormat::Gemini => RequestOptions::new().field("generationConfig", r#"{"maxOutputTokens":512}"#).unwrap(),
     };
     if breakpoints {
         opts.cache_breakpoints(CacheTtl::FiveMinutes)

@@ -97,3 +97,38 @@ fn rerun_why_report_and_export_read_a_responses_session() {
     assert!(lines.iter().any(|l| l["type"] == "reasoning" && l["encrypted_content"] == "gAAAA000/reasoned="));
     assert!(lines.iter().all(|l| l.get("role").is_some() || l.get("type").is_some()));
 }
+
+/// A compaction the provider made on the client's request (`/v1/responses/compact`, recorded by
+/// the proxy as `ProviderCompacted`) is shown by `replay` after the call it follows, in the table
+/// and as `guards_after` in JSON; `verify` and `rerun` read the session as before.
+#[test]
+fn replay_shows_a_provider_compaction_between_calls() {
+    let (r, _) = record();
+    {
+        let store = SqliteStore::open(std::path::Path::new(&r.path("ctxlog.db"))).unwrap();
+        let mut s = ctxlog::Session::open(&store, SESSION.parse().unwrap()).unwrap();
+        s.record_provider_compaction(ctxlog::event::ProviderCompacted {
+            at: ctxlog_tests::responses::T0 + 3_600_000,
+            endpoint: "/v1/responses/compact".into(),
+            model: Some("gpt-5".into()),
+            response_id: Some("resp_cmp_1".into()),
+            input_items: 120,
+            output_items: 9,
+            usage: Some(ctxlog::Usage { input: 2_000, cache_read: 8_000, cache_write: 0, output: 700 }),
+        })
+        .unwrap();
+    }
+    let table = r.ok(&["replay", "--session", SESSION]);
+    assert!(table.contains("guard provider_compacted (after call 39"), "{table}");
+    assert!(
+        table.contains("120 items in, 9 out as resp_cmp_1; billed 10000 prompt tokens (8000 cached), 700 output"),
+        "{table}"
+    );
+    let json = r.ok(&["replay", "--session", SESSION, "--json"]);
+    let last: Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
+    assert_eq!(last["guards_after"][0]["kind"], "provider_compacted", "{json}");
+    let verify = r.ok(&["verify", "--json"]);
+    assert!(!verify.contains("\"problems\":[{"), "{verify}");
+    let (code, out, err) = r.run(&["rerun", "--session", SESSION, "--json", "--exit-code"]);
+    assert_eq!(code, 0, "{err}\n{out}");
+}

@@ -540,6 +540,11 @@ impl Fold {
                 let record = GuardRecord { kind: g.kind.name(), detail: format!("{} (knob: {})", g.detail, g.knob) };
                 self.host_guards.push(HostGuard { version, after_call: last_call, record });
             }
+            // Shown where a host's guards are: between the calls it came after.
+            Event::ProviderCompacted(p) => {
+                let record = GuardRecord { kind: "provider_compacted".into(), detail: compaction_sentence(p) };
+                self.host_guards.push(HostGuard { version, after_call: last_call, record });
+            }
             _ => {}
         }
         self.links.extend(link_of(stream, version, ev));
@@ -680,4 +685,19 @@ pub fn gist(m: &Message, tool_names: &BTreeMap<String, String>) -> String {
         parts.push(format!("\"{preview}{more}\""));
     }
     parts.join(", ")
+}
+
+/// What `replay` says of a compaction the provider made on the client's request.
+fn compaction_sentence(p: &ctxlog::event::ProviderCompacted) -> String {
+    let model = p.model.as_deref().map(|m| format!(" ({m})")).unwrap_or_default();
+    let id = p.response_id.as_deref().map(|i| format!(" as {i}")).unwrap_or_default();
+    let usage = p
+        .usage
+        .map(|u| format!("; billed {} prompt tokens ({} cached), {} output", u.prompt_total(), u.cache_read, u.output))
+        .unwrap_or_default();
+    format!(
+        "the client asked the provider to compact its history ({}{model}): {} items in, {} out{id}{usage}; \
+         the client's next history may start from them (knob: none, the client's call)",
+        p.endpoint, p.input_items, p.output_items
+    )
 }

@@ -41,7 +41,7 @@ pub fn request(a: &RequestArgs, out: &mut Out<'_>) -> Result<(), CliError> {
 }
 
 /// The top-level fields of a client's request body other than its history (`system` and
-/// `messages`, or `instructions` and `input`), in its
+/// `messages`, `instructions` and `input`, or `systemInstruction` and `contents`), in its
 /// order and set one by one, as `ctxlog proxy` builds them (a repeated key keeps its first
 /// place and its last value).
 fn options_from(path: &Path) -> Result<RequestOptions, CliError> {
@@ -58,8 +58,9 @@ fn options_from(path: &Path) -> Result<RequestOptions, CliError> {
         serde_json::from_str::<Fields>(text).map_err(|e| bad("", format!("not a JSON object: {e}")))?.0;
     let mut opts = RequestOptions::new();
     for (k, v) in &fields {
-        // The history fields are the view's (Responses: `instructions`, `input`).
-        if matches!(k.as_str(), "system" | "messages" | "instructions" | "input") {
+        // The history fields are the view's (Responses: `instructions`, `input`; Gemini:
+        // `systemInstruction`, `contents`).
+        if matches!(k.as_str(), "system" | "messages" | "instructions" | "input" | "systemInstruction" | "contents") {
             continue;
         }
         opts = opts.field(k, v.get()).map_err(|e| bad(&e.field, e.to_string()))?;

@@ -262,9 +262,9 @@ struct Problems {
 fn format_slot(f: WireFormat) -> usize {
     match f {
         WireFormat::Anthropic => 0,
-        // Transcripts are chat or Anthropic lines; a Responses session is exported as items
-        // but not imported (decisions.md).
-        WireFormat::OpenAi | WireFormat::OpenAiResponses => 1,
+        // Transcripts are chat or Anthropic lines; a Responses or Gemini session is exported
+        // in its format but not imported (decisions.md).
+        WireFormat::OpenAi | WireFormat::OpenAiResponses | WireFormat::Gemini => 1,
     }
 }
 

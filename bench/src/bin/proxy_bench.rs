@@ -23,7 +23,8 @@
 //!   random one: requests/s, lease waits, catch-ups.
 //!
 //! `cargo run --release -p ctxlog-bench --bin proxy_bench [-- --calls 200 --sessions 50]`;
-//! `-- --only latency --apis chat,responses` measures the OpenAI routes side by side.
+//! `-- --only latency --apis chat,responses` measures the OpenAI routes side by side;
+//! `gemini` the Gemini route (`:generateContent`, `:streamGenerateContent?alt=sse`).
 
 // A benchmark aborts on a broken fixture; there is nothing to recover.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
@@ -65,7 +66,7 @@ struct Args {
     #[arg(long, default_value = "10000,150000")]
     tokens: String,
     /// The APIs of the latency cases: messages (Anthropic), chat (OpenAI chat completions),
-    /// responses (OpenAI Responses).
+    /// responses (OpenAI Responses), gemini (Gemini generateContent).
     #[arg(long, default_value = "messages")]
     apis: String,
     /// Latency: the client moves a `cache_control` breakpoint to its last user message on every
@@ -81,6 +82,7 @@ enum Api {
     Messages,
     Chat,
     Responses,
+    Gemini,
 }
 
 impl Api {
@@ -89,7 +91,8 @@ impl Api {
             "messages" => Api::Messages,
             "chat" => Api::Chat,
             "responses" => Api::Responses,
-            other => panic!("--apis: unknown API {other:?} (messages, chat, responses)"),
+            "gemini" => Api::Gemini,
+            other => panic!("--apis: unknown API {other:?} (messages, chat, responses, gemini)"),
         }
     }
 
@@ -98,6 +101,15 @@ impl Api {
             Api::Messages => "/v1/messages",
             Api::Chat => "/v1/chat/completions",
             Api::Responses => "/v1/responses",
+            Api::Gemini => "/v1beta/models/gemini-2.5-flash:generateContent",
+        }
+    }
+
+    /// The path of one call (Gemini streams by method, not by a body field).
+    fn path_of(self, stream: bool) -> &'static str {
+        match (self, stream) {
+            (Api::Gemini, true) => "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+            (api, _) => api.path(),
         }
     }
 }
@@ -222,7 +234,9 @@ async fn bare_forwarder(upstream: String, client: HttpClient) -> std::net::Socke
                 async move {
                     let (parts, body) = req.into_parts();
                     let bytes = body.collect().await?.to_bytes();
-                    let mut up = http::Request::post(format!("{upstream}{}", parts.uri.path()));
+                    // The query too: Gemini streams by `?alt=sse`.
+                    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                    let mut up = http::Request::post(format!("{upstream}{pq}"));
                     for (k, v) in &parts.headers {
                         if k != http::header::HOST && k != http::header::CONTENT_LENGTH {
                             up = up.header(k, v);
@@ -294,10 +308,14 @@ impl History {
     /// (and the usage chunk asked for); Responses' `instructions` and `input` (its messages
     /// are `{"role","content"}` items).
     fn body_for(&self, api: Api, stream: bool) -> Bytes {
+        if api == Api::Gemini {
+            // Gemini streams by its path (`post_to`), not by a body field.
+            return self.gemini_body();
+        }
         let mut b = String::with_capacity(self.messages.iter().map(|m| m.len() + 1).sum::<usize>() + 2_000);
         match api {
             Api::Messages => b.push_str(r#"{"model":"claude-bench","max_tokens":1024,"#),
-            Api::Chat | Api::Responses => b.push_str(r#"{"model":"gpt-bench","#),
+            Api::Chat | Api::Responses | Api::Gemini => b.push_str(r#"{"model":"gpt-bench","#),
         }
         if stream {
             b.push_str(r#""stream":true,"#);
@@ -318,7 +336,7 @@ impl History {
                 b.push_str(r#""}"#);
                 first = false;
             }
-            Api::Responses => {
+            Api::Responses | Api::Gemini => {
                 b.push_str(r#""instructions":""#);
                 b.push_str(&self.system);
                 b.push_str(r#"","input":["#);
@@ -345,17 +363,36 @@ impl History {
     }
 }
 
+impl History {
+    /// Gemini's `systemInstruction` and `contents` (assistant turns as `model` ones).
+    fn gemini_body(&self) -> Bytes {
+        let contents: Vec<serde_json::Value> = self
+            .messages
+            .iter()
+            .map(|m| {
+                let v: serde_json::Value = serde_json::from_str(m).unwrap();
+                let role = if v["role"] == "assistant" { "model" } else { "user" };
+                serde_json::json!({"role": role, "parts": [{"text": v["content"]}]})
+            })
+            .collect();
+        let body = serde_json::json!({"systemInstruction": {"parts": [{"text": self.system}]}, "contents": contents,
+            "generationConfig": {"maxOutputTokens": 1024}});
+        Bytes::from(body.to_string())
+    }
+}
+
 /// POSTs `body` to `base` and reads the answer to its last byte; returns the elapsed time.
 async fn post(client: &HttpClient, base: &str, session: &str, body: Bytes) -> Duration {
-    post_to(client, base, Api::Messages, session, body).await
+    post_to(client, base, Api::Messages, false, session, body).await
 }
 
 /// [`post`] to the route of `api`, with its credential header.
-async fn post_to(client: &HttpClient, base: &str, api: Api, session: &str, body: Bytes) -> Duration {
-    let req = http::Request::post(format!("{base}{}", api.path())).header("content-type", "application/json");
+async fn post_to(client: &HttpClient, base: &str, api: Api, stream: bool, session: &str, body: Bytes) -> Duration {
+    let req = http::Request::post(format!("{base}{}", api.path_of(stream))).header("content-type", "application/json");
     let req = match api {
         Api::Messages => req.header("x-api-key", "bench-key").header("anthropic-version", "2023-06-01"),
         Api::Chat | Api::Responses => req.header("authorization", "Bearer bench-key"),
+        Api::Gemini => req.header("x-goog-api-key", "bench-key"),
     };
     let req = req.header("x-ctxlog-session", session).body(Full::new(body)).unwrap();
     let t = Instant::now();
@@ -394,7 +431,7 @@ async fn latency(api: Api, tokens: usize, stream: bool, calls: usize, moving: bo
     let mut h = History::new(tokens, (tokens * 4).saturating_sub(growth / 2));
     h.moving = moving;
     let session = format!("lat-{tokens}-{stream}");
-    let name = api.path().trim_start_matches("/v1/");
+    let name = if api == Api::Gemini { "gemini" } else { api.path().trim_start_matches("/v1/") };
     let (proxy_url, direct_url) = (format!("http://{}", r.proxy.addr()), r.fake.url());
     let (mut direct, mut through, mut added, mut commit) = (vec![], vec![], vec![], vec![]);
     let (bare_url, mut bare, mut own) = (format!("http://{}", r.bare), vec![], vec![]);
@@ -406,9 +443,9 @@ async fn latency(api: Api, tokens: usize, stream: bool, calls: usize, moving: bo
         }
         let body = h.body_for(api, stream);
         sizes = (sizes.0.min(body.len()), sizes.1.max(body.len()));
-        let d = post_to(&r.client, &direct_url, api, &session, body.clone()).await;
-        let b = post_to(&r.client, &bare_url, api, &session, body.clone()).await;
-        let p = post_to(&r.client, &proxy_url, api, &session, body).await;
+        let d = post_to(&r.client, &direct_url, api, stream, &session, body.clone()).await;
+        let b = post_to(&r.client, &bare_url, api, stream, &session, body.clone()).await;
+        let p = post_to(&r.client, &proxy_url, api, stream, &session, body).await;
         let t = Instant::now();
         committed += 1;
         wait_committed(&r.proxy, committed).await;

@@ -38,7 +38,13 @@ pub(crate) fn holds_prefix(state: &State, config: &Config, now: Millis) -> bool 
 
 /// The gate's decision for a view whose meter reads `metered` tokens, under the hard limit in
 /// force (`policy::margin::hard_limit`).
-pub(crate) fn decide(state: &State, config: &Config, now: Millis, metered: u64, hard_limit: u64) -> Option<FlushDecision> {
+pub(crate) fn decide(
+    state: &State,
+    config: &Config,
+    now: Millis,
+    metered: u64,
+    hard_limit: u64,
+) -> Option<FlushDecision> {
     if !state.flush_pending() {
         return None;
     }

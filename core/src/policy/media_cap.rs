@@ -21,7 +21,7 @@ const MAX_GROUP: usize = 64;
 pub(crate) fn max_images(format: WireFormat) -> Option<usize> {
     match format {
         WireFormat::Anthropic => Some(ANTHROPIC_MAX_IMAGES),
-        WireFormat::OpenAi | WireFormat::OpenAiResponses => None,
+        WireFormat::OpenAi | WireFormat::OpenAiResponses | WireFormat::Gemini => None,
     }
 }
 

@@ -1,9 +1,9 @@
 //! What a session refuses and what it records being refused: a command that would break an
 //! invariant (nothing written), a call the provider refused (`CallRejected`, `LimitLearned`),
-//! and a guard a host raises outside a call.
+//! and what a host records outside a call (a guard, a compaction the provider made).
 
 use crate::error::{SessionError, StaleCause};
-use crate::event::{CallRejected, Event, GuardKind, LimitLearned};
+use crate::event::{CallRejected, Event, GuardKind, LimitLearned, ProviderCompacted};
 use crate::state::Violation;
 use crate::store::{Store, Version};
 use crate::time::Timestamp;
@@ -20,6 +20,13 @@ pub struct CallRejectedOutcome {
 }
 
 impl<S: Store> Session<S> {
+    /// Records a compaction the provider made on the client's request outside a call (OpenAI
+    /// `POST /v1/responses/compact`), durably, as one `ProviderCompacted` record: the history
+    /// the client sends next may start from its output. Nothing else changes.
+    pub fn record_provider_compaction(&mut self, compaction: ProviderCompacted) -> Result<Version, SessionError> {
+        self.persist_then_apply(vec![Event::ProviderCompacted(compaction)])
+    }
+
     /// A command that would break an invariant: refused before anything is written.
     pub(super) fn refused(&self, violation: Violation) -> SessionError {
         SessionError::Refused { stream: self.stream, violation }

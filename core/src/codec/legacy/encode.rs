@@ -86,7 +86,8 @@ pub fn encode(event: &Event) -> Option<Result<Record, EncodeError>> {
         | Event::SessionNamed(_)
         | Event::CallRejected(_)
         | Event::LimitLearned(_)
-        | Event::Pinned(_) => return None,
+        | Event::Pinned(_)
+        | Event::ProviderCompacted(_) => return None,
         Event::Edited(e) if !e.kind.in_first_layout() => return None,
         other => crate::codec::encode(other),
     })
