@@ -206,7 +206,12 @@ pub(crate) fn write_content(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_
 }
 
 /// Writes the request's `systemInstruction` value from its message.
-pub(crate) fn write_system_instruction(w: &mut JsonWriter, m: &Message, opts: RenderOpts<'_>, missing: &mut Vec<BlobId>) {
+pub(crate) fn write_system_instruction(
+    w: &mut JsonWriter,
+    m: &Message,
+    opts: RenderOpts<'_>,
+    missing: &mut Vec<BlobId>,
+) {
     w.begin_object();
     w.key("parts");
     write_parts(w, m.content.as_ref(), opts, missing);
