@@ -118,6 +118,23 @@ pub(crate) async fn compact(proxy: Arc<Proxy>, parts: http::request::Parts, byte
     }
 }
 
+/// Why a provider compaction could not be recorded (the client gets a 503 saying it).
+#[derive(Debug, thiserror::Error)]
+enum RecordError {
+    #[error("the session is busy with another call past --session-wait; retry")]
+    Busy,
+    #[error("another proxy holds the session; retry")]
+    Leased,
+    #[error("the session left memory")]
+    Gone,
+    #[error("the recording task failed")]
+    Task,
+    #[error(transparent)]
+    Store(#[from] ctxlog::StoreError),
+    #[error(transparent)]
+    Session(#[from] ctxlog::SessionError),
+}
+
 /// Writes `record` to the lineage `base`'s current session (opened, or created when the
 /// conversation is new), under its slot and lease; returns the stream written to.
 async fn record_in(
@@ -125,18 +142,18 @@ async fn record_in(
     base: StreamId,
     name: Option<String>,
     record: ProviderCompacted,
-) -> Result<StreamId, String> {
+) -> Result<StreamId, RecordError> {
     let slot = proxy.sessions.slot(base);
     let Ok(mut guard) = tokio::time::timeout(proxy.cfg.session_wait, slot.lock_owned()).await else {
-        return Err("the session is busy with another call past --session-wait; retry".into());
+        return Err(RecordError::Busy);
     };
     let store = Arc::clone(&proxy.store);
     let config = proxy.cfg.engine.clone();
     let done = tokio::task::spawn_blocking(move || {
         let _lease = match store.try_lease(base) {
             Ok(Some(lease)) => lease,
-            Ok(None) => return Err("another proxy holds the session; retry".to_owned()),
-            Err(e) => return Err(e.to_string()),
+            Ok(None) => return Err(RecordError::Leased),
+            Err(e) => return Err(e.into()),
         };
         if guard.session_mut().is_none() {
             let s = match Session::open(Arc::clone(&store), base) {
@@ -145,25 +162,24 @@ async fn record_in(
                     let now = ctxlog::Timestamp::from_system_time(std::time::SystemTime::now());
                     let format = WireFormat::OpenAiResponses;
                     Session::create_named(Arc::clone(&store), base, format, config, now, name, Vec::new())
-                        .map(|(s, _)| s)
-                        .map_err(|e| e.to_string())?
+                        .map(|(s, _)| s)?
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             };
             guard.set_session(s);
         }
-        let Some(s) = guard.session_mut() else { return Err("the session left memory".to_owned()) };
-        s.catch_up().map_err(|e| e.to_string())?;
+        let Some(s) = guard.session_mut() else { return Err(RecordError::Gone) };
+        s.catch_up()?;
         let id = s.id();
         match s.record_provider_compaction(record) {
             Ok(_) => Ok(id),
             Err(e) => {
                 // The write may or may not have landed: the next call reopens from the store.
                 guard.reset();
-                Err(e.to_string())
+                Err(e.into())
             }
         }
     })
     .await;
-    done.unwrap_or_else(|_| Err("the recording task failed".into()))
+    done.unwrap_or(Err(RecordError::Task))
 }
