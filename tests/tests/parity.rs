@@ -192,6 +192,33 @@ fn keep_tool_uses_is_the_protected_tool_results_knob() {
 }
 
 #[test]
+fn a_clients_clear_tool_uses_runs_at_its_trigger_on_a_warm_cache() {
+    // Under the cache-aware default a warm cache holds the session's own ladder back until the
+    // hard limit; a client's `clear_tool_uses` (apply mode) runs at its trigger as the API's
+    // does, and its `clear_at_least` is what guards the cache.
+    let config = Config { budget: 60_000, summarizer: SummarizerKind::None, ..Config::default() };
+    assert!(config.cache_aware);
+    let client = CallKnobs {
+        clear_tool_results: true,
+        trigger_tokens: Some(5_000),
+        keep_tool_uses: Some(2),
+        ..CallKnobs::default()
+    };
+    let asked = drive(config.clone(), 30, 0, &client);
+    let cleared: Vec<_> = edits(&asked.session).into_iter().filter(|e| e.kind == EditKind::Cleared).collect();
+    assert!(!cleared.is_empty(), "the client's clear_tool_uses waited for a cold cache");
+    let last = asked.bodies.last().unwrap();
+    assert!(results(last).iter().rev().take(2).all(|(_, c)| c.as_str().is_some_and(|t| t.starts_with("result "))));
+    // The session alone, far under its budget, keeps the warm prefix.
+    let alone = drive(config.clone(), 30, 0, &CallKnobs::default());
+    assert!(edits(&alone.session).is_empty(), "the session's own ladder ran on a warm cache under its hard limit");
+    // A clear_at_least no clear can reach keeps the warm prefix as well.
+    let never = CallKnobs { clear_at_least: Some(1_000_000), ..client };
+    let guarded = drive(config, 30, 0, &never);
+    assert!(edits(&guarded.session).is_empty(), "a warm rewrite freed less than the client's clear_at_least");
+}
+
+#[test]
 fn excluded_tools_are_never_cleared_nor_removed() {
     // exclude_tools: "tool names whose uses are preserved from clearing" (a memory tool).
     let config =
