@@ -611,11 +611,19 @@ impl Call {
             if let Some((stream, digests)) = held.current_digests() {
                 proxy.tails.record(&tenant, stream, digests);
             }
-            held.release_lease();
+            // Every write to the session holds its lease: extractive summaries are written under
+            // it (a summary landing between another proxy's plan and its commit would make that
+            // call, already answered upstream, fail to commit); a model's attempts take it again
+            // to record their outcome (`summaries::retake`). With nothing to write it goes now.
+            let job = held.session().is_some_and(|s| s.summary_job().is_some());
+            let extractive = matches!(proxy.cfg.summaries, crate::summaries::Summaries::Extractive);
+            if !(extractive && job) {
+                held.release_lease();
+            }
             told(Ok(()));
             // Run here when nothing waits for this thread (or there is nothing to summarize):
             // a task of their own would cost a JSON answer a hand-off before it leaves.
-            let here = summaries_here || held.session().is_none_or(|s| s.summary_job().is_none());
+            let here = summaries_here || !job;
             match proxy.cfg.summaries {
                 crate::summaries::Summaries::Off => None,
                 crate::summaries::Summaries::Extractive if here => {

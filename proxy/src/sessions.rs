@@ -621,11 +621,12 @@ impl Held {
         Held { guard, lease: Some(lease) }
     }
 
-    /// Lets other processes have the session once the call is committed, before its client
-    /// hears so and before the summary jobs: the session's next call, wherever it is routed,
-    /// then finds the lease free. The slot stays held (this process's next call still waits
-    /// for the summaries); a summary written after another proxy's call is refused by the
-    /// store's version check (`Conflict`) and prepared again later, never logged twice.
+    /// Lets other processes have the session once the call is committed and nothing more is
+    /// written under this hold (no extractive summary to prepare; a model's attempt takes the
+    /// lease again to record): the session's next call, wherever it is routed, then finds the
+    /// lease free. The slot stays held (this process's next call still waits for the
+    /// summaries). Never before a write: another proxy's call that planned meanwhile would
+    /// fail to commit an answer its client already has.
     pub fn release_lease(&mut self) {
         self.lease = None;
     }

@@ -88,10 +88,11 @@ pub(crate) fn extractive_logged(slot: &mut Slot) {
             tracing::debug!(written, took_us = started.elapsed().as_micros() as u64, "extractive summaries prepared")
         }
         Ok(_) => {}
-        // The lease is released before the summaries: another proxy's call came first. Its
-        // commit is in the log; the summaries are prepared again after a later call.
+        // Written under the session's lease, so only a writer that ignores leases (a lease
+        // that expired while this process stalled) gets here first. Its events are in the log;
+        // the summaries are prepared again after a later call.
         Err(ctxlog::SessionError::Store(ctxlog::StoreError::Conflict { .. })) => {
-            tracing::debug!("summaries not written: another writer's call came first");
+            tracing::warn!("summaries not written: another writer's events came first");
             // What this process holds is behind the log: the next call catches up.
         }
         Err(e) => tracing::error!(error = %e, "summaries failed"),
