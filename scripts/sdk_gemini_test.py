@@ -31,7 +31,7 @@ from google.genai import types
 from sdk_proxy_test import CheckFailed, TeeTransport, ctxlog, fail, http_get, no_key_in, sha, start
 
 CALLS = 40
-TURNS = 15  # two calls each through the chat's automatic function calling
+TURNS = 25  # two calls each through the chat's automatic function calling
 MODEL = "gemini-2.5-flash"
 SYSTEM = "You are a coding agent working in a Rust repository. Use the tools; be brief."
 DECLARATIONS = [
