@@ -9,8 +9,11 @@ use ctxlog::store::StoreError;
 
 use crate::{mirror, BACKEND, CACHE_CAPACITY};
 
-/// How many times a read-only open copies the directory while a writer keeps changing it.
-const COPY_ATTEMPTS: usize = 10;
+/// How long a read-only open keeps copying the directory while a writer keeps changing it.
+/// A writer's changes come in bursts (a call's appends, sled's flush every 500 ms): the pause
+/// between copies, doubled each time up to [`COPY_PAUSE_MAX`], lets a burst end.
+const COPY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+const COPY_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A sled error while doing `what` with the store at `location`, in our terms: a directory
 /// sled finds damaged is [`StoreError::Damaged`] naming it, with what to do.
@@ -131,18 +134,30 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 /// copy taken while sled writes could be torn in a way a crash never leaves).
 pub(crate) fn stable_copy(dir: &Path, location: &str) -> Result<tempfile::TempDir, StoreError> {
     let io = |what: &str, e: std::io::Error| StoreError::backend(BACKEND, format!("{location}: {what}"), e);
-    for _ in 0..COPY_ATTEMPTS {
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(1);
+    let mut copies = 0;
+    loop {
         let before = fingerprint(dir).map_err(|e| io("list files", e))?;
         let copy = tempfile::tempdir().map_err(|e| io("create a temporary directory (is $TMPDIR full?)", e))?;
         copy_tree(dir, copy.path())
             .map_err(|e| io(&format!("copy to {} (is $TMPDIR full?)", copy.path().display()), e))?;
+        copies += 1;
         if fingerprint(dir).map_err(|e| io("list files", e))? == before {
             return Ok(copy);
         }
+        if started.elapsed() + pause > COPY_PATIENCE {
+            break;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(COPY_PAUSE_MAX);
     }
     Err(StoreError::backend(
         BACKEND,
         format!("{location}: read-only open"),
-        format!("the directory changed during each of {COPY_ATTEMPTS} copies (a writer is busy); try again"),
+        format!(
+            "the directory changed during each of {copies} copies in {} s (a writer is busy); try again",
+            COPY_PATIENCE.as_secs()
+        ),
     ))
 }
