@@ -84,12 +84,15 @@ pub(crate) fn decide_with(state: &State, now: Millis, knobs: &CallKnobs) -> Resu
 
     // A client's own context editing (`apply` mode) runs as the provider's does: at its
     // trigger, warm cache or not; its `clear_at_least` is the client's say over the cache.
-    let client_edits_due = (knobs.clear_tool_results && metered_before >= config.trigger_tokens())
-        || (knobs.keep_thinking_turns.is_some() && !thinking::drops(state, &config).is_empty());
+    // Asked only on a warm call (the thinking drops are found again in step 3c).
+    let client_edits_due = || {
+        (knobs.clear_tool_results && metered_before >= config.trigger_tokens())
+            || (knobs.keep_thinking_turns.is_some() && !thinking::drops(state, &config).is_empty())
+    };
 
     // 0. Cache-aware and warm, within the hard limit: nothing rewrites the cached prefix
     // (unless the provider would refuse the view for its images, or the client asked).
-    if warm && metered_before <= hard_limit && !media_cap::over(state) && !client_edits_due {
+    if warm && metered_before <= hard_limit && !media_cap::over(state) && !client_edits_due() {
         let flush_pending = state.flush_pending();
         let ladder_due = metered_before >= config.trigger_tokens();
         let deferred = (flush_pending || ladder_due).then_some(Deferral::WarmCache {
