@@ -187,12 +187,17 @@ impl Config {
         reported as f64 >= estimate as f64 * self.usage_floor_ratio
     }
 
-    /// A first human message over this many tokens (the budget: nothing else could ever fit
-    /// beside it, and the ladder would strip everything else, the latest answer included, on
-    /// every call) is truncated once instead; the fold allows that one edit of the first human
-    /// message.
+    /// A first human message over this many tokens may be truncated once, the one edit of it
+    /// the fold allows. Before view version 3: the budget (nothing else could ever fit beside
+    /// it, and the ladder would strip everything else, the latest answer included, on every
+    /// call). From version 3: what the truncation keeps (half the target), as the engine also
+    /// cuts a smaller one when the view's floor with it whole is over the ceiling (the budget
+    /// less its margin), which only the engine can judge.
     pub fn first_message_limit_tokens(&self) -> u64 {
-        self.budget
+        match self.keeps_margin() {
+            true => (self.target_tokens() / 2).min(self.budget),
+            false => self.budget,
+        }
     }
 
     /// Characters of an oversized first human message kept when it is truncated: half the
@@ -244,6 +249,13 @@ impl Config {
             c.keep_thinking_turns = v;
         }
         c
+    }
+
+    /// Is a summary span's recent window that of the view the span leaves, for messages the
+    /// model was sent (view version 3; `summary::message_job`)? Before, it was a share of the
+    /// view as it is, and replays of those sessions decide as they did.
+    pub(crate) fn window_after_flush(&self) -> bool {
+        self.view_version >= 3
     }
 
     /// Do the hard limit and the ladder keep a margin for estimate error below the budget

@@ -210,21 +210,45 @@ fn meter(b: &Builder<'_>) -> u64 {
     cur.metered_tokens(cur.view_tokens())
 }
 
-/// The one edit of the first human message: when it alone is over the budget, it is
-/// truncated once to half the target (its head and media kept; the log keeps all of it), rather than the
-/// ladder removing everything else, the latest answer included, on every call.
-fn first_message_cut(state: &State, config: &Config) -> Option<Edited> {
+/// The one edit of the first human message: truncated once to half the target (its head and
+/// media kept; the log keeps all of it) when it alone is over the budget, or (view version 3)
+/// when the floor of the view with it whole is over the ceiling (the budget less its margin
+/// for estimate error), so no call could be served safely within the budget beside it. Else
+/// the ladder would remove everything else, the latest answer included, on every call, and the
+/// calls would be over the budget anyway: when the first message and the budget disagree, the
+/// budget wins, once, and as early as the floor shows it (on the first call for a first
+/// message over the ceiling alone, before the cache holds it).
+fn first_message_cut(state: &State, config: &Config, metered: u64) -> Option<Edited> {
     let seq = state.first_human()?;
     let entry = state.entry(seq)?;
-    let over = u64::from(entry.tokens) > config.first_message_limit_tokens();
-    if !over || entry.edit.is_some() || !state.in_view(seq) || state.restore_held(seq) {
+    let tokens = u64::from(entry.tokens);
+    if tokens <= config.first_message_limit_tokens()
+        || entry.edit.is_some()
+        || entry.is_pinned()
+        || !state.in_view(seq)
+        || state.restore_held(seq)
+    {
         return None;
     }
     let keep_chars = config.first_message_keep_chars();
+    let why = if tokens > config.budget {
+        format!("alone is {} tokens, over the budget of {}", thousands(tokens), thousands(config.budget))
+    } else {
+        let floor = ladder::floor(state, config, metered);
+        let ceiling = margin::ceiling(state, config);
+        if floor <= ceiling {
+            return None;
+        }
+        format!(
+            "is {} tokens and the view's floor with it whole is {}, over the ceiling of {} (the budget of {} less its margin)",
+            thousands(tokens),
+            thousands(floor),
+            thousands(ceiling),
+            thousands(config.budget)
+        )
+    };
     let rule = format!(
-        "the first user message alone is {} tokens, over the budget of {}: truncated once to its first {} characters",
-        thousands(u64::from(entry.tokens)),
-        thousands(config.budget),
+        "the first user message {why}: truncated once to its first {} characters",
         thousands(u64::from(keep_chars))
     );
     let reason = EditReason { level: 8, rule, target_tokens: config.target_tokens(), guard: None };
@@ -234,7 +258,7 @@ fn first_message_cut(state: &State, config: &Config) -> Option<Edited> {
 fn escalate(b: &mut Builder<'_>, config: &Config, call: u64, metered: u64) -> Result<u8, Violation> {
     let mut metered = metered;
     let mut cut_first = false;
-    if let Some(e) = first_message_cut(b.current(), config) {
+    if let Some(e) = first_message_cut(b.current(), config, metered) {
         b.push(Event::Edited(e))?;
         metered = meter(b);
         cut_first = true;

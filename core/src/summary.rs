@@ -105,22 +105,7 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
     }
     let count = state.message_count();
     let from = state.compacted();
-    // The recent window is a share of the view, as in the ladder: a share of the whole
-    // session would keep a growing tail out of reach of summaries.
-    let live: Vec<u64> = state
-        .view()
-        .iter()
-        .filter_map(|it| match it.item {
-            Item::Message(seq) => Some(seq),
-            _ => None,
-        })
-        .collect();
-    let cut = live.len() - ratio_of(live.len() as u64, config.protected_recent_ratio) as usize;
-    let recent = live.get(cut).copied().unwrap_or(count);
     let last_human = state.last_human()?;
-    // A flush would hide the last human message (the request being worked on) unless it is kept
-    // verbatim: only then may a span run past it.
-    let boundary = if state.kept_through_flush(last_human) { recent } else { recent.min(last_human) };
     let pending = pending_savings(state, config);
     let excess = metered.saturating_sub(config.target_tokens()).saturating_sub(pending);
     // Spans end after any tool exchange, so a span could be two messages long: each summary
@@ -132,6 +117,105 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
         return None;
     }
     let excess = excess.max(least);
+    // The recent window is a share of the view, as in the ladder (a share of the whole session
+    // would keep a growing tail out of reach of summaries): of the view as the span leaves it.
+    // A share of today's view shrinks with each flush and lets the next span reach further, so
+    // a view the window holds over its limit (a large recent tool result) would be rewritten
+    // once per step, the large result with it, instead of once.
+    let window = RecentWindow::new(state, config.protected_recent_ratio);
+    // Past today's window, never past what the model was last sent: a message appended since
+    // (a tool result the model has not read yet) is summarized only after it was served whole.
+    let today = window.start_today();
+    let served = served_end(state).filter(|_| config.window_after_flush()).unwrap_or(0);
+    let allowed = |cut: u64| cut <= today || (cut <= served && window.outside(cut));
+    // A flush would hide the last human message (the request being worked on) unless it is kept
+    // verbatim: only then may a span run past it.
+    let boundary = if state.kept_through_flush(last_human) { count } else { last_human };
+    let best = span_end(state, from, boundary, excess, allowed)?;
+    let (to, span_tokens) = best?;
+    state.span_pairs_ok(from, to).ok()?;
+    let edits = (from..to).filter_map(|s| Some((s, state.entry(s)?.edit.map(|e| e.kind)))).collect();
+    Some(SummaryJob { from, to, edits, span_tokens, condense: Vec::new(), max_tokens: None })
+}
+
+/// The protected recent window of the view a flush up to a cut would leave.
+struct RecentWindow {
+    /// The messages of the view, by seq.
+    live: Vec<u64>,
+    /// `kept[i]`: how many of `live[..i]` a flush keeps verbatim.
+    kept: Vec<usize>,
+    ratio: f64,
+    count: u64,
+}
+
+impl RecentWindow {
+    fn new(state: &State, ratio: f64) -> Self {
+        let live: Vec<u64> = state
+            .view()
+            .iter()
+            .filter_map(|it| match it.item {
+                Item::Message(seq) => Some(seq),
+                _ => None,
+            })
+            .collect();
+        let mut kept = Vec::with_capacity(live.len() + 1);
+        kept.push(0);
+        let mut n = 0;
+        for &seq in &live {
+            n += usize::from(state.kept_through_flush(seq));
+            kept.push(n);
+        }
+        RecentWindow { live, kept, ratio, count: state.message_count() }
+    }
+
+    /// The first message of the recent window of the view as it is.
+    fn start_today(&self) -> u64 {
+        let n = ratio_of(self.live.len() as u64, self.ratio) as usize;
+        self.live.get(self.live.len() - n).copied().unwrap_or(self.count)
+    }
+
+    /// Does a span ending at `cut` stay out of the recent window of the view it leaves (the
+    /// messages from `cut` on, and those before it a flush keeps verbatim)?
+    fn outside(&self, cut: u64) -> bool {
+        let at = self.live.partition_point(|&s| s < cut);
+        let after = self.live.len() - at;
+        let left = after + self.kept.get(at).copied().unwrap_or(0);
+        let n = ratio_of(left as u64, self.ratio) as usize;
+        match n {
+            0 => cut <= self.count,
+            // The window's first message, counted from the end of the view.
+            n if n <= after => self.live.get(self.live.len() - n).is_some_and(|&start| cut <= start),
+            // The window reaches back past the cut into the messages kept verbatim.
+            _ => false,
+        }
+    }
+}
+
+/// One past the last message of the last served view, while nothing but appends happened
+/// since (then that view is the current one's first items); `None` otherwise.
+fn served_end(state: &State) -> Option<u64> {
+    let last = state.last_served()?;
+    if !state.prefix_stable_since_last_call() {
+        return None;
+    }
+    let n = usize::try_from(last.view_messages).ok()?;
+    let item = state.view().get(..n)?.last()?;
+    Some(match item.item {
+        Item::Message(seq) => seq + 1,
+        Item::Placeholder { to, .. } => to,
+        Item::Summary(i) => state.summaries().get(i as usize)?.to,
+    })
+}
+
+/// The span from `from` ending at a whole cut before `boundary` that `allowed` accepts: the
+/// first that frees `excess` tokens, else the longest; with the tokens it frees.
+fn span_end(
+    state: &State,
+    from: u64,
+    boundary: u64,
+    excess: u64,
+    allowed: impl Fn(u64) -> bool,
+) -> Option<Option<(u64, u64)>> {
     let mut acc = 0u64;
     let mut best = None;
     // Tool pairs the span has opened and not closed yet: the latest result they wait for. A cut
@@ -161,7 +245,7 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
         // drops what precedes it, so a summary placed before it must not hold what follows it.
         // (A span that starts with it puts its summary after it: it is kept verbatim.)
         if acc > 0 && state.shown(p).is_some_and(|m| m.provider_compaction()) {
-            if open_until < cut {
+            if open_until < cut && allowed(cut) {
                 best = Some((cut, acc));
             }
             break;
@@ -170,17 +254,14 @@ fn message_job(state: &State, config: &Config) -> Option<SummaryJob> {
         let starts_turn = next.is_some_and(|e| e.is_human());
         // After a complete exchange: the message is a result and nothing opened is pending.
         let ends_exchange = entry.is_tool_result() && open_until < cut && !next.is_some_and(|e| e.is_tool_result());
-        if (starts_turn || ends_exchange) && acc > 0 && open_until < cut {
+        if (starts_turn || ends_exchange) && acc > 0 && open_until < cut && allowed(cut) {
             best = Some((cut, acc));
             if acc >= excess {
                 break;
             }
         }
     }
-    let (to, span_tokens) = best?;
-    state.span_pairs_ok(from, to).ok()?;
-    let edits = (from..to).filter_map(|s| Some((s, state.entry(s)?.edit.map(|e| e.kind)))).collect();
-    Some(SummaryJob { from, to, edits, span_tokens, condense: Vec::new(), max_tokens: None })
+    Some(best)
 }
 
 /// Tokens the prepared, not yet flushed spans will free once flushed: what they show in the

@@ -133,7 +133,9 @@ fn a_floor_exactly_at_the_budget_does_not_trip_the_breaker() {
     // Given the budget for which the ladder's floor (what it can reach at its last level) is
     // exactly the budget (the floor depends on the budget through the recent window: iterate
     // to the fixed point),
-    let with_budget = |budget| ctxlog::Config { budget, ..config(budget, 0.5, 0.1) };
+    // (View version 2: its first user message stays whole. From version 3 one whose floor is
+    // over the ceiling is truncated once instead: `compaction_scenarios::irreducible_floor_*`.)
+    let with_budget = |budget| ctxlog::Config { budget, view_version: 2, ..config(budget, 0.5, 0.1) };
     let floor_at = |budget| {
         let cfg = with_budget(budget);
         let st = breaker_armed(&cfg, 0);

@@ -365,6 +365,51 @@ fn removal_clamp_one_huge_protected_tool_result_does_not_collapse_the_view() {
     h.assert_verified();
 }
 
+/// Scenario 3 with summaries on (as `cache_sim --shape protected-blob`): the result the model
+/// asked for is served whole once, and then one warm rewrite takes the view below its hard
+/// limit. The summaries' recent window is that of the view a span leaves, so the span goes
+/// through the result in one flush; a window of today's view shrank with each flush, and the
+/// result was rewritten with every step (three flushes, 2.31× the cache's lower bound).
+#[test]
+fn removal_clamp_a_served_huge_result_leaves_the_view_in_one_rewrite() {
+    let cfg = Config { protected_recent_ratio: 0.30, protected_tool_results: 5, ..config(40_000, 0.5, 0.5) };
+    let summaries =
+        Config { prepare_ratio: 0.5, summarizer: ctxlog::config::SummarizerKind::Extractive, cache_aware: true, ..cfg };
+    let mut h = Harness::new(OPENAI, summaries);
+    let w = h.wire;
+    h.append(vec![w.system("You are helpful."), w.user(PROJECT_PATH)]);
+    for i in 0..30 {
+        h.append(vec![w.user(&format!("turn {i} ").repeat(30)), w.assistant(&format!("reply {i} ").repeat(30))]);
+        h.call();
+        while h.prepare_extractive() {}
+    }
+    h.append(vec![w.calls("", &["t1"], "read_file"), w.result("t1", &"X".repeat(140_000))]);
+    // Appended, not served yet: no span may cover it (the model has not read it).
+    while h.prepare_extractive() {}
+    let seq_of_blob = h.session.state().message_count() - 1;
+    assert!(h.session.state().compacted() <= seq_of_blob, "a span covers a result the model has not read");
+    let served = h.call().clone();
+    assert!(served.view_text().contains(&"X".repeat(140_000)), "the result is served whole once");
+    let mut rewrites = Vec::new();
+    for i in 0..10 {
+        while h.prepare_extractive() {}
+        h.append(vec![w.user(&format!("more {i} ").repeat(30)), w.assistant(&format!("answer {i} ").repeat(30))]);
+        let c = h.call().clone();
+        if !c.bytes_appended_only {
+            rewrites.push(c.call);
+        }
+        assert!(c.view_tokens <= 40_000, "call {}: {} tokens", c.call, c.view_tokens);
+        assert!(c.view_text().contains(PROJECT_PATH));
+    }
+    // The first span still waits for the next human turn (the request the result answered
+    // is being worked on until then): the rewrite comes once that turn has been served.
+    assert_eq!(rewrites, vec![served.call + 2], "one rewrite after the result was served");
+    let after = &h.calls[rewrites[0] as usize];
+    assert!(!after.view_text().contains(&"X".repeat(1_000)), "the result is still in the view");
+    assert!(after.view_tokens < 5_000, "{} tokens", after.view_tokens);
+    h.assert_verified();
+}
+
 #[test]
 fn removal_clamp_still_removes_and_fits_a_long_session_at_200k() {
     // 120 long turns on a 200,000 budget (300 × `turn i`, ~600 tokens a message with our
@@ -720,10 +765,56 @@ fn irreducible_floor_does_not_storm() {
         for c in &h.calls[2..] {
             assert!(c.prefix_reused && c.bytes_appended_only, "call {} rewrote the view", c.call);
         }
-        // The payload is never touched.
-        assert!(h.session.state().entry(0).unwrap().edit.is_none());
+        let payload = h.session.state().entry(0).unwrap().edit;
+        if as_system {
+            // A system payload is never touched.
+            assert!(payload.is_none());
+        } else {
+            // A first user message whose floor is over the ceiling (the budget less its margin) is
+            // truncated once, on the first call, before the cache holds it whole; nothing is
+            // over the budget after it.
+            assert!(matches!(payload.map(|e| e.kind), Some(EditKind::Truncated { .. })), "{payload:?}");
+            assert_eq!(h.calls[0].edits().iter().filter(|(s, _)| *s == 0).count(), 1);
+            assert!(h.calls.iter().all(|c| c.view_tokens <= 10_000), "a call over the budget");
+            assert!(h.calls[0].view_text().contains(&"D".repeat(1_000)), "its head is kept");
+        }
         h.assert_verified();
     }
+}
+
+/// The cut is the first message's one edit, and only the engine's: a pinned first message (a
+/// person said keep it) and one that fits beside its floor are never cut; a cut one is not cut
+/// again however the session grows.
+#[test]
+fn the_first_message_is_cut_once_and_never_when_pinned_or_when_the_floor_fits() {
+    let turns = |h: &mut Harness, from: usize, n: usize| {
+        let w = h.wire;
+        for i in from..from + n {
+            let id = format!("s{i}");
+            h.append(vec![w.calls(&"a".repeat(200), &[&id], "search"), w.result(&id, &"r".repeat(400))]);
+            h.call();
+        }
+    };
+    // Pinned: the floor stays over the budget, the view is served as it is, nothing breaks.
+    let mut h = Harness::new(ANTHROPIC, config(10_000, 0.80, 0.5));
+    let pinned = h.wire.pinned_user(&"D".repeat(38_000));
+    h.append(vec![pinned]);
+    turns(&mut h, 0, 12);
+    assert!(h.session.state().entry(0).unwrap().edit.is_none());
+    h.assert_verified();
+    // A first message of 40 % of the budget fits beside its floor: kept whole.
+    let mut h = Harness::new(ANTHROPIC, config(10_000, 0.80, 0.5));
+    h.append(vec![h.wire.user(&"D".repeat(16_000))]);
+    turns(&mut h, 0, 30);
+    assert!(h.session.state().entry(0).unwrap().edit.is_none());
+    assert!(h.calls.iter().all(|c| c.view_tokens <= 10_000));
+    // Cut once: thirty more exchanges later it is still the one edit of it.
+    let mut h = storm_run(false);
+    turns(&mut h, 12, 30);
+    let cuts: usize = h.calls.iter().map(|c| c.edits().iter().filter(|(s, _)| *s == 0).count()).sum();
+    assert_eq!(cuts, 1);
+    assert!(h.calls.iter().all(|c| c.view_tokens <= 10_000));
+    h.assert_verified();
 }
 
 #[test]

@@ -106,8 +106,18 @@ impl Run {
         }
         assert_eq!(sum, served.view_tokens(), "call {}", c.call);
         assert_eq!(sum, c.view_tokens, "call {}", c.call);
-        // (d) the user's own instructions are served verbatim on every call.
-        assert!(c.view_text().contains(&self.first_human), "call {}: the first human message is not verbatim", c.call);
+        // (d) the user's own instructions are served verbatim on every call, unless their floor
+        // leaves no room within the budget: then truncated once to their head, never again.
+        let first = served.entry(1).and_then(|e| e.edit).map(|e| e.kind);
+        let shown = match first {
+            None => self.first_human.as_str(),
+            Some(ctxlog::event::EditKind::Truncated { keep_chars }) => {
+                assert_eq!(keep_chars, self.h.session.config().first_message_keep_chars(), "call {}", c.call);
+                self.first_human.get(..keep_chars as usize).unwrap_or(&self.first_human)
+            }
+            Some(other) => panic!("call {}: the first human message was edited: {other:?}", c.call),
+        };
+        assert!(c.view_text().contains(shown), "call {}: the first human message is not served", c.call);
         // (b) on the rendered JSON, not through the engine's own check.
         let problems = rendered_pair_problems(&c.view, &self.answered);
         assert!(problems.is_empty(), "call {}: {problems:?}", c.call);
@@ -266,9 +276,10 @@ proptest! {
             run.apply(op);
         }
         run.call(None);
-        // The first human message is never removed or stubbed.
+        // The first human message is never removed or stubbed (at most truncated once, above).
         let st = run.h.session.state();
-        prop_assert!(st.entry(1).unwrap().edit.is_none());
+        let at_most_truncated = st.entry(1).unwrap().edit.is_none_or(|e| matches!(e.kind, ctxlog::event::EditKind::Truncated { .. }));
+        prop_assert!(at_most_truncated);
         // (c) verify and replay; reopening (snapshot + tail) gives the live state.
         run.h.assert_verified();
         let reopened = ctxlog::Session::open(std::sync::Arc::clone(&run.h.store), run.h.session.id()).unwrap();

@@ -158,13 +158,15 @@ fn rerun_of_the_peers_guard_scenarios_is_empty() {
     let cfg = h.session.config();
     assert_eq!(rerun_in_process(h.store.as_ref(), h.session.id(), cfg, SummariesArg::Recorded), 0);
 
+    // A system payload is never cut: its floor stays over the target, and the guards say so.
     let mut h = Harness::new(WireFormat::Anthropic, config(10_000, 0.80, 0.5));
     let w = h.wire;
-    h.append(vec![w.user(&"D".repeat(38_000))]);
+    h.append(vec![w.system(&"D".repeat(38_000))]);
     for i in 0..12 {
         let id = format!("s{i}");
         h.append(vec![w.calls(&"a".repeat(200), &[&id], "search"), w.result(&id, &"r".repeat(400))]);
     }
+    h.append(vec![w.user("continue")]);
     for _ in 0..10 {
         h.call();
     }
@@ -239,7 +241,7 @@ fn rerun_json_pins_the_diff_of_a_small_session() {
 fn diff_compares_two_sessions_call_by_call_across_stores() {
     let r = Recorded::new();
     r.import(&session(1), &openai_transcript(), &["--budget", "700"]);
-    r.import(&session(2), &openai_transcript(), &["--budget", "700", "--protected-recent", "0.1"]);
+    r.import(&session(2), &openai_transcript(), &["--budget", "700", "--protected-recent", "0.8"]);
     let text = r.ok(&["diff", &session(1), &session(2)]);
     insta::assert_snapshot!("diff_openai_protected_recent", text);
     let same = json(&r.ok(&["diff", &session(1), &session(1), "--json", "--exit-code"]));

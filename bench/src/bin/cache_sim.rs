@@ -4,7 +4,7 @@
 //! The price model (5-minute prefix cache, read 0.1×, write 1.25×) is `ctxlog::cost`.
 //!
 //! `cargo run --release -p ctxlog-bench --bin cache_sim [-- --budget N] [--shape demo|storm|protected-blob|all]
-//! [--flags "--hard-limit 0.9 …"]`
+//! [--flags "--hard-limit 0.9 …"] [--trace]` (`--trace`: a line per call, before its gate's row)
 //!
 //! Shapes: `demo` (the bundled demo session, `--budget` default 40,000); `storm` (the peers'
 //! scenario 8: a 38,000-character first message, then 20 tool exchanges, budget 10,000, trigger
@@ -104,7 +104,7 @@ fn with_flags(base: Config, flags: &[String]) -> Config {
     }
 }
 
-fn simulate(transcript: &ctxlog_tools::transcript::Transcript, config: Config) -> Priced {
+fn simulate(transcript: &ctxlog_tools::transcript::Transcript, config: Config, trace: bool) -> Priced {
     let budget = config.budget;
     let mut views: Vec<u8> = Vec::new(); // the views as `--views` writes them
     let store = MemoryStore::new();
@@ -138,7 +138,24 @@ fn simulate(transcript: &ctxlog_tools::transcript::Transcript, config: Config) -
     };
     for (line, r) in views.split(|&b| b == b'\n').zip(&records) {
         let diff = tracker.feed(&mut line.to_vec()).unwrap_or_else(|e| panic!("{e}"));
+        let before = cache.totals;
         cache.call(r.at * 1000.0, r.view_tokens, diff.shared_bytes, diff.total_bytes);
+        if trace {
+            let edits: Vec<String> = r.edits.iter().map(|e| format!("{}:{}", e.seq, e.kind)).collect();
+            println!(
+                "  call {:>3}: view {:>6} tok {:>3} msgs, shared {:>7}/{:<7} bytes, flush {:<10} level {} edits [{}] cost {:.0} (bound {:.0})",
+                r.call,
+                r.view_tokens,
+                r.view_messages,
+                diff.shared_bytes,
+                diff.total_bytes,
+                r.flush.as_ref().map_or("-".into(), |f| format!("{}..{}", f.from, f.to)),
+                r.level,
+                edits.join(" "),
+                cache.totals.cost - before.cost,
+                cache.totals.lower_bound - before.lower_bound
+            );
+        }
         p.reused += usize::from(r.prefix_reused);
         p.flushes += usize::from(r.flush.is_some());
         p.edits += r.edits.len();
@@ -156,6 +173,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| args.iter().skip_while(|a| *a != flag).nth(1).cloned();
     let budget = value("--budget").map(|b| b.parse().unwrap_or_else(|e| panic!("--budget: {e}")));
+    let trace = args.iter().any(|a| a == "--trace");
     let flags: Vec<String> =
         value("--flags").map(|f| f.split_whitespace().map(String::from).collect()).unwrap_or_default();
     let shapes = match value("--shape").as_deref() {
@@ -179,7 +197,7 @@ fn main() {
         let mut costs = Vec::new();
         for (gate, aware) in [("legacy", false), ("cache-aware", true)] {
             let config = Config { cache_aware: aware, ..with_flags(base.clone(), &flags) };
-            let p = simulate(&transcript, config.clone());
+            let p = simulate(&transcript, config.clone(), trace);
             println!(
                 "| {name} | {} | {gate} | {} | {} of {} ({:.1}%) | {} | {} | {} | {:.2} | {:.0} | {:.1}% | {:.0} | {:.3} |",
                 config.budget,

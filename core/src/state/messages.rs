@@ -218,8 +218,9 @@ impl Messages {
         }
         // The first human message holds the user's own instructions (the seeds' incident lost
         // its project path with it); unlike the last one it never changes, so no edit is valid,
-        // but one: a first message over the budget is truncated once (keeping its head
-        // and its media), or the ladder would strip everything else on every call.
+        // but one: a first message too large to work beside (`first_message_limit_tokens`) is
+        // truncated once (keeping its head and its media), or the ladder would strip
+        // everything else on every call.
         if Some(seq) == self.first_human {
             let oversized = u64::from(entry.tokens) > r.config.first_message_limit_tokens();
             if !(oversized && matches!(kind, EditKind::Truncated { .. }) && entry.edit.is_none()) {
