@@ -115,6 +115,17 @@ fn set_synchronous(conn: &Connection, full: bool) -> rusqlite::Result<()> {
     conn.pragma_update(None, "synchronous", if full { "FULL" } else { "NORMAL" })
 }
 
+/// Turns on SQLite's query planner stability guarantee on `conn`. Without it, a statement whose
+/// plan looked at a bound value (`stream = ?1` for the truth heuristic, `LIMIT ?3`) is marked to
+/// be re-planned when that value changes, and `sqlite3_clear_bindings` (which rusqlite's
+/// statement cache calls each time it takes a statement back) then expires it: every cached
+/// read of a stream's head or records was compiled again on its next use (`sqlite3Reprepare`,
+/// three per proxy call). The plans of these statements do not depend on the values (each is a
+/// primary-key lookup or range), so fixing them changes no result.
+fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map(|_| ())
+}
+
 fn is_unique_violation(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::SqliteFailure(f, _)
         if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
@@ -275,6 +286,7 @@ impl SqliteStore {
             }
         };
         let conn = conn.map_err(|e| err(&location, "open read-only", e))?;
+        stable_plans(&conn).map_err(|e| err(&location, "enable the query planner stability guarantee", e))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&location, "set busy_timeout", e))?;
         conn.pragma_update(None, "query_only", true).map_err(|e| err(&location, "set query_only", e))?;
         let mirror = schema::check(&conn, &location)?;
@@ -305,6 +317,7 @@ impl SqliteStore {
     }
 
     fn init_writer(mut conn: Connection, location: String, path: Option<PathBuf>) -> Result<SqliteStore, StoreError> {
+        stable_plans(&conn).map_err(|e| err(&location, "enable the query planner stability guarantee", e))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&location, "set busy_timeout", e))?;
         // `journal_mode` answers with a row, so it must be set with a query (rusqlite#273):
         // `execute` would fail, and a silently refused switch would leave us in rollback mode.
@@ -711,6 +724,30 @@ mod tests {
         let before = n(&store);
         store.append(s, ExpectedVersion::Exact(2), &[Record::seal(b"d".to_vec())]).unwrap();
         assert_eq!(n(&store), before + 1, "the append was not sealed");
+    }
+
+    /// The statements run on every call are compiled once: rusqlite's cache clears a
+    /// statement's bindings when it takes it back, which expires a statement whose plan read a
+    /// bound value unless the planner's stability guarantee is on (`stable_plans`).
+    #[test]
+    fn cached_statements_are_not_compiled_again() {
+        use rusqlite::StatementStatus::RePrepare;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("x.db")).unwrap();
+        let s = StreamId::random();
+        for v in 0..5 {
+            store.append_unsynced(s, ExpectedVersion::Exact(v), &[Record::seal(vec![1; 10])]).unwrap();
+            assert_eq!(store.read(s, v + 2, 10).unwrap().len(), 0);
+            assert_eq!(store.head(s).unwrap(), Some(v + 1));
+        }
+        let conn = store.lock();
+        for sql in [
+            "SELECT MAX(version) FROM records WHERE stream = ?1",
+            "SELECT head, last_hash FROM heads WHERE stream = ?1",
+            "SELECT version, bytes FROM records WHERE stream = ?1 AND version >= ?2 ORDER BY version LIMIT ?3",
+        ] {
+            assert_eq!(conn.prepare_cached(sql).unwrap().get_status(RePrepare), 0, "{sql}");
+        }
     }
 
     #[test]
