@@ -1,8 +1,9 @@
 //! SQLite backend for the ctxlog [`Store`] contract: the embedded default.
 //!
-//! One database file holds every stream. A writer runs in WAL mode with `synchronous=FULL`,
-//! so an `append` that returns `Ok` has been fsynced (one fsync per transaction, i.e. per
-//! batch: group commit is "pass many records to one `append`"). Every append is then followed
+//! One database file holds every stream. A writer runs in WAL mode with `synchronous=FULL`
+//! for every write but an unsynced append and a seal (each write sets the level it needs
+//! before its transaction), so an `append` that returns `Ok` has been fsynced (one fsync per
+//! transaction, i.e. per batch: group commit is "pass many records to one `append`"). Every append is then followed
 //! by an empty transaction (the *seal*), so that no acknowledged append is ever the last
 //! transaction of the `-wal`: damage there would look like a torn write, which SQLite's
 //! recovery drops without an error; anywhere else it is followed by a commit, and reported.
@@ -42,6 +43,7 @@ mod schema;
 mod wal;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -75,7 +77,17 @@ pub struct SqliteStore {
     copy: Option<tempfile::TempDir>,
     /// A file-backed writer commits a seal after each append (see [`SqliteStore::seal`]).
     seals: bool,
+    /// The connection's `PRAGMA synchronous` as last set ([`LEVEL_UNKNOWN`], [`LEVEL_NORMAL`],
+    /// [`LEVEL_FULL`]); read and written only while holding `conn` (atomic for `Sync` only).
+    level: AtomicU8,
 }
+
+/// [`SqliteStore::level`]: not known (a `PRAGMA synchronous` failed): the next write sets it.
+const LEVEL_UNKNOWN: u8 = 0;
+/// [`SqliteStore::level`]: `synchronous=NORMAL` (the unsynced appends and the seals).
+const LEVEL_NORMAL: u8 = 1;
+/// [`SqliteStore::level`]: `synchronous=FULL` (every other write).
+const LEVEL_FULL: u8 = 2;
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -113,6 +125,17 @@ fn version_to_sql(v: Version) -> Result<i64, StoreError> {
 /// applies this pragma when it compiles it, so a reused statement would change nothing.
 fn set_synchronous(conn: &Connection, full: bool) -> rusqlite::Result<()> {
     conn.pragma_update(None, "synchronous", if full { "FULL" } else { "NORMAL" })
+}
+
+/// Turns on SQLite's query planner stability guarantee on `conn`. Without it, a statement whose
+/// plan looked at a bound value (`stream = ?1` for the truth heuristic, `LIMIT ?3`) is marked to
+/// be re-planned when that value changes, and `sqlite3_clear_bindings` (which rusqlite's
+/// statement cache calls each time it takes a statement back) then expires it: every cached
+/// read of a stream's head or records was compiled again on its next use (`sqlite3Reprepare`,
+/// three per proxy call). The plans of these statements do not depend on the values (each is a
+/// primary-key lookup or range), so fixing them changes no result.
+fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map(|_| ())
 }
 
 fn is_unique_violation(e: &rusqlite::Error) -> bool {
@@ -275,6 +298,7 @@ impl SqliteStore {
             }
         };
         let conn = conn.map_err(|e| err(&location, "open read-only", e))?;
+        stable_plans(&conn).map_err(|e| err(&location, "enable the query planner stability guarantee", e))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&location, "set busy_timeout", e))?;
         conn.pragma_update(None, "query_only", true).map_err(|e| err(&location, "set query_only", e))?;
         let mirror = schema::check(&conn, &location)?;
@@ -286,6 +310,7 @@ impl SqliteStore {
             mirror,
             copy,
             seals: false,
+            level: AtomicU8::new(LEVEL_UNKNOWN),
         })
     }
 
@@ -305,6 +330,7 @@ impl SqliteStore {
     }
 
     fn init_writer(mut conn: Connection, location: String, path: Option<PathBuf>) -> Result<SqliteStore, StoreError> {
+        stable_plans(&conn).map_err(|e| err(&location, "enable the query planner stability guarantee", e))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&location, "set busy_timeout", e))?;
         // `journal_mode` answers with a row, so it must be set with a query (rusqlite#273):
         // `execute` would fail, and a silently refused switch would leave us in rollback mode.
@@ -336,6 +362,8 @@ impl SqliteStore {
             mirror: true,
             copy: None,
             seals: false,
+            // Set to FULL above, before the schema was created or checked.
+            level: AtomicU8::new(LEVEL_FULL),
         })
     }
 
@@ -368,21 +396,32 @@ impl SqliteStore {
     /// of a commit; `ARCHITECTURE.md`.) It is committed on the append's own connection, the
     /// caller holding it: a second connection's commits would make SQLite drop this one's page
     /// cache at its next transaction (it sees another writer's frames), twice per call.
-    /// `synced`: the connection is at `synchronous=FULL` and must be left so: failing to set
-    /// it back (a pragma does no IO: not in practice) is the error returned, since the next
-    /// appends would not be durable.
-    fn seal(&self, conn: &Connection, synced: bool) -> rusqlite::Result<()> {
+    /// The connection is left at `NORMAL`: every write that must be fsynced sets `FULL` first
+    /// ([`SqliteStore::set_level`]), so a proxy call (unsynced append, its seal, the commit,
+    /// its seal) switches twice, not four times.
+    fn seal(&self, conn: &Connection) {
         if !self.seals {
-            return Ok(());
+            return;
         }
         // A failed seal leaves the append as durable as before, only not sealed.
-        if synced && set_synchronous(conn, false).is_err() {
-            return Ok(());
+        if self.set_level(conn, false).is_err() {
+            return;
         }
         let _ = conn.prepare_cached("UPDATE wal_seal SET n = n + 1 WHERE id = 0").and_then(|mut s| s.execute([]));
-        if synced {
-            set_synchronous(conn, true)?;
+    }
+
+    /// Sets the connection's `PRAGMA synchronous` for its next commit (`full`: `FULL`, the
+    /// `-wal` fsynced; else `NORMAL`) unless it is known to be so already. Called, holding the
+    /// connection, before every write transaction: each runs at the level it needs whatever the
+    /// writes before it left. A failure leaves the level unknown, so the next write sets it.
+    fn set_level(&self, conn: &Connection, full: bool) -> rusqlite::Result<()> {
+        let want = if full { LEVEL_FULL } else { LEVEL_NORMAL };
+        if self.level.load(Relaxed) == want {
+            return Ok(());
         }
+        self.level.store(LEVEL_UNKNOWN, Relaxed);
+        set_synchronous(conn, full)?;
+        self.level.store(want, Relaxed);
         Ok(())
     }
 
@@ -439,19 +478,11 @@ impl SqliteStore {
     ) -> Result<Version, StoreError> {
         self.refuse_if_read_only("append")?;
         let mut conn = self.lock();
-        if synced {
-            return self.append_locked(&mut conn, stream, expected, records, true);
-        }
-        set_synchronous(&conn, false)
-            .map_err(|e| self.err_stream(stream, "set synchronous=NORMAL for an unsynced append", e))?;
-        let written = self.append_locked(&mut conn, stream, expected, records, false);
-        // Back to FULL before anything else can use the connection. A pragma does no IO, so
-        // this cannot fail in practice; if it did, the append's outcome is unknown to the
-        // caller (as after any error) and the next write's version check tells.
-        if let Err(e) = set_synchronous(&conn, true) {
-            return Err(self.err_stream(stream, "set synchronous=FULL again after an unsynced append", e));
-        }
-        written
+        self.set_level(&conn, synced).map_err(|e| {
+            let level = if synced { "FULL for an append" } else { "NORMAL for an unsynced append" };
+            self.err_stream(stream, &format!("set synchronous={level}"), e)
+        })?;
+        self.append_locked(&mut conn, stream, expected, records)
     }
 
     fn append_locked(
@@ -460,7 +491,6 @@ impl SqliteStore {
         stream: StreamId,
         expected: ExpectedVersion,
         records: &[Record],
-        synced: bool,
     ) -> Result<Version, StoreError> {
         // IMMEDIATE takes the write lock up front: the head we read cannot change before our
         // insert, and a concurrent writer waits (busy_timeout) instead of failing mid-way.
@@ -508,7 +538,7 @@ impl SqliteStore {
         }
         tx.commit().map_err(|e| self.err_stream(stream, &format!("commit versions {}..={version}", head + 1), e))?;
         // Still holding `conn`, so no other append comes between this one and its seal.
-        self.seal(conn, synced).map_err(|e| self.err_stream(stream, "set synchronous=FULL again after the seal", e))?;
+        self.seal(conn);
         Ok(version)
     }
 }
@@ -581,6 +611,7 @@ impl Store for SqliteStore {
     fn put_snapshot(&self, stream: StreamId, snap: &Snapshot) -> Result<(), StoreError> {
         self.refuse_if_read_only("put_snapshot")?;
         let mut conn = self.lock();
+        self.set_level(&conn, true).map_err(|e| self.err_stream(stream, "set synchronous=FULL for a snapshot", e))?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err_stream(stream, "begin put_snapshot", e))?;
@@ -620,6 +651,7 @@ impl Store for SqliteStore {
         self.refuse_if_read_only("put_blob")?;
         let id = BlobId::of(bytes);
         let conn = self.lock();
+        self.set_level(&conn, true).map_err(|e| err(&self.location, "set synchronous=FULL for a blob", e))?;
         let mut stmt = conn
             .prepare_cached("INSERT OR IGNORE INTO blobs(id, bytes) VALUES (?1, ?2)")
             .map_err(|e| err(&self.location, "prepare put_blob", e))?;
@@ -688,29 +720,63 @@ mod tests {
         assert_eq!(sync, 2, "synchronous=FULL");
     }
 
-    /// An unsynced append relaxes only its own transaction: the appends after it (the
-    /// commit that makes it durable) are synced again, also after one that failed.
+    /// Every write runs at the level it needs, whatever the writes before it left: an unsynced
+    /// append and a seal at NORMAL, everything else at FULL (each sets it before its
+    /// transaction), also after an unsynced append that was refused.
     #[test]
-    fn an_unsynced_append_leaves_the_connection_synced() {
+    fn each_write_sets_the_synchronous_level_it_needs() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path().join("x.db")).unwrap();
+        let mut store = SqliteStore::open(dir.path().join("x.db")).unwrap();
         let s = StreamId::random();
         let sync =
             |store: &SqliteStore| -> i64 { store.lock().query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap() };
         store.append_unsynced(s, ExpectedVersion::Exact(0), &[Record::seal(b"a".to_vec())]).unwrap();
-        assert_eq!(sync(&store), 2, "synchronous=FULL after an unsynced append");
+        assert_eq!(sync(&store), 1, "synchronous=NORMAL for an unsynced append");
+        store.put_blob(b"blob").unwrap();
+        assert_eq!(sync(&store), 2, "synchronous=FULL for a blob after an unsynced append");
         let stale = store.append_unsynced(s, ExpectedVersion::Exact(0), &[Record::seal(b"b".to_vec())]);
         assert!(matches!(stale, Err(StoreError::Conflict { .. })), "{stale:?}");
-        assert_eq!(sync(&store), 2, "synchronous=FULL after a refused unsynced append");
+        store.put_snapshot(s, &Snapshot::seal(1, b"snap".to_vec())).unwrap();
+        assert_eq!(sync(&store), 2, "synchronous=FULL for a snapshot after a refused unsynced append");
         // The seal after a synced append is committed unsynced on the same connection.
-        store.append(s, ExpectedVersion::Exact(1), &[Record::seal(b"c".to_vec())]).unwrap();
-        assert_eq!(sync(&store), 2, "synchronous=FULL after a synced append and its seal");
         let n = |store: &SqliteStore| -> i64 {
             store.lock().query_row("SELECT n FROM wal_seal", [], |r| r.get(0)).unwrap()
         };
         let before = n(&store);
-        store.append(s, ExpectedVersion::Exact(2), &[Record::seal(b"d".to_vec())]).unwrap();
+        store.append(s, ExpectedVersion::Exact(1), &[Record::seal(b"c".to_vec())]).unwrap();
         assert_eq!(n(&store), before + 1, "the append was not sealed");
+        assert_eq!(sync(&store), 1, "the seal runs at NORMAL");
+        // Without the seal after it, the level a synced append ran at is the one left.
+        store.seals = false;
+        store.append_unsynced(s, ExpectedVersion::Exact(2), &[Record::seal(b"d".to_vec())]).unwrap();
+        assert_eq!(sync(&store), 1);
+        store.append(s, ExpectedVersion::Exact(3), &[Record::seal(b"e".to_vec())]).unwrap();
+        assert_eq!(sync(&store), 2, "synchronous=FULL for an append after an unsynced one");
+        assert_eq!(store.head(s).unwrap(), Some(4));
+    }
+
+    /// The statements run on every call are compiled once: rusqlite's cache clears a
+    /// statement's bindings when it takes it back, which expires a statement whose plan read a
+    /// bound value unless the planner's stability guarantee is on (`stable_plans`).
+    #[test]
+    fn cached_statements_are_not_compiled_again() {
+        use rusqlite::StatementStatus::RePrepare;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("x.db")).unwrap();
+        let s = StreamId::random();
+        for v in 0..5 {
+            store.append_unsynced(s, ExpectedVersion::Exact(v), &[Record::seal(vec![1; 10])]).unwrap();
+            assert_eq!(store.read(s, v + 2, 10).unwrap().len(), 0);
+            assert_eq!(store.head(s).unwrap(), Some(v + 1));
+        }
+        let conn = store.lock();
+        for sql in [
+            "SELECT MAX(version) FROM records WHERE stream = ?1",
+            "SELECT head, last_hash FROM heads WHERE stream = ?1",
+            "SELECT version, bytes FROM records WHERE stream = ?1 AND version >= ?2 ORDER BY version LIMIT ?3",
+        ] {
+            assert_eq!(conn.prepare_cached(sql).unwrap().get_status(RePrepare), 0, "{sql}");
+        }
     }
 
     #[test]
