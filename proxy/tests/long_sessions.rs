@@ -280,8 +280,15 @@ impl Store for Watched {
     fn get_blob(&self, id: &ctxlog::store::BlobId) -> Result<Option<Vec<u8>>, ctxlog::StoreError> {
         self.inner.get_blob(id)
     }
+    /// Exclusive, as a real store's lease (one session here): taken only while none is held,
+    /// decided under the same lock that records it, so the log of ops is the leases' order.
     fn try_lease(&self, _stream: StreamId) -> Result<Option<ctxlog::Lease>, ctxlog::StoreError> {
-        self.ops.lock().unwrap().push(Op::Lease);
+        let mut ops = self.ops.lock().unwrap();
+        let held: i32 = ops.iter().map(|op| i32::from(*op == Op::Lease) - i32::from(*op == Op::Release)).sum();
+        if held > 0 {
+            return Ok(None);
+        }
+        ops.push(Op::Lease);
         Ok(Some(ctxlog::Lease::new(Released(Arc::clone(&self.ops)))))
     }
 }
