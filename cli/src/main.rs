@@ -4,12 +4,6 @@
 
 use std::io::IsTerminal;
 
-/// mimalloc, not the system allocator: the proxy allocates and frees a request body's worth
-/// (600 KB at 150k tokens) several times per call, and glibc returned those pages to the
-/// kernel and faulted them in again each time (BENCHMARKS.md, "The allocator").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
     let progress = std::io::stderr().is_terminal();
     let code = ctxlog_tools::run_with_progress(

@@ -39,10 +39,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 
-/// The shipped binary's allocator (`cli/src/main.rs`), counted: the in-process proxy is
-/// measured as it runs.
 #[global_allocator]
-static ALLOCATOR: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, usize::MAX);
+static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
