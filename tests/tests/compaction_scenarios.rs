@@ -410,6 +410,45 @@ fn removal_clamp_a_served_huge_result_leaves_the_view_in_one_rewrite() {
     h.assert_verified();
 }
 
+/// In a tool loop (one instruction, so no later human message bounds a span) a result the
+/// model has not been sent is never summarized, however far the window of the view a span
+/// leaves would allow: spans past today's window end within the last served view.
+#[test]
+fn a_span_never_covers_a_result_the_model_was_not_sent() {
+    let cfg = Config {
+        protected_recent_ratio: 0.30,
+        prepare_ratio: 0.5,
+        summarizer: ctxlog::config::SummarizerKind::Extractive,
+        cache_aware: true,
+        ..config(40_000, 0.5, 0.5)
+    };
+    let mut h = Harness::new(ANTHROPIC, cfg);
+    let w = h.wire;
+    h.append(vec![w.system("You are helpful."), w.user(PROJECT_PATH)]);
+    for i in 0..30 {
+        let id = format!("r{i}");
+        h.append(vec![
+            w.calls(&format!("reading {i} ").repeat(10), &[&id], "read_file"),
+            w.result(&id, &format!("line {i} ").repeat(40)),
+        ]);
+        h.call();
+        while h.prepare_extractive() {}
+    }
+    let big = h.session.state().message_count();
+    h.append(vec![w.calls("", &["huge"], "read_file"), w.result("huge", &"X".repeat(140_000))]);
+    while h.prepare_extractive() {}
+    assert!(
+        h.session.state().compacted() <= big,
+        "a span covers the unread result ({})",
+        h.session.state().compacted()
+    );
+    // Once served, it may go.
+    h.call();
+    while h.prepare_extractive() {}
+    assert!(h.session.state().compacted() > big + 1, "the served result is never summarized");
+    h.assert_verified();
+}
+
 #[test]
 fn removal_clamp_still_removes_and_fits_a_long_session_at_200k() {
     // 120 long turns on a 200,000 budget (300 × `turn i`, ~600 tokens a message with our
