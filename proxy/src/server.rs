@@ -69,12 +69,26 @@ fn parse_upstream(url: &str) -> Result<(http::uri::Scheme, http::uri::Authority,
     Ok((scheme, authority, uri.path().trim_end_matches('/').to_owned()))
 }
 
+/// Bodies this large are allocated and freed several times per call (read, rendered, sent).
+const LARGE_BODY: usize = 8 << 20;
+
+/// glibc serves an allocation at or over its mmap threshold (128 KiB at first) with a fresh
+/// mapping, faulted in page by page, and raises the threshold to the size of each such block
+/// freed (mallopt(3), "dynamic adjustment"). A session's requests grow by a turn per call, so
+/// each call's 600 KB buffers were just over the last freed one: mapped fresh, every call.
+/// Freeing one block of [`LARGE_BODY`] first moves the threshold past them, and they are served
+/// from memory the previous call freed. Other allocators ignore this (one 8 MiB allocation).
+fn raise_mmap_threshold() {
+    drop(std::hint::black_box(Vec::<u8>::with_capacity(LARGE_BODY)));
+}
+
 /// Starts the proxy on the current tokio runtime with an already opened store.
 pub async fn serve(cfg: ProxyConfig, store: Store) -> Result<ProxyHandle, ProxyError> {
     if !cfg.listen.ip().is_loopback() && !cfg.allow_remote {
         return Err(ProxyError::NotLoopback(cfg.listen));
     }
     cfg.engine.validate()?;
+    raise_mmap_threshold();
     let upstream = parse_upstream(&cfg.upstream)?;
     let connector =
         hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots().https_or_http().enable_http1().build();
