@@ -150,14 +150,7 @@ struct RecentWindow {
 
 impl RecentWindow {
     fn new(state: &State, ratio: f64) -> Self {
-        let live: Vec<u64> = state
-            .view()
-            .iter()
-            .filter_map(|it| match it.item {
-                Item::Message(seq) => Some(seq),
-                _ => None,
-            })
-            .collect();
+        let live: Vec<u64> = state.view_message_seqs().collect();
         let mut kept = Vec::with_capacity(live.len() + 1);
         kept.push(0);
         let mut n = 0;
@@ -199,12 +192,7 @@ fn served_end(state: &State) -> Option<u64> {
         return None;
     }
     let n = usize::try_from(last.view_messages).ok()?;
-    let item = state.view().get(..n)?.last()?;
-    Some(match item.item {
-        Item::Message(seq) => seq + 1,
-        Item::Placeholder { to, .. } => to,
-        Item::Summary(i) => state.summaries().get(i as usize)?.to,
-    })
+    Some(state.item_end(state.view().get(..n)?.last()?))
 }
 
 /// The span from `from` ending at a whole cut before `boundary` that `allowed` accepts: the

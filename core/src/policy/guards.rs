@@ -30,12 +30,7 @@ pub(crate) fn excluded_tool_messages(state: &State, config: &Config) -> Vec<u64>
         return Vec::new();
     }
     state
-        .view()
-        .iter()
-        .filter_map(|it| match it.item {
-            Item::Message(seq) => Some(seq),
-            _ => None,
-        })
+        .view_message_seqs()
         .filter(|&seq| state.tool_names(seq).into_iter().any(|n| config.excludes_tool(n)))
         .collect()
 }

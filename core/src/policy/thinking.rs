@@ -50,12 +50,7 @@ fn candidates(state: &State, config: &Config) -> Vec<u64> {
     let Some(keep) = config.keep_thinking_turns else { return Vec::new() };
     let required = api_required(state);
     let turns: Vec<u64> = state
-        .view()
-        .iter()
-        .filter_map(|it| match it.item {
-            Item::Message(seq) => Some(seq),
-            _ => None,
-        })
+        .view_message_seqs()
         .filter(|&seq| state.entry(seq).is_some_and(|e| e.role() == Role::Assistant && !e.is_pinned()))
         .filter(|&seq| trim_body(state, seq).is_some_and(|(m, was)| was.is_none_or(|(t, _)| !t) && m.has_thinking()))
         .collect();

@@ -371,6 +371,14 @@ impl super::State {
         &self.view.items
     }
 
+    /// The seqs of the messages the current view shows as themselves, in order.
+    pub(crate) fn view_message_seqs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.view.items.iter().filter_map(|it| match it.item {
+            Item::Message(seq) => Some(seq),
+            Item::Summary(_) | Item::Placeholder { .. } => None,
+        })
+    }
+
     /// Estimated tokens of the current view (exactly the sum of its items).
     pub fn view_tokens(&self) -> u64 {
         self.view.tokens
